@@ -1,0 +1,50 @@
+"""One exception tree for the whole suite.
+
+Every error a user can meet is a ``PerfsuiteError``; its ``str`` is one line that names the bad
+value or the failed rank and says what would be right, so faces (pytest, CLI) print it as is.
+"""
+from __future__ import annotations
+
+
+class PerfsuiteError(Exception):
+    """Base of every error the suite raises on purpose."""
+
+
+class ConfigError(PerfsuiteError, ValueError):
+    """Bad input: an option, a case or a job file that cannot be right."""
+
+
+class LaunchError(PerfsuiteError):
+    """The world could not be started (no launcher, no MPI, bad host list)."""
+
+
+class RankFailure(PerfsuiteError):
+    """A rank crashed, hung, was killed or returned a wrong result.
+
+    ``partial`` keeps what the world measured before it failed, so nothing measured is lost.
+    """
+
+    def __init__(self, message: str, *, rank: int | None = None, case: str = "",
+                 stderr_tail: str = "", partial: object | None = None, kind: str = "crash"):
+        super().__init__(message)
+        self.rank = rank
+        self.case = case
+        self.stderr_tail = stderr_tail
+        self.partial = partial
+        self.kind = kind  # crash | signal | timeout | invalid
+
+
+class ValidationError(PerfsuiteError):
+    """A collective returned a result different from the exact expected one."""
+
+
+class FormatError(PerfsuiteError):
+    """A stored file (result, baseline, job) is malformed or of an unknown version."""
+
+
+class BaselineFormatError(FormatError):
+    """A baseline file is malformed or of a version this suite cannot read."""
+
+
+class TransportUnavailable(PerfsuiteError):
+    """A transport cannot run here; the message is the reason shown as the skip reason."""

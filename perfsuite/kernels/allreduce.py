@@ -1,0 +1,145 @@
+"""Allreduce microbenchmark with OSU (OMB) and nccl-tests semantics.
+
+Per size: warm-up, then ``iters`` barrier-separated calls timed on every rank. Reported:
+- avg/min/max across ranks of each rank's mean latency (OMB's Avg/Min/Max Latency);
+- p50/p99 over iterations of the slowest rank's time (the time the world spent);
+- algbw = bytes / t and busbw = algbw * 2(n-1)/n with t the p50 above (nccl-tests' busbw
+  factor for allreduce: each rank sends and receives 2(n-1)/n of the buffer).
+Every size is validated against the exact expected sum after the timed loop.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..cases import DTYPES
+from ..model import Case, Metric, Sample
+from ..transports import load as load_transport
+from .context import RankContext
+from .faults import slowdown_fraction, stretch
+
+SMALL_MESSAGE = 8192  # OMB's large-message threshold: fewer iterations above it
+SMALL_ITERS, SMALL_WARMUP = 1000, 100
+BYTE_BUDGET = 256 << 20  # per size, above the threshold: iterations = budget / size
+MIN_ITERS, MIN_WARMUP = 10, 2
+PATTERN = 4  # values per rank are small integers, so every dtype (float16 too) sums exactly
+
+
+def default_iters(size: int) -> tuple[int, int]:
+    """(iterations, warm-up) by message size, OMB-like: many for small, a byte budget for large."""
+    if size <= SMALL_MESSAGE:
+        return SMALL_ITERS, SMALL_WARMUP
+    iters = max(MIN_ITERS, min(SMALL_ITERS, BYTE_BUDGET // size))
+    return iters, max(MIN_WARMUP, iters // 10)
+
+
+def busbw_factor(world_size: int) -> float:
+    return 2.0 * (world_size - 1) / world_size if world_size > 1 else 1.0
+
+
+def pattern(rank: int, count: int, dtype: str) -> np.ndarray:
+    return ((np.arange(count) % PATTERN) + rank + 1).astype(dtype)
+
+
+def expected_sum(world_size: int, count: int, dtype: str) -> np.ndarray:
+    base = np.arange(count) % PATTERN
+    return (base * world_size + world_size * (world_size + 1) // 2).astype(dtype)
+
+
+def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: int,
+              inplace: bool) -> Sample:
+    """``times`` is iterations x ranks, seconds. Pure, so it is unit-tested without MPI."""
+    n = times.shape[1]
+    per_rank_mean = times.mean(axis=0)
+    world_time = times.max(axis=1)  # per iteration, the slowest rank
+    p50 = float(np.percentile(world_time, 50))
+    p99 = float(np.percentile(world_time, 99))
+    size = case.size_bytes or 0
+    factor = busbw_factor(n)
+    algbw = size / p50 / 1e9 if p50 > 0 else 0.0
+    info = {
+        "transport": case.transport, "world_size": n, "size_bytes": size,
+        "count": size // DTYPES[case.dtype], "dtype": case.dtype, "op": "sum",
+        "inplace": inplace, "iters": iters, "warmup": warmup,
+        "latency_us": float(per_rank_mean.mean() * 1e6),
+        "latency_min_us": float(per_rank_mean.min() * 1e6),
+        "latency_max_us": float(per_rank_mean.max() * 1e6),
+        "p50_us": p50 * 1e6, "p99_us": p99 * 1e6,
+        "algbw_GBps": algbw, "busbw_GBps": algbw * factor, "valid": bool(valid),
+    }
+    with np.errstate(divide="ignore"):
+        busbw_samples = np.where(world_time > 0, size * factor / world_time / 1e9, 0.0)
+    metrics = {
+        "latency_us": Metric("latency_us", p50 * 1e6, "us", False,
+                             tuple(float(x) for x in world_time * 1e6)),
+        "busbw_GBps": Metric("busbw_GBps", algbw * factor, "GB/s", True,
+                             tuple(float(x) for x in busbw_samples)),
+    }
+    return Sample(case, metrics, bool(valid), tuple(float(x) for x in world_time), info)
+
+
+def copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 10) -> float:
+    """This host's memory-copy bandwidth in GB/s (bytes copied per second, median of repeats)."""
+    src = np.ones(nbytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        rates.append(nbytes / (time.perf_counter() - t0) / 1e9)
+    return float(np.median(rates))
+
+
+def run(ctx: RankContext) -> dict:
+    from mpi4py import MPI
+
+    comm = ctx.comm
+    transport = load_transport(ctx.transport)(comm, ctx.options)
+    inplace = bool(ctx.options.get("inplace", False))
+    validate = bool(ctx.options.get("validate", True))
+    slow = slowdown_fraction()
+    clock = time.perf_counter
+    for case in ctx.cases:
+        count = (case.size_bytes or 0) // DTYPES[case.dtype]
+        iters, warmup = default_iters(case.size_bytes or 0)
+        iters = int(ctx.options.get("iters") or iters)
+        warmup = int(ctx.options.get("warmup") if ctx.options.get("warmup") is not None else warmup)
+        send = transport.alloc(count, case.dtype)
+        recv = send if inplace else transport.alloc(count, case.dtype)
+        transport.fill(send, pattern(ctx.rank, count, case.dtype))
+        for _ in range(warmup):
+            transport.allreduce(send, recv)
+        transport.sync()
+        times = np.empty(iters)
+        for i in range(iters):
+            comm.Barrier()
+            t0 = clock()
+            ctx.fault("timed", case)
+            transport.allreduce(send, recv)
+            transport.sync()
+            t1 = stretch(t0, clock(), slow)
+            times[i] = t1 - t0
+        ok = True
+        if validate:
+            transport.fill(send, pattern(ctx.rank, count, case.dtype))
+            transport.allreduce(send, recv)
+            transport.sync()
+            got = transport.to_host(recv)
+            if getattr(ctx.fault, "corrupts", lambda c: False)(case) and got.size:
+                got = got.copy()
+                got[0] += 1
+            ok = bool(np.array_equal(got, expected_sum(ctx.world_size, count, case.dtype)))
+        ok = bool(comm.allreduce(ok, op=MPI.LAND))
+        gathered = comm.gather(times, root=0)
+        if ctx.is_root:
+            sample = summarize(case, np.stack(gathered, axis=1), ok, iters, warmup, inplace)
+            ctx.emit(sample.to_dict())
+        del send, recv
+    extra = {"transport_facts": transport.describe(), "inplace": inplace,
+             "slowdown_injected": slow}
+    if ctx.options.get("copy_bw", True) and ctx.is_root:
+        extra["host_copy_GBps"] = copy_bandwidth()
+    comm.Barrier()
+    return extra

@@ -1,0 +1,135 @@
+"""Build the argv and environment that start a world. Never runs anything (ReFrame's habit), so
+every line here is unit-tested as strings without MPI.
+
+Supported: ``mpiexec`` of MPICH (Hydra) and of Open MPI, and Slurm's ``srun``.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+
+LAUNCHERS = ("mpiexec", "srun")
+FLAVORS = ("auto", "mpich", "openmpi")
+OPENMPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How to start a world. ``None`` fields are decided from the world and the machine."""
+
+    launcher: str = "mpiexec"
+    flavor: str = "auto"  # resolved by world.detect_flavor before build()
+    program: str | None = None  # path of mpiexec/srun; default: the launcher's name on PATH
+    hostfile: str | None = None
+    hosts: tuple[str, ...] = ()
+    ranks_per_node: int | None = None
+    oversubscribe: bool | None = None  # None: only when the world has more ranks than cores
+    allow_root: bool | None = None  # None: when running as root (Open MPI refuses root otherwise)
+    env: Mapping[str, str] = field(default_factory=dict)  # passed to every rank explicitly
+    extra_args: tuple[str, ...] = ()
+    python: str = sys.executable
+
+    def __post_init__(self):
+        if self.launcher not in LAUNCHERS:
+            raise ConfigError(f"launcher {self.launcher!r} is unknown; choose from {', '.join(LAUNCHERS)}")
+        if self.flavor not in FLAVORS:
+            raise ConfigError(f"MPI flavor {self.flavor!r} is unknown; choose from {', '.join(FLAVORS)}")
+        if self.ranks_per_node is not None and self.ranks_per_node < 1:
+            raise ConfigError(f"ranks per node {self.ranks_per_node} must be >= 1")
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: tuple[str, ...]
+    env: dict[str, str]  # added to the launcher's own environment
+
+
+def parse_launcher(text: str) -> str:
+    if text not in LAUNCHERS:
+        raise ConfigError(f"launcher {text!r} is unknown; choose from {', '.join(LAUNCHERS)}")
+    return text
+
+
+def worker_argv(cfg: LaunchConfig, job_path: str) -> list[str]:
+    return [cfg.python, "-m", "perfsuite.worker", job_path]
+
+
+def build(cfg: LaunchConfig, world_size: int, job_path: str, *, cpu_count: int = 1,
+          is_root: bool = False) -> Launch:
+    """The command line for a world of ``world_size`` ranks running the job at ``job_path``."""
+    if world_size < 1:
+        raise ConfigError(f"world size {world_size} is not allowed; world sizes are whole numbers >= 1")
+    if cfg.launcher == "srun":
+        return _srun(cfg, world_size, job_path)
+    if cfg.flavor == "openmpi":
+        return _openmpi(cfg, world_size, job_path, cpu_count, is_root)
+    if cfg.flavor == "mpich":
+        return _mpich(cfg, world_size, job_path)
+    raise ConfigError("MPI flavor must be resolved (mpich or openmpi) before building a command line")
+
+
+def _mpich(cfg: LaunchConfig, n: int, job: str) -> Launch:
+    argv = [cfg.program or "mpiexec", "-n", str(n)]
+    if cfg.hostfile:
+        argv += ["-f", cfg.hostfile]
+    elif cfg.hosts:
+        argv += ["-hosts", ",".join(cfg.hosts)]
+    if cfg.ranks_per_node:
+        argv += ["-ppn", str(cfg.ranks_per_node)]
+    for k, v in sorted(cfg.env.items()):
+        argv += ["-genv", k, v]
+    argv += list(cfg.extra_args)
+    # Hydra oversubscribes without being asked, so there is no flag for it.
+    return Launch(tuple(argv + worker_argv(cfg, job)), dict(cfg.env))
+
+
+def _openmpi(cfg: LaunchConfig, n: int, job: str, cpu_count: int, is_root: bool) -> Launch:
+    argv = [cfg.program or "mpiexec", "-n", str(n)]
+    if cfg.hostfile:
+        argv += ["--hostfile", cfg.hostfile]
+    elif cfg.hosts:
+        argv += ["--host", ",".join(cfg.hosts)]
+    if cfg.ranks_per_node:
+        argv += ["--map-by", f"ppr:{cfg.ranks_per_node}:node"]
+    oversubscribe = cfg.oversubscribe
+    if oversubscribe is None:
+        oversubscribe = not (cfg.hostfile or cfg.hosts) and n > cpu_count
+    if oversubscribe:
+        argv.append("--oversubscribe")
+    for k, v in sorted(cfg.env.items()):
+        argv += ["-x", f"{k}={v}"]
+    argv += list(cfg.extra_args)
+    env = dict(cfg.env)
+    if cfg.allow_root if cfg.allow_root is not None else is_root:
+        env.update(OPENMPI_ROOT_ENV)
+    return Launch(tuple(argv + worker_argv(cfg, job)), env)
+
+
+def _srun(cfg: LaunchConfig, n: int, job: str) -> Launch:
+    argv = [cfg.program or "srun", "-n", str(n), "--kill-on-bad-exit=1"]
+    env = dict(cfg.env)
+    if cfg.ranks_per_node:
+        argv.append(f"--ntasks-per-node={cfg.ranks_per_node}")
+    if cfg.hostfile:
+        argv.append("--distribution=arbitrary")
+        env["SLURM_HOSTFILE"] = cfg.hostfile
+    elif cfg.hosts:
+        argv.append(f"--nodelist={','.join(cfg.hosts)}")
+    if cfg.env:
+        argv.append("--export=ALL," + ",".join(f"{k}={v}" for k, v in sorted(cfg.env.items())))
+    argv += list(cfg.extra_args)
+    return Launch(tuple(argv + worker_argv(cfg, job)), env)
+
+
+def parse_env(items: Sequence[str]) -> dict[str, str]:
+    """['NCCL_DEBUG=INFO', ...] -> dict; a bad item names itself."""
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k or not k.replace("_", "").isalnum():
+            raise ConfigError(f"environment setting {item!r} must be NAME=VALUE, e.g. NCCL_DEBUG=INFO")
+        out[k] = v
+    return out

@@ -1,0 +1,234 @@
+"""Run a world: the only room that starts processes.
+
+A world is started in its own session (process group); it is bounded by a timeout, and whatever
+happens, crash, signal, hang or success, the whole group is killed before we return, so no rank
+outlives its case. A failure becomes a ``RankFailure`` naming the rank, the case and the tail of
+that rank's stderr, and carrying the samples measured before it.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from ..errors import LaunchError, RankFailure
+from ..model import Result, Sample, WorldSpec
+from . import launchers
+from .launchers import LaunchConfig
+
+JOB_FORMAT, JOB_VERSION = "perfsuite-job", 1
+STACK_DUMP_WAIT_S = 0.5
+TAIL_LINES = 12
+# How launchers report a rank that died (MPICH Hydra; Open MPI / PRRTE).
+_HYDRA_RANK = re.compile(r"RANK\s+(\d+)\s+PID\s+\d+\s+RUNNING AT\s+(\S+)\s*\n=\s+(?:KILLED BY SIGNAL|EXIT STATUS):\s*(\d+)(?:\s*\(([^)]*)\))?")
+_OMPI_RANK = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?")
+
+
+def run_command(argv: list[str], timeout: float = 60.0, env: dict | None = None,
+                check: bool = True) -> subprocess.CompletedProcess:
+    """Run a short helper command (compilers, ip/tc) with a bound; raise LaunchError on failure."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+    except FileNotFoundError as exc:
+        raise LaunchError(f"{argv[0]} not found: {exc}") from None
+    except subprocess.TimeoutExpired:
+        raise LaunchError(f"{' '.join(argv)} did not finish within {timeout:g} s") from None
+    if check and proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-TAIL_LINES:]
+        raise LaunchError(f"{' '.join(argv)} exited {proc.returncode}: {' | '.join(tail)}")
+    return proc
+
+
+@functools.lru_cache(maxsize=8)
+def detect_flavor(program: str) -> str:
+    """'mpich' or 'openmpi', from what ``mpiexec --version`` says of itself."""
+    if shutil.which(program) is None:
+        raise LaunchError(f"MPI launcher {program!r} not found on PATH; install an MPI "
+                          "(pip install mpich) or name one with --perf-launcher/--launcher-program")
+    out = run_command([program, "--version"], timeout=20, check=False)
+    text = (out.stdout + out.stderr).lower()
+    if "open mpi" in text or "openrte" in text or "prte" in text:
+        return "openmpi"
+    if "hydra" in text or "mpich" in text or "intel" in text:
+        return "mpich"
+    raise LaunchError(f"cannot tell which MPI {program!r} belongs to from --version; "
+                      "name it with --perf-mpi-flavor mpich|openmpi")
+
+
+def resolve(cfg: LaunchConfig) -> LaunchConfig:
+    """Fill in what depends on this machine (the MPI flavor)."""
+    if cfg.launcher == "srun":
+        if shutil.which(cfg.program or "srun") is None:
+            raise LaunchError(f"launcher {cfg.program or 'srun'!r} not found on PATH; srun needs a Slurm allocation")
+        return cfg
+    if cfg.flavor == "auto":
+        return replace(cfg, flavor=detect_flavor(cfg.program or "mpiexec"))
+    if shutil.which(cfg.program or "mpiexec") is None:
+        raise LaunchError(f"MPI launcher {cfg.program or 'mpiexec'!r} not found on PATH; "
+                          "install an MPI (pip install mpich)")
+    return cfg
+
+
+def _tail(path: Path, n: int = TAIL_LINES) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+def _rank_pids(folder: Path) -> dict[int, tuple[int, str]]:
+    pids = {}
+    for p in folder.glob("rank-*.pid"):
+        try:
+            pid, host = p.read_text().split()
+            pids[int(p.stem.split("-")[1])] = (int(pid), host)
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def _local_pids(folder: Path) -> dict[int, int]:
+    import socket
+
+    me = socket.gethostname()
+    return {r: pid for r, (pid, host) in _rank_pids(folder).items() if host == me}
+
+
+def _kill_group(proc: subprocess.Popen, folder: Path) -> None:
+    """Kill the launcher's whole session, then any local rank that escaped it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    for pid in _local_pids(folder).values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _partial(folder: Path) -> list[Sample]:
+    out = []
+    try:
+        with open(folder / "partial.jsonl") as f:
+            for line in f:
+                if line.strip():
+                    out.append(Sample.from_dict(json.loads(line)))
+    except (OSError, ValueError):
+        pass  # a half-written last line is dropped; earlier ones are kept
+    return out
+
+
+def _innermost_frame(stack_text: str) -> str:
+    """From a faulthandler dump, the innermost frame of the main thread, e.g. 'worker.py:40 in main'."""
+    m = re.search(r"(?:Current thread|Thread) [^\n]*\n((?:\s+File [^\n]*\n?)+)", stack_text)
+    if not m:
+        return "no stack"
+    first = m.group(1).strip().splitlines()[0]
+    f = re.search(r'File "([^"]+)", line (\d+) in (\S+)', first)
+    return f"{Path(f.group(1)).name}:{f.group(2)} in {f.group(3)}" if f else first.strip()
+
+
+def _diagnose(spec: WorldSpec, folder: Path, rc: int | None, timed_out: bool, timeout: float,
+              partial: list[Sample]) -> RankFailure:
+    label = spec.label
+    done = f" ({len(partial)} of {len(spec.cases)} cases measured before it)" if spec.cases else ""
+    failed = sorted(folder.glob("rank-*.failed"))
+    if failed:
+        rank = int(failed[0].stem.split("-")[1])
+        what = failed[0].read_text().strip()
+        tail = _tail(folder / f"rank-{rank}.err")
+        return RankFailure(f"{label}: rank {rank} raised {what}{done}", rank=rank, case=label,
+                           stderr_tail=tail, partial=partial, kind="crash")
+    launcher_err = _tail(folder / "launcher.err", 40) + "\n" + _tail(folder / "launcher.out", 40)
+    for pattern in (_HYDRA_RANK, _OMPI_RANK):
+        m = pattern.search(launcher_err)
+        if m:
+            rank, host, code, name = int(m.group(1)), m.group(2), int(m.group(3)), m.group(4)
+            how = f"was killed by signal {code}" + (f" ({name})" if name else "")
+            if pattern is _HYDRA_RANK and "EXIT STATUS" in m.group(0):
+                how = f"exited with status {code}"
+            tail = _tail(folder / f"rank-{rank}.err") or launcher_err.strip()
+            return RankFailure(f"{label}: rank {rank} on {host} {how}{done}", rank=rank,
+                               case=label, stderr_tail=tail, partial=partial, kind="signal")
+    if timed_out:
+        where = []
+        for rank in sorted(_rank_pids(folder)):
+            where.append(f"rank {rank} in {_innermost_frame(_tail(folder / f'rank-{rank}.err', 200))}")
+        started = len(_rank_pids(folder))
+        if started < spec.world_size:
+            where.append(f"only {started} of {spec.world_size} ranks started")
+        return RankFailure(f"{label}: hung, killed after the {timeout:g} s timeout{done}; "
+                           + ("; ".join(where) or "no rank started"), case=label,
+                           stderr_tail=launcher_err.strip(), partial=partial, kind="timeout")
+    tail = launcher_err.strip()
+    return RankFailure(f"{label}: world exited with status {rc} and wrote no result{done}: "
+                       f"{tail.splitlines()[-1] if tail else 'no output'}", case=label,
+                       stderr_tail=tail, partial=partial, kind="crash")
+
+
+def run_world(spec: WorldSpec, cfg: LaunchConfig, timeout: float, workdir: str | None = None,
+              keep: bool = False) -> Result:
+    """Start the world for ``spec``, wait at most ``timeout`` seconds, return its Result.
+
+    Raises RankFailure (with the partial samples) when a rank fails, LaunchError when the world
+    cannot be started at all.
+    """
+    cfg = resolve(cfg)
+    folder = Path(tempfile.mkdtemp(prefix="perfsuite-world-", dir=workdir))
+    try:
+        return _run(spec, cfg, timeout, folder)
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Result:
+    job_path, out_path = folder / "job.json", folder / "result.json"
+    launch = launchers.build(cfg, spec.world_size, str(job_path), cpu_count=os.cpu_count() or 1,
+                             is_root=hasattr(os, "geteuid") and os.geteuid() == 0)
+    job = {"format": JOB_FORMAT, "version": JOB_VERSION, "benchmark": spec.benchmark,
+           "transport": spec.transport, "world_size": spec.world_size, "label": spec.label,
+           "cases": [c.to_dict() for c in spec.cases], "options": spec.options,
+           "folder": str(folder), "out": str(out_path), "spawned_at": time.time()}
+    job_path.write_text(json.dumps(job))
+    env = {**os.environ, **launch.env}
+    timed_out = False
+    with open(folder / "launcher.out", "w") as out, open(folder / "launcher.err", "w") as err:
+        try:
+            proc = subprocess.Popen(launch.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True)
+        except FileNotFoundError:
+            raise LaunchError(f"MPI launcher {launch.argv[0]!r} not found; install an MPI "
+                              "(pip install mpich) or name one with --perf-launcher") from None
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out, rc = True, None
+            for pid in _local_pids(folder).values():  # ask every rank where it is stuck
+                try:
+                    os.kill(pid, signal.SIGUSR1)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(STACK_DUMP_WAIT_S)
+        finally:
+            _kill_group(proc, folder)
+    partial = _partial(folder)
+    if not timed_out and rc == 0 and out_path.exists():
+        # Invalid samples come back as such: the suite fails those cases, not the world.
+        return Result.from_dict(json.loads(out_path.read_text()), source=spec.label)
+    raise _diagnose(spec, folder, rc, timed_out, timeout, partial)

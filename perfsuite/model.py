@@ -1,0 +1,184 @@
+"""Frozen records that flow between the rooms.
+
+``Case`` is one thing a user can select (one pytest test id, one asv parameter combination).
+``WorldSpec`` is one MPI world: a benchmark, a transport, a world size and every case it sweeps.
+``Sample`` is one measured case with its metrics; ``Result`` is what one world returned.
+Results travel as versioned JSON (see ``RESULT_FORMAT``); the dataclasses are their checked form.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import FormatError
+
+#: Version of the per-world result file written by rank 0 and of the results file of a run.
+RESULT_VERSION = 1
+RESULT_FORMAT = "perfsuite-result"
+RUN_FORMAT = "perfsuite-run"
+
+
+def format_size(nbytes: int) -> str:
+    """4 -> '4B', 1048576 -> '1MiB', 1536 -> '1536B' (exact, so ids never collide)."""
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= factor and nbytes % factor == 0:
+            return f"{nbytes // factor}{unit}"
+    return f"{nbytes}B"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One selectable case. Allreduce cases have a size and dtype; training cases a model and batch."""
+
+    benchmark: str
+    transport: str
+    world_size: int
+    size_bytes: int | None = None
+    dtype: str = "float32"
+    model: str | None = None
+    batch: int | None = None
+    variant: str = ""  # free-form extra axis (e.g. "inplace", "1gbit"); part of the id when set
+
+    @property
+    def id(self) -> str:
+        """The pytest-style id without the benchmark, e.g. 'mpi-n2-1MiB'."""
+        parts = [self.transport, f"n{self.world_size}"]
+        if self.size_bytes is not None:
+            parts.append(format_size(self.size_bytes))
+        if self.model is not None:
+            parts.append(self.model)
+        if self.batch is not None:
+            parts.append(f"b{self.batch}")
+        if self.dtype != "float32" and self.benchmark == "allreduce":
+            parts.append(self.dtype)
+        if self.variant:
+            parts.append(self.variant)
+        return "-".join(parts)
+
+    @property
+    def name(self) -> str:
+        """The full name used in verdicts, baselines and asv, e.g. 'allreduce[mpi-n2-1MiB]'."""
+        return f"{self.benchmark}[{self.id}]"
+
+    @property
+    def world_key(self) -> tuple:
+        """Cases with the same key run in one world (one world per transport and world size)."""
+        return (self.benchmark, self.transport, self.world_size, self.dtype, self.variant,
+                self.model if self.benchmark != "allreduce" else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Case":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number of a case. ``samples`` are the raw per-iteration values behind ``value``."""
+
+    name: str
+    value: float
+    unit: str
+    higher_is_better: bool
+    samples: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["samples"] = list(self.samples)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Metric":
+        return cls(name=d["name"], value=float(d["value"]), unit=d["unit"],
+                   higher_is_better=bool(d["higher_is_better"]),
+                   samples=tuple(float(x) for x in d.get("samples", ())))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured case: its metrics, whether it validated, and the raw entry from the ranks.
+
+    ``times_s`` are the per-iteration times (seconds) that pytest-benchmark replays as its own
+    statistics; ``info`` holds everything else the kernel reported (latency min/max, algbw, ...).
+    """
+
+    case: Case
+    metrics: dict[str, Metric]
+    valid: bool = True
+    times_s: tuple[float, ...] = ()
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"case": self.case.to_dict(), "valid": self.valid,
+                "metrics": {k: m.to_dict() for k, m in self.metrics.items()},
+                "times_s": list(self.times_s), "info": self.info}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Sample":
+        return cls(case=Case.from_dict(d["case"]), valid=bool(d.get("valid", True)),
+                   metrics={k: Metric.from_dict(m) for k, m in d.get("metrics", {}).items()},
+                   times_s=tuple(d.get("times_s", ())), info=dict(d.get("info", {})))
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """One world to start: every case in it shares benchmark, transport and world size."""
+
+    benchmark: str
+    transport: str
+    world_size: int
+    cases: tuple[Case, ...]
+    options: dict[str, Any] = field(default_factory=dict)  # kernel knobs: iters, warmup, inplace, ...
+
+    @property
+    def label(self) -> str:
+        variant = self.cases[0].variant if self.cases else ""
+        tail = f"-{variant}" if variant else ""
+        return f"{self.benchmark}[{self.transport}-n{self.world_size}{tail}]"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one world returned: its samples, the machine it ran on, and how long it took to start."""
+
+    benchmark: str
+    transport: str
+    world_size: int
+    samples: tuple[Sample, ...]
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    world_start_s: float | None = None
+    wall_s: float | None = None
+    error: str | None = None  # set when the world failed after measuring some samples
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": RESULT_FORMAT, "version": RESULT_VERSION,
+                "benchmark": self.benchmark, "transport": self.transport,
+                "world_size": self.world_size, "fingerprint": self.fingerprint,
+                "world_start_s": self.world_start_s, "wall_s": self.wall_s, "error": self.error,
+                "extra": self.extra, "samples": [s.to_dict() for s in self.samples]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "result") -> "Result":
+        check_format(d, RESULT_FORMAT, source)
+        return cls(benchmark=d["benchmark"], transport=d["transport"],
+                   world_size=int(d["world_size"]),
+                   samples=tuple(Sample.from_dict(s) for s in d.get("samples", [])),
+                   fingerprint=d.get("fingerprint", {}), world_start_s=d.get("world_start_s"),
+                   wall_s=d.get("wall_s"), error=d.get("error"), extra=d.get("extra", {}))
+
+
+def check_format(d: Any, fmt: str, source: str) -> None:
+    """Raise a FormatError that says what to do when ``d`` is not a ``fmt`` of our version."""
+    if not isinstance(d, dict) or d.get("format") != fmt:
+        found = d.get("format") if isinstance(d, dict) else type(d).__name__
+        raise FormatError(f"{source}: expected a '{fmt}' file, found format {found!r}")
+    version = d.get("version")
+    if version != RESULT_VERSION:
+        hint = ("re-run the suite with this perfsuite to regenerate it"
+                if isinstance(version, int) and version < RESULT_VERSION
+                else "upgrade perfsuite to read it")
+        raise FormatError(f"{source}: {fmt} version {version!r} is not supported "
+                          f"(this perfsuite reads version {RESULT_VERSION}); {hint}")

@@ -1,0 +1,104 @@
+"""``python -m perfsuite.worker JOB.json``: one rank of a world.
+
+Every rank: start MPI, send its own stderr to ``rank-<r>.err`` in the job's folder (so a failure
+is pinned to its rank whatever the launcher does with output), arm a stack dump on SIGUSR1 (the
+runner asks for it before killing a hung world), run the kernel. Rank 0 streams each finished
+case to ``partial.jsonl`` and writes one versioned result file at the end. A rank that raises
+writes ``rank-<r>.failed`` and aborts the world so nobody waits on it.
+"""
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+
+JOB_FORMAT = "perfsuite-job"
+JOB_VERSION = 1
+
+
+def _redirect_stderr(path: str):
+    f = open(path, "a", buffering=1)
+    os.dup2(f.fileno(), 2)
+    sys.stderr = f
+    return f
+
+
+def _write_atomic(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m perfsuite.worker JOB.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        job = json.load(f)
+    if job.get("format") != JOB_FORMAT or job.get("version") != JOB_VERSION:
+        print(f"perfsuite.worker: {argv[0]} is not a {JOB_FORMAT} v{JOB_VERSION} file", file=sys.stderr)
+        return 2
+
+    from mpi4py import MPI  # initialises MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    folder = job["folder"]
+    err = _redirect_stderr(os.path.join(folder, f"rank-{rank}.err"))
+    faulthandler.register(signal.SIGUSR1, file=err, all_threads=True)
+    with open(os.path.join(folder, f"rank-{rank}.pid"), "w") as f:
+        f.write(f"{os.getpid()} {socket.gethostname()}\n")
+    try:
+        return _run(job, comm, rank, size, folder)
+    except BaseException as exc:  # any rank failure must end the whole world, not hang it
+        traceback.print_exc()
+        with open(os.path.join(folder, f"rank-{rank}.failed"), "w") as f:
+            f.write(f"{type(exc).__name__}: {exc}\n")
+        err.flush()
+        comm.Abort(1)
+        return 1
+
+
+def _run(job: dict, comm, rank: int, size: int, folder: str) -> int:
+    from . import fingerprint, kernels
+    from .kernels.context import RankContext
+    from .kernels.faults import FaultSwitch
+    from .model import RESULT_FORMAT, RESULT_VERSION, Case
+
+    comm.Barrier()  # every rank is up: the world has started
+    ready_at = time.time()
+    if size != job["world_size"]:
+        raise RuntimeError(f"launcher started {size} ranks, the job wants {job['world_size']}")
+    cases = [Case.from_dict(c) for c in job["cases"]]
+    partial = open(os.path.join(folder, "partial.jsonl"), "a") if rank == 0 else None
+
+    def emit(sample: dict) -> None:
+        partial.write(json.dumps(sample) + "\n")
+        partial.flush()
+
+    ctx = RankContext(comm=comm, rank=rank, world_size=size, transport=job["transport"],
+                      cases=cases, options=job.get("options", {}), emit=emit,
+                      fault=FaultSwitch(rank))
+    extra = kernels.load(job["benchmark"]).run(ctx)
+    if rank == 0:
+        partial.close()
+        with open(os.path.join(folder, "partial.jsonl")) as f:
+            samples = [json.loads(line) for line in f if line.strip()]
+        _write_atomic(job["out"], {
+            "format": RESULT_FORMAT, "version": RESULT_VERSION, "benchmark": job["benchmark"],
+            "transport": job["transport"], "world_size": size,
+            "fingerprint": fingerprint.collect(mpi=True),
+            "world_start_s": ready_at - job["spawned_at"], "wall_s": time.time() - job["spawned_at"],
+            "error": None, "extra": extra or {}, "samples": samples,
+        })
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
