@@ -1,1 +1,231 @@
-"""pytest plugin (being written)."""
+"""The pytest face (pytest11 entry point ``perfsuite``): options, the world cache, fixtures.
+
+A test asks for ``perf_case`` (parametrized from the case matrix) and ``perf_measure``; the first
+test of a world starts that world for every selected case of it (one world per transport and
+world size runs the whole size sweep), later tests of the same world reuse its result. The
+ranks' per-iteration times are replayed into pytest-benchmark through a clock handed to it with
+the public ``@pytest.mark.benchmark(timer=...)`` marker, so its statistics are the real
+per-iteration times, never the time to start a world.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from . import options as _options
+from . import suite
+from .errors import ConfigError, RankFailure
+from .model import Case, Sample
+
+STASH_KEY = pytest.StashKey["PerfState"]()
+
+
+class ReplayClock:
+    """A clock for pytest-benchmark that, while replaying, advances by measured durations.
+
+    pytest-benchmark reads the clock before and after each round; during ``replay(times)`` the
+    k-th round therefore lasts exactly ``times[k]``. Outside a replay it is ``perf_counter``,
+    so ordinary benchmarks that happen to share the marker are timed normally.
+    """
+
+    def __init__(self) -> None:
+        self._times: list[float] | None = None
+        self._now = 0.0
+        self._reads = 0
+
+    @contextmanager
+    def replay(self, times: Sequence[float]) -> Iterator[None]:
+        self._times, self._now, self._reads = list(times), 0.0, 0
+        try:
+            yield
+        finally:
+            self._times = None
+
+    def __call__(self) -> float:
+        if self._times is None:
+            return time.perf_counter()
+        if self._reads % 2 == 1:  # the read that ends a round
+            self._now += self._times[self._reads // 2]
+        self._reads += 1
+        return self._now
+
+    __name__ = "perfsuite_replay_clock"  # pytest-benchmark prints the timer's name
+
+
+REPLAY_CLOCK = ReplayClock()
+
+
+class PerfState:
+    """Per-session: parsed options, the cases collected, and every world's outcome."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.values = _values(config)
+        self.suite_config = _options.suite_config(self.values)
+        self.selected: dict[tuple, list[Case]] = {}
+        self.outcomes: dict[tuple, suite.WorldOutcome] = {}
+        self.samples: list[Sample] = []
+
+    def selection(self, benchmark: str, **extra: Any) -> suite.Selection:
+        return _options.selection(self.values, benchmark, **extra)
+
+    def outcome_for(self, case: Case) -> suite.WorldOutcome:
+        key = case.world_key
+        if key not in self.outcomes:
+            cases = self.selected.get(key) or [case]
+            spec = suite.plan(cases, self.suite_config.options)[0]
+            self.outcomes[key] = suite.run_one(spec, self.suite_config)
+        return self.outcomes[key]
+
+
+def _values(config: pytest.Config) -> dict[str, Any]:
+    """Option value, else its ini twin, else the default (options.selection fills defaults)."""
+    out: dict[str, Any] = {}
+    for o in _options.OPTIONS:
+        value = config.getoption(f"perf_{o.dest}", default=None)
+        if value is None:
+            ini = config.getini(f"perf_{o.dest}")
+            if o.kind == "flag":
+                value = ini if ini else None
+            elif o.kind == "list":
+                value = list(ini) or None
+            else:
+                value = ini or None
+        out[o.dest] = value
+    return out
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfsuite", "perfsuite: MPI worlds and distributed DL benchmarks")
+    _options.add_options(group.addoption, prefix="perf-")
+    for o in _options.OPTIONS:
+        kind = {"flag": "bool", "list": "linelist"}.get(o.kind, "string")
+        parser.addini(f"perf_{o.dest}", f"ini twin of --perf-{o.name}: {o.help}", type=kind,
+                      default=False if o.kind == "flag" else ([] if o.kind == "list" else ""))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "perf_benchmark(name): the perfsuite benchmark a test measures")
+    try:
+        config.stash[STASH_KEY] = PerfState(config)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _state(config: pytest.Config) -> PerfState:
+    return config.stash[STASH_KEY]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "perf_case" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("perf_benchmark")
+    benchmark = marker.args[0] if marker else "allreduce"
+    state = _state(metafunc.config)
+    extra = dict(marker.kwargs) if marker else {}
+    try:
+        cases = suite.select_cases(state.selection(benchmark, **extra))
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    params = []
+    for case in cases:
+        reason = suite.transports.spec(case.transport, benchmark).unavailable_reason()
+        marks = [pytest.mark.skip(reason=f"{case.transport}: {reason}")] if reason else []
+        params.append(pytest.param(case, id=case.id, marks=marks))
+    metafunc.parametrize("perf_case", params)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Remember which cases survived -k/deselection, so each world sweeps exactly those, and
+    hand pytest-benchmark the replay clock for them."""
+    state = _state(config)
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        case = callspec.params.get("perf_case") if callspec else None
+        if isinstance(case, Case):
+            state.selected.setdefault(case.world_key, []).append(case)
+            item.add_marker(pytest.mark.benchmark(
+                timer=REPLAY_CLOCK, group=f"{case.benchmark} {case.transport} n{case.world_size}"))
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if not items:
+        return
+    state = _state(items[0].config)
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        case = callspec.params.get("perf_case") if callspec else None
+        if isinstance(case, Case) and case in state.selected.get(case.world_key, []):
+            state.selected[case.world_key].remove(case)
+
+
+@pytest.fixture(scope="session")
+def perf_state(request: pytest.FixtureRequest) -> PerfState:
+    return _state(request.config)
+
+
+def _sample_or_fail(state: PerfState, case: Case) -> Sample:
+    outcome = state.outcome_for(case)
+    if outcome.skipped:
+        pytest.skip(f"{case.transport}: {outcome.skipped}")
+    sample = outcome.sample_for(case)
+    if sample is None:
+        failure = outcome.failure
+        tail = getattr(failure, "stderr_tail", "")
+        detail = f"\n--- stderr tail ---\n{tail}" if tail else ""
+        pytest.fail(f"{case.name}: {failure}{detail}" if failure else f"{case.name}: no result",
+                    pytrace=False)
+    return sample
+
+
+def record(benchmark: Any, sample: Sample, fingerprint: dict | None = None) -> None:
+    """Replay the sample's per-iteration times into pytest-benchmark and fill ``extra_info``."""
+    benchmark.extra_info.update(sample.info)
+    benchmark.extra_info.update({"case": sample.case.name, "valid": sample.valid,
+                                 **{k: m.value for k, m in sample.metrics.items()}})
+    if fingerprint is not None:
+        benchmark.extra_info["fingerprint"] = fingerprint
+    times = list(sample.times_s) or [0.0]
+    with REPLAY_CLOCK.replay(times):
+        benchmark.pedantic(lambda: None, rounds=len(times), iterations=1, warmup_rounds=0)
+
+
+@pytest.fixture
+def perf_measure(perf_state: PerfState, perf_case: Case):
+    """Call with the ``benchmark`` fixture: measures (or reuses) this case's world, records it,
+    and fails the test if the world failed or the result was wrong."""
+
+    def measure(benchmark: Any) -> Sample:
+        sample = _sample_or_fail(perf_state, perf_case)
+        outcome = perf_state.outcome_for(perf_case)
+        fp = outcome.result.fingerprint if outcome.result is not None else None
+        record(benchmark, sample, fp)
+        perf_state.samples.append(sample)
+        if not sample.valid:
+            pytest.fail(f"{perf_case.name}: wrong result (validation against the exact sum failed)",
+                        pytrace=False)
+        return sample
+
+    return measure
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(STASH_KEY, None)
+    if state is None or not state.outcomes:
+        return
+    tr = terminalreporter
+    tr.section("perfsuite worlds")
+    for outcome in state.outcomes.values():
+        spec = outcome.spec
+        if outcome.skipped:
+            tr.write_line(f"{spec.label}: skipped: {outcome.skipped}")
+        elif outcome.failure is not None:
+            tr.write_line(f"{spec.label}: FAILED: {outcome.failure}")
+        else:
+            r = outcome.result
+            tr.write_line(f"{spec.label}: {len(r.samples)} cases, world start {r.world_start_s:.2f} s, "
+                          f"wall {r.wall_s:.1f} s")

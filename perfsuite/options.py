@@ -1,0 +1,122 @@
+"""The option group, defined once and added to both faces (pytest-benchmark's habit):
+``--perf-<name>`` plus an ini twin ``perf_<name>`` in the pytest plugin, ``--<name>`` in the CLI.
+Values are turned into checked objects (``Selection``, ``SuiteConfig``) at this boundary; a bad
+value raises ConfigError naming it, which each face reports its own way (UsageError, exit 2).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import cases as _cases
+from . import transports
+from .errors import ConfigError
+from .launch.launchers import FLAVORS, LAUNCHERS, LaunchConfig, parse_env
+from .suite import DEFAULT_TIMEOUT_S, Selection, SuiteConfig
+
+
+@dataclass(frozen=True)
+class Opt:
+    name: str  # dashed, without prefix
+    default: Any
+    help: str
+    kind: str = "str"  # str | flag | list
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+
+OPTIONS: list[Opt] = [
+    Opt("transports", "all", "comma list of transports, or 'all' (unavailable ones are skipped with the reason)", metavar="LIST"),
+    Opt("world-sizes", "2", "comma list of world sizes (ranks), e.g. 1,2,4", metavar="LIST"),
+    Opt("sizes", _cases.DEFAULT_SIZES, "message sizes: 4,1024,1MiB or a range MIN:MAX[:FACTOR] (default x4)", metavar="SIZES"),
+    Opt("dtypes", _cases.DEFAULT_DTYPE, "comma list of float32, float64, float16, int32", metavar="LIST"),
+    Opt("launcher", "mpiexec", f"how worlds start: {', '.join(LAUNCHERS)}", metavar="NAME"),
+    Opt("launcher-program", None, "path of mpiexec/srun if not the one on PATH", metavar="PATH"),
+    Opt("mpi-flavor", "auto", f"mpiexec's MPI: {', '.join(FLAVORS)} (auto asks mpiexec --version)", metavar="NAME"),
+    Opt("hostfile", None, "hostfile for multi-node worlds (MPICH -f, Open MPI --hostfile, srun SLURM_HOSTFILE)", metavar="PATH"),
+    Opt("hosts", None, "comma list of hosts instead of a hostfile", metavar="LIST"),
+    Opt("ppn", None, "ranks per node", metavar="N"),
+    Opt("oversubscribe", "auto", "Open MPI --oversubscribe: auto (when ranks > cores), yes, no", metavar="WHEN"),
+    Opt("env", [], "NAME=VALUE passed to every rank (repeatable), e.g. NCCL_DEBUG=INFO", kind="list", metavar="NAME=VALUE"),
+    Opt("timeout", str(DEFAULT_TIMEOUT_S), "seconds one world may take before it is killed", metavar="S"),
+    Opt("iters", None, "timed iterations per size (default: by size, OMB-like)", metavar="N"),
+    Opt("warmup", None, "warm-up iterations per size (default: by size)", metavar="N"),
+    Opt("inplace", False, "in-place allreduce (default out-of-place)", kind="flag"),
+    Opt("no-validate", False, "skip checking each result against the exact expected sum", kind="flag"),
+    Opt("workdir", None, "folder for world scratch files (must be shared across nodes on a cluster)", metavar="DIR"),
+]
+
+
+def add_options(addoption: Callable[..., Any], prefix: str = "") -> None:
+    """Add every option through ``addoption`` (argparse's add_argument or pytest's group.addoption)."""
+    for o in OPTIONS:
+        flag = f"--{prefix}{o.name}"
+        dest = f"{prefix.replace('-', '_')}{o.dest}"
+        if o.kind == "flag":
+            addoption(flag, action="store_true", default=None, dest=dest, help=o.help)
+        elif o.kind == "list":
+            addoption(flag, action="append", default=None, dest=dest, metavar=o.metavar, help=o.help)
+        else:
+            addoption(flag, default=None, dest=dest, metavar=o.metavar, help=f"{o.help} [default: {o.default}]")
+
+
+def _int(value: Any, what: str, low: int = 1) -> int | None:
+    if value in (None, ""):
+        return None
+    s = str(value).strip()
+    if not s.isdigit() or int(s) < low:
+        raise ConfigError(f"{what} {value!r} must be a whole number >= {low}")
+    return int(s)
+
+
+def _timeout(value: Any) -> float:
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        t = -1.0
+    if not t > 0:
+        raise ConfigError(f"timeout {value!r} must be a number of seconds > 0, e.g. 120")
+    return t
+
+
+def selection(values: Mapping[str, Any], benchmark: str = "allreduce", **extra: Any) -> Selection:
+    """A checked Selection from raw option values (keys are ``Opt.dest``; missing means default)."""
+    v = {o.dest: o.default for o in OPTIONS} | {k: x for k, x in values.items() if x is not None}
+    names = transports.names(benchmark)
+    if not names:
+        raise ConfigError(f"benchmark {benchmark!r} has no transports")
+    picked = _cases.parse_names(v["transports"], names, "transport")
+    dtypes = _cases.parse_dtypes(v["dtypes"])
+    sizes: tuple[int, ...] = ()
+    for dt in dtypes:
+        sizes = _cases.parse_sizes(v["sizes"], dt)
+    return Selection(benchmark=benchmark, transports=picked,
+                     world_sizes=_cases.parse_world_sizes(v["world_sizes"]),
+                     sizes=sizes, dtypes=dtypes, extra=extra)
+
+
+def suite_config(values: Mapping[str, Any]) -> SuiteConfig:
+    v = {o.dest: o.default for o in OPTIONS} | {k: x for k, x in values.items() if x is not None}
+    over = str(v["oversubscribe"]).lower()
+    if over not in ("auto", "yes", "no"):
+        raise ConfigError(f"oversubscribe {v['oversubscribe']!r} must be auto, yes or no")
+    hosts = tuple(h.strip() for h in str(v["hosts"]).split(",") if h.strip()) if v["hosts"] else ()
+    if v["hostfile"] and not os.path.isfile(v["hostfile"]):
+        raise ConfigError(f"hostfile {v['hostfile']!r} does not exist")
+    launch = LaunchConfig(launcher=str(v["launcher"]), flavor=str(v["mpi_flavor"]),
+                          program=v["launcher_program"], hostfile=v["hostfile"], hosts=hosts,
+                          ranks_per_node=_int(v["ppn"], "ranks per node (ppn)"),
+                          oversubscribe=None if over == "auto" else over == "yes",
+                          env=parse_env(v["env"] or []))
+    options: dict[str, Any] = {"inplace": bool(v["inplace"]), "validate": not v["no_validate"]}
+    if (it := _int(v["iters"], "iterations")) is not None:
+        options["iters"] = it
+    if (wu := _int(v["warmup"], "warm-up iterations", low=0)) is not None:
+        options["warmup"] = wu
+    return SuiteConfig(launch=launch, timeout=_timeout(v["timeout"]), options=options,
+                       workdir=v["workdir"])

@@ -1,0 +1,210 @@
+"""The one orchestration: cases -> worlds -> results. The pytest plugin and the CLI both call it,
+so the two faces can never disagree about what was measured.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import socket
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import cases as _cases
+from . import fingerprint, transports
+from .errors import ConfigError, FormatError, LaunchError, PerfsuiteError, RankFailure
+from .launch.launchers import LaunchConfig
+from .launch.world import run_world
+from .model import RESULT_VERSION, RUN_FORMAT, Case, Result, Sample, WorldSpec, check_format
+
+DEFAULT_TIMEOUT_S = 300.0
+BENCHMARKS = ("allreduce",)  # kernels that the case matrix knows how to select
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What to run, already checked: the user's choice of the case matrix."""
+
+    benchmark: str = "allreduce"
+    transports: tuple[str, ...] = ()  # () = every registered transport of the benchmark
+    world_sizes: tuple[int, ...] = _cases.DEFAULT_WORLD_SIZES
+    sizes: tuple[int, ...] = ()
+    dtypes: tuple[str, ...] = (_cases.DEFAULT_DTYPE,)
+    extra: dict[str, Any] = field(default_factory=dict)  # per-benchmark axes (models, batches, ...)
+
+
+#: benchmark -> function(Selection) -> list[Case]; other kernels register theirs here.
+CASE_BUILDERS: dict[str, Callable[[Selection], list[Case]]] = {}
+
+
+def _allreduce_cases(sel: Selection) -> list[Case]:
+    sizes = sel.sizes or _cases.parse_sizes(_cases.DEFAULT_SIZES)
+    return _cases.allreduce_cases(sel.transports or transports.names("allreduce"),
+                                  sel.world_sizes, sizes, sel.dtypes)
+
+
+CASE_BUILDERS["allreduce"] = _allreduce_cases
+
+
+def select_cases(sel: Selection) -> list[Case]:
+    if sel.benchmark not in CASE_BUILDERS:
+        raise ConfigError(f"benchmark {sel.benchmark!r} is unknown; choose from {', '.join(CASE_BUILDERS)}")
+    for t in sel.transports:
+        transports.spec(t, sel.benchmark)  # names the bad transport
+    return CASE_BUILDERS[sel.benchmark](sel)
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    timeout: float = DEFAULT_TIMEOUT_S
+    options: dict[str, Any] = field(default_factory=dict)  # kernel knobs: iters, warmup, inplace
+    workdir: str | None = None
+    keep_worlds: bool = False
+
+
+@dataclass
+class WorldOutcome:
+    """What became of one world: a result, a failure (with partial samples), or a skip."""
+
+    spec: WorldSpec
+    result: Result | None = None
+    failure: PerfsuiteError | None = None
+    skipped: str | None = None
+
+    def samples(self) -> list[Sample]:
+        if self.result is not None:
+            return list(self.result.samples)
+        if isinstance(self.failure, RankFailure) and self.failure.partial:
+            return list(self.failure.partial)
+        return []
+
+    def sample_for(self, case: Case) -> Sample | None:
+        for s in self.samples():
+            if s.case == case:
+                return s
+        return None
+
+
+@dataclass
+class SuiteRun:
+    outcomes: list[WorldOutcome] = field(default_factory=list)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+
+    @property
+    def results(self) -> list[Result]:
+        return [o.result for o in self.outcomes if o.result is not None]
+
+    @property
+    def failures(self) -> list[WorldOutcome]:
+        return [o for o in self.outcomes if o.failure is not None]
+
+    @property
+    def skipped(self) -> list[WorldOutcome]:
+        return [o for o in self.outcomes if o.skipped is not None]
+
+    def samples(self) -> list[Sample]:
+        return [s for o in self.outcomes for s in o.samples()]
+
+    @property
+    def ok(self) -> bool:
+        """Every world that could run here ran, and every sample validated."""
+        return not self.failures and all(s.valid for s in self.samples())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": RUN_FORMAT, "version": RESULT_VERSION, "created": self.created,
+            "fingerprint": self.fingerprint,
+            "results": [o.result.to_dict() for o in self.outcomes if o.result is not None],
+            "partial": [{"world": o.spec.label, "samples": [s.to_dict() for s in o.samples()]}
+                        for o in self.failures if o.samples()],
+            "failures": [failure_dict(o) for o in self.failures],
+            "skipped": [{"world": o.spec.label, "cases": [c.name for c in o.spec.cases],
+                         "reason": o.skipped} for o in self.skipped],
+        }
+
+
+def failure_dict(o: WorldOutcome) -> dict[str, Any]:
+    f = o.failure
+    d = {"world": o.spec.label, "message": str(f), "type": type(f).__name__}
+    if isinstance(f, RankFailure):
+        d.update(kind=f.kind, rank=f.rank, stderr_tail=f.stderr_tail)
+    return d
+
+
+def load_run(path: str) -> SuiteRun:
+    """Read a results file written by ``report.write_run_json`` (``perfsuite run --json``)."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read results file {path!r}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise FormatError(f"{path}: not JSON ({exc}); pass a file written by perfsuite run --json") from None
+    check_format(d, RUN_FORMAT, path)
+    run = SuiteRun(fingerprint=d.get("fingerprint", {}), created=d.get("created", ""))
+    for r in d.get("results", []):
+        res = Result.from_dict(r, source=path)
+        cs = tuple(s.case for s in res.samples)
+        run.outcomes.append(WorldOutcome(WorldSpec(res.benchmark, res.transport, res.world_size, cs), res))
+    for p in d.get("partial", []):
+        samples = tuple(Sample.from_dict(s) for s in p["samples"])
+        c0 = samples[0].case
+        spec = WorldSpec(c0.benchmark, c0.transport, c0.world_size, tuple(s.case for s in samples))
+        failure = RankFailure(p["world"] + ": failed (see failures)", case=p["world"], partial=list(samples))
+        run.outcomes.append(WorldOutcome(spec, failure=failure))
+    return run
+
+
+def plan(cases: Iterable[Case], options: dict[str, Any] | None = None) -> list[WorldSpec]:
+    return _cases.group_worlds(cases, options)
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """n distinct free TCP ports on ``host`` (held open together so they differ, then released)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def run_one(spec: WorldSpec, cfg: SuiteConfig) -> WorldOutcome:
+    """Run one world unless its transport cannot run here; never raises for a rank's fault."""
+    tspec = transports.spec(spec.transport, spec.benchmark)
+    reason = tspec.unavailable_reason()
+    if reason:
+        return WorldOutcome(spec, skipped=reason)
+    options = {**cfg.options, **spec.options}
+    if getattr(tspec, "needs_ports", False) and "ports" not in options:
+        options["ports"] = free_ports(spec.world_size)
+    spec = WorldSpec(spec.benchmark, spec.transport, spec.world_size, spec.cases, options)
+    try:
+        return WorldOutcome(spec, result=run_world(spec, cfg.launch, cfg.timeout, cfg.workdir,
+                                                   keep=cfg.keep_worlds))
+    except (RankFailure, LaunchError) as exc:
+        return WorldOutcome(spec, failure=exc)
+
+
+def run(cases: Sequence[Case], cfg: SuiteConfig,
+        on_world: Callable[[str, WorldSpec, WorldOutcome | None], None] | None = None) -> SuiteRun:
+    """Run every world the cases need, one after another; a failed world never stops the rest.
+
+    ``on_world(event, spec, outcome)`` is told 'start' and 'done' (progress bars, live tables).
+    """
+    run_ = SuiteRun(fingerprint=fingerprint.collect(),
+                    created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    for spec in plan(cases, cfg.options):
+        if on_world:
+            on_world("start", spec, None)
+        outcome = run_one(spec, cfg)
+        run_.outcomes.append(outcome)
+        if on_world:
+            on_world("done", spec, outcome)
+    return run_
