@@ -43,7 +43,11 @@ def run_cases_from_args(args: argparse.Namespace) -> tuple[list, suite.SuiteConf
     for b in benchmarks:
         if b not in suite.CASE_BUILDERS:
             raise ConfigError(f"benchmark {b!r} is unknown; choose from {', '.join(suite.CASE_BUILDERS)}")
-        cases += suite.select_cases(_options.selection(values, b, **extra_axes(args, b)))
+        sel = _options.selection(values, b, **extra_axes(args, b))
+        if not sel.transports:
+            raise ConfigError(f"none of the transports {args.transports!r} runs {b}; "
+                              f"{b} runs {', '.join(transports.names(b))}")
+        cases += suite.select_cases(sel)
     cfg = _options.suite_config(values)
     if args.keep_worlds:
         cfg = suite.SuiteConfig(cfg.launch, cfg.timeout, cfg.options, cfg.workdir, keep_worlds=True)

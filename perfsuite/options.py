@@ -87,10 +87,11 @@ def _timeout(value: Any) -> float:
 def selection(values: Mapping[str, Any], benchmark: str = "allreduce", **extra: Any) -> Selection:
     """A checked Selection from raw option values (keys are ``Opt.dest``; missing means default)."""
     v = {o.dest: o.default for o in OPTIONS} | {k: x for k, x in values.items() if x is not None}
-    names = transports.names(benchmark)
-    if not names:
-        raise ConfigError(f"benchmark {benchmark!r} has no transports")
-    picked = _cases.parse_names(v["transports"], names, "transport")
+    # Names are checked against every benchmark's transports, then filtered to this one's, so
+    # one --transports list serves a session that runs allreduce and training cases together.
+    every = list(transports.REGISTRY)
+    own = set(transports.names(benchmark))
+    picked = tuple(t for t in _cases.parse_names(v["transports"], every, "transport") if t in own)
     dtypes = _cases.parse_dtypes(v["dtypes"])
     sizes: tuple[int, ...] = ()
     for dt in dtypes:

@@ -111,7 +111,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "perf_benchmark(name): the perfsuite benchmark a test measures")
     try:
-        config.stash[STASH_KEY] = PerfState(config)
+        state = PerfState(config)
+        state.selection("allreduce")  # check every shared option now: a bad one is a usage error
+        config.stash[STASH_KEY] = state
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
 

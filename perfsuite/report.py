@@ -22,17 +22,25 @@ def allreduce_table(result: Result) -> str:
             f"{'in-place' if extra.get('inplace') else 'out-of-place'}")
     if result.world_start_s is not None:
         head += f"  world start {result.world_start_s:.2f} s"
-    lines = [head, "#" + "".join(f"{c:>13}" for c in ALLREDUCE_COLUMNS)[1:]]
+    # Device transports add busbw as a fraction of the device's measured copy bandwidth.
+    of_copy = any("busbw_of_copy" in s.info for s in result.samples)
+    columns = ALLREDUCE_COLUMNS + (("busbw/copy",) if of_copy else ())
+    lines = [head, "#" + "".join(f"{c:>13}" for c in columns)[1:]]
     for s in result.samples:
         i = s.info
         lines.append(
             f"{i['size_bytes']:>12} {i['count']:>12} {i['dtype']:>12} {i['op']:>12} "
             f"{i['latency_us']:>12.2f} {i['latency_min_us']:>12.2f} {i['latency_max_us']:>12.2f} "
             f"{i['p50_us']:>12.2f} {i['p99_us']:>12.2f} {i['algbw_GBps']:>12.3f} "
-            f"{i['busbw_GBps']:>12.3f} {'OK' if s.valid else 'WRONG':>12}")
+            f"{i['busbw_GBps']:>12.3f} {'OK' if s.valid else 'WRONG':>12}"
+            + (f" {i.get('busbw_of_copy', float('nan')):>12.3f}" if of_copy else ""))
+    device_copy = extra.get("device_copy_GBps")
+    if device_copy:
+        lines.append(f"# device copy bandwidth {device_copy:.2f} GB/s (D2D on a GPU, measured in "
+                     "this world); busbw/copy is busbw as a fraction of it")
     copy = extra.get("host_copy_GBps")
-    if copy and result.samples:
-        last = result.samples[-1].info
+    last = result.samples[-1].info if result.samples else {}
+    if copy and last.get("size_bytes", 0) >= 1 << 20:  # a ceiling only means something for large messages
         lines.append(f"# host memory-copy bandwidth {copy:.2f} GB/s; busbw at "
                      f"{format_size(last['size_bytes'])} is {last['busbw_GBps'] / copy:.2f} of it")
     return "\n".join(lines)

@@ -26,7 +26,7 @@ class Selection:
     """What to run, already checked: the user's choice of the case matrix."""
 
     benchmark: str = "allreduce"
-    transports: tuple[str, ...] = ()  # () = every registered transport of the benchmark
+    transports: tuple[str, ...] | None = None  # None = every registered transport of the benchmark
     world_sizes: tuple[int, ...] = _cases.DEFAULT_WORLD_SIZES
     sizes: tuple[int, ...] = ()
     dtypes: tuple[str, ...] = (_cases.DEFAULT_DTYPE,)
@@ -39,7 +39,8 @@ CASE_BUILDERS: dict[str, Callable[[Selection], list[Case]]] = {}
 
 def _allreduce_cases(sel: Selection) -> list[Case]:
     sizes = sel.sizes or _cases.parse_sizes(_cases.DEFAULT_SIZES)
-    return _cases.allreduce_cases(sel.transports or transports.names("allreduce"),
+    picked = transports.names("allreduce") if sel.transports is None else sel.transports
+    return _cases.allreduce_cases(picked,
                                   sel.world_sizes, sizes, sel.dtypes)
 
 
@@ -49,7 +50,7 @@ CASE_BUILDERS["allreduce"] = _allreduce_cases
 def select_cases(sel: Selection) -> list[Case]:
     if sel.benchmark not in CASE_BUILDERS:
         raise ConfigError(f"benchmark {sel.benchmark!r} is unknown; choose from {', '.join(CASE_BUILDERS)}")
-    for t in sel.transports:
+    for t in sel.transports or ():
         transports.spec(t, sel.benchmark)  # names the bad transport
     return CASE_BUILDERS[sel.benchmark](sel)
 
@@ -186,10 +187,12 @@ def run_one(spec: WorldSpec, cfg: SuiteConfig) -> WorldOutcome:
         options["ports"] = free_ports(spec.world_size)
     spec = WorldSpec(spec.benchmark, spec.transport, spec.world_size, spec.cases, options)
     try:
-        return WorldOutcome(spec, result=run_world(spec, cfg.launch, cfg.timeout, cfg.workdir,
-                                                   keep=cfg.keep_worlds))
+        result = run_world(spec, cfg.launch, cfg.timeout, cfg.workdir, keep=cfg.keep_worlds)
     except (RankFailure, LaunchError) as exc:
         return WorldOutcome(spec, failure=exc)
+    if result.extra.get("unavailable"):  # found out inside the world (worker.py): a skip
+        return WorldOutcome(spec, skipped=str(result.extra["unavailable"]))
+    return WorldOutcome(spec, result=result)
 
 
 def run(cases: Sequence[Case], cfg: SuiteConfig,

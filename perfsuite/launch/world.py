@@ -28,7 +28,9 @@ JOB_FORMAT, JOB_VERSION = "perfsuite-job", 1
 STACK_DUMP_WAIT_S = 0.5
 TAIL_LINES = 12
 # How launchers report a rank that died (MPICH Hydra; Open MPI / PRRTE).
-_HYDRA_RANK = re.compile(r"RANK\s+(\d+)\s+PID\s+\d+\s+RUNNING AT\s+(\S+)\s*\n=\s+(?:KILLED BY SIGNAL|EXIT STATUS):\s*(\d+)(?:\s*\(([^)]*)\))?")
+# Hydra names the PID, not the rank; the rank comes from the PID files the ranks wrote.
+_HYDRA_PID = re.compile(r"PID\s+(\d+)\s+RUNNING AT\s+(\S+)\s*\n=\s+EXIT CODE:\s*(\d+)")
+_HYDRA_STRING = re.compile(r"EXIT STRING:\s*(.+)")
 _OMPI_RANK = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?")
 
 
@@ -155,16 +157,22 @@ def _diagnose(spec: WorldSpec, folder: Path, rc: int | None, timed_out: bool, ti
         return RankFailure(f"{label}: rank {rank} raised {what}{done}", rank=rank, case=label,
                            stderr_tail=tail, partial=partial, kind="crash")
     launcher_err = _tail(folder / "launcher.err", 40) + "\n" + _tail(folder / "launcher.out", 40)
-    for pattern in (_HYDRA_RANK, _OMPI_RANK):
-        m = pattern.search(launcher_err)
-        if m:
-            rank, host, code, name = int(m.group(1)), m.group(2), int(m.group(3)), m.group(4)
-            how = f"was killed by signal {code}" + (f" ({name})" if name else "")
-            if pattern is _HYDRA_RANK and "EXIT STATUS" in m.group(0):
-                how = f"exited with status {code}"
-            tail = _tail(folder / f"rank-{rank}.err") or launcher_err.strip()
-            return RankFailure(f"{label}: rank {rank} on {host} {how}{done}", rank=rank,
-                               case=label, stderr_tail=tail, partial=partial, kind="signal")
+    by_pid = {pid: rank for rank, (pid, _host) in _rank_pids(folder).items()}
+    found = None
+    m = _HYDRA_PID.search(launcher_err)
+    if m and int(m.group(1)) in by_pid:
+        s = _HYDRA_STRING.search(launcher_err)
+        found = (by_pid[int(m.group(1))], m.group(2), int(m.group(3)),
+                 s.group(1).strip() if s else f"exit code {m.group(3)}")
+    m = _OMPI_RANK.search(launcher_err)
+    if m and found is None:
+        found = (int(m.group(1)), m.group(2), int(m.group(3)),
+                 f"signal {m.group(3)}" + (f" ({m.group(4)})" if m.group(4) else ""))
+    if found is not None:
+        rank, host, _code, how = found
+        tail = _tail(folder / f"rank-{rank}.err") or launcher_err.strip()
+        return RankFailure(f"{label}: rank {rank} on {host} died: {how}{done}", rank=rank,
+                           case=label, stderr_tail=tail, partial=partial, kind="signal")
     if timed_out:
         where = []
         for rank in sorted(_rank_pids(folder)):

@@ -1,0 +1,84 @@
+"""The pytest face end to end (pytester): options, skips with reasons, replayed statistics,
+extra_info, and failures that name the rank."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.world
+
+BENCH = '''
+import pytest
+
+@pytest.mark.perf_benchmark("allreduce")
+def test_allreduce(benchmark, perf_case, perf_measure):
+    perf_measure(benchmark)
+'''
+QUICK = ["--perf-world-sizes", "2", "--perf-iters", "20", "--perf-warmup", "2", "-p", "no:cacheprovider"]
+
+
+def test_extra_info_and_real_per_iteration_rounds(pytester, no_leftover_ranks):
+    pytester.makepyfile(test_bench=BENCH)
+    out = pytester.path / "b.json"
+    r = pytester.runpytest_subprocess("--benchmark-only", "--perf-transports", "mpi,ring,grpc+mpi",
+                                      "--perf-sizes", "4,1MiB", f"--benchmark-json={out}", *QUICK)
+    r.assert_outcomes(passed=4, skipped=2)
+    r.stdout.fnmatch_lines(["*allreduce?mpi-n2?: 2 cases, world start*"])
+    data = json.loads(out.read_text())
+    names = {b["name"] for b in data["benchmarks"]}
+    assert names == {f"test_allreduce[{t}-n2-{s}]" for t in ("mpi", "ring") for s in ("4B", "1MiB")}
+    for b in data["benchmarks"]:
+        info = b["extra_info"]
+        for key in ("transport", "world_size", "size_bytes", "dtype", "latency_us", "algbw_GBps",
+                    "busbw_GBps", "valid", "fingerprint"):
+            assert key in info, key
+        assert b["stats"]["rounds"] == 20  # the ranks' iterations, not one world start
+        # the replayed median is the kernel's p50 of the slowest rank per iteration
+        assert b["stats"]["median"] * 1e6 == pytest.approx(info["p50_us"], rel=1e-6)
+
+
+def test_skipped_transports_show_their_reason(pytester):
+    pytester.makepyfile(test_bench=BENCH)
+    r = pytester.runpytest_subprocess("--perf-transports", "grpc+gdr", "--perf-sizes", "4", "-rs", *QUICK)
+    r.assert_outcomes(skipped=1)
+    r.stdout.fnmatch_lines(["*grpc+gdr: exists only in TensorFlow 1*"])
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--perf-world-sizes", "0"], "*world size '0' is not allowed*"),
+    (["--perf-sizes", "6"], "*size 6 is not a multiple of 4 bytes*"),
+    (["--perf-transports", "carrier-pigeon"], "*transport 'carrier-pigeon' is unknown*"),
+    (["--perf-timeout", "soon"], "*timeout 'soon' must be a number*"),
+    (["--perf-launcher", "qsub"], "*launcher 'qsub' is unknown*"),
+])
+def test_bad_options_are_usage_errors(pytester, args, needle):
+    pytester.makepyfile(test_bench=BENCH)
+    r = pytester.runpytest_subprocess(*args)
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines([needle])
+
+
+def test_ini_twin(pytester):
+    pytester.makepyfile(test_bench=BENCH)
+    pytester.makeini("[pytest]\nperf_transports = ring\nperf_sizes = 8\nperf_world_sizes = 2\n")
+    r = pytester.runpytest_subprocess("--collect-only", "-q")
+    r.stdout.fnmatch_lines(["*test_allreduce?ring-n2-8B?*"])
+    assert "mpi-n2" not in r.stdout.str()
+
+
+def test_rank_failure_fails_later_cases_and_keeps_earlier(pytester, monkeypatch, no_leftover_ranks):
+    monkeypatch.setenv("PERFSUITE_TEST_FAULT", "raise@1@1024")
+    pytester.makepyfile(test_bench=BENCH)
+    r = pytester.runpytest_subprocess("--perf-transports", "mpi", "--perf-sizes", "4,1024",
+                                      "--benchmark-disable", *QUICK)
+    r.assert_outcomes(passed=1, failed=1)
+    r.stdout.fnmatch_lines(["*allreduce?mpi-n2-1KiB?: allreduce?mpi-n2?: rank 1 raised InjectedFault*"])
+
+
+def test_k_selects_sizes_inside_one_world(pytester, no_leftover_ranks):
+    pytester.makepyfile(test_bench=BENCH)
+    r = pytester.runpytest_subprocess("--perf-transports", "mpi", "--perf-sizes", "4,16,64",
+                                      "-k", "16B", "--benchmark-disable", *QUICK)
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*allreduce?mpi-n2?: 1 cases*"])

@@ -1,0 +1,143 @@
+"""Real MPI worlds: results validate, and every kind of bad rank is caught within the timeout,
+named, with nothing left running and what was measured before it kept."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from perfsuite import suite
+from perfsuite.cases import allreduce_cases, group_worlds
+from perfsuite.errors import LaunchError, RankFailure
+from perfsuite.kernels.allreduce import expected_sum, pattern, summarize
+from perfsuite.launch.launchers import LaunchConfig
+from perfsuite.launch.world import run_world
+from perfsuite.model import Case
+from perfsuite.transports.ring import chunk_bounds, ring_schedule
+
+pytestmark = pytest.mark.world
+FAST = {"iters": 5, "warmup": 1, "copy_bw": False}
+
+
+def world(transport, n, sizes, **opts):
+    (spec,) = group_worlds(allreduce_cases([transport], [n], sizes), {**FAST, **opts})
+    return spec
+
+
+@pytest.mark.parametrize("transport", ["mpi", "ring"])
+@pytest.mark.parametrize("n", [1, 3])
+def test_sums_are_exact_even_with_fewer_elements_than_ranks(transport, n, no_leftover_ranks):
+    res = run_world(world(transport, n, [4, 12, 1028]), LaunchConfig(), timeout=60)
+    assert [s.case.size_bytes for s in res.samples] == [4, 12, 1028]
+    assert all(s.valid for s in res.samples)
+    assert res.fingerprint["mpi_library"].startswith(("MPICH", "Open MPI"))
+    assert 0 < res.world_start_s < 30
+
+
+def test_ring_in_place_float64(no_leftover_ranks):
+    spec = world("ring", 2, [8, 4096], inplace=True)
+    spec = type(spec)(spec.benchmark, spec.transport, 2,
+                      tuple(Case("allreduce", "ring", 2, size_bytes=c.size_bytes, dtype="float64")
+                            for c in spec.cases), spec.options)
+    res = run_world(spec, LaunchConfig(), timeout=60)
+    assert all(s.valid for s in res.samples) and res.extra["inplace"] is True
+
+
+def test_raising_rank_is_named_and_earlier_sizes_kept(monkeypatch, no_leftover_ranks):
+    monkeypatch.setenv("PERFSUITE_TEST_FAULT", "raise@1@1024")
+    with pytest.raises(RankFailure) as info:
+        run_world(world("mpi", 2, [4, 1024]), LaunchConfig(), timeout=60)
+    err = info.value
+    assert err.rank == 1 and err.kind == "crash"
+    assert "rank 1 raised InjectedFault" in str(err) and "allreduce[mpi-n2]" in str(err)
+    assert "InjectedFault" in err.stderr_tail
+    assert [s.case.size_bytes for s in err.partial] == [4]
+
+
+def test_rank_killed_by_signal_is_named(monkeypatch, no_leftover_ranks):
+    monkeypatch.setenv("PERFSUITE_TEST_FAULT", "kill@1@1024")
+    t0 = time.monotonic()
+    with pytest.raises(RankFailure) as info:
+        run_world(world("ring", 2, [4, 1024]), LaunchConfig(), timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert info.value.rank == 1 and "signal 9" in str(info.value)
+    assert [s.case.size_bytes for s in info.value.partial] == [4]
+
+
+def test_hung_rank_is_killed_at_the_timeout(monkeypatch, no_leftover_ranks):
+    monkeypatch.setenv("PERFSUITE_TEST_FAULT", "hang@1")
+    t0 = time.monotonic()
+    with pytest.raises(RankFailure) as info:
+        run_world(world("mpi", 2, [4]), LaunchConfig(), timeout=4)
+    took = time.monotonic() - t0
+    assert 4 <= took < 20, took
+    msg = str(info.value)
+    assert info.value.kind == "timeout" and "4 s timeout" in msg
+    assert "rank 1 in faults.py" in msg  # the stack dump shows where the hung rank sat
+
+
+def test_corrupted_sum_fails_the_case_not_silently(monkeypatch, no_leftover_ranks):
+    monkeypatch.setenv("PERFSUITE_TEST_FAULT", "corrupt@1@1024")
+    cfg = suite.SuiteConfig(options=FAST, timeout=60)
+    run = suite.run(allreduce_cases(["mpi"], [2], [4, 1024]), cfg)
+    assert [s.valid for s in run.samples()] == [True, False]
+    assert not run.ok
+
+
+def test_a_failed_world_does_not_stop_the_others(monkeypatch, no_leftover_ranks):
+    monkeypatch.setenv("PERFSUITE_TEST_FAULT", "raise@0@1024")
+    cfg = suite.SuiteConfig(options=FAST, timeout=60)
+    run = suite.run(allreduce_cases(["mpi", "ring"], [2], [4, 1024]), cfg)
+    assert [o.spec.transport for o in run.failures] == ["mpi", "ring"]
+    assert [s.case.name for s in run.samples()] == ["allreduce[mpi-n2-4B]", "allreduce[ring-n2-4B]"]
+
+
+def test_missing_launcher_is_one_clear_line(no_leftover_ranks):
+    with pytest.raises(LaunchError, match="'/nonexistent/mpiexec' not found"):
+        run_world(world("mpi", 2, [4]), LaunchConfig(program="/nonexistent/mpiexec", flavor="mpich"), 10)
+    outcome = suite.run_one(world("mpi", 2, [4]), suite.SuiteConfig(
+        launch=LaunchConfig(program="/nonexistent/mpiexec")))
+    assert isinstance(outcome.failure, LaunchError)
+
+
+# --- pure pieces of the kernel, no MPI ---------------------------------------------------------
+
+def test_summary_uses_slowest_rank_and_busbw_factor():
+    case = Case("allreduce", "mpi", 4, size_bytes=1 << 20)
+    times = np.array([[1e-3, 2e-3, 1e-3, 1e-3]] * 10)  # rank 1 is always slowest
+    s = summarize(case, times, True, 10, 1, False)
+    assert s.info["p50_us"] == pytest.approx(2000)
+    assert s.info["latency_max_us"] == pytest.approx(2000) and s.info["latency_min_us"] == pytest.approx(1000)
+    assert s.info["algbw_GBps"] == pytest.approx((1 << 20) / 2e-3 / 1e9)
+    assert s.info["busbw_GBps"] == pytest.approx(s.info["algbw_GBps"] * 2 * 3 / 4)
+    assert s.metrics["busbw_GBps"].higher_is_better and not s.metrics["latency_us"].higher_is_better
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32"])
+def test_expected_sum_matches_the_pattern(dtype):
+    n, count = 5, 37
+    total = sum(pattern(r, count, dtype).astype("float64") for r in range(n))
+    assert np.array_equal(total.astype(dtype), expected_sum(n, count, dtype))
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_ring_schedule_covers_every_chunk(n):
+    """Simulate the schedule on host arrays: every rank ends with the full sum."""
+    count = 11
+    bufs = [np.arange(count, dtype=float) + r for r in range(n)]
+    bounds = chunk_bounds(count, n)
+    steps = [ring_schedule(r, n) for r in range(n)]
+    for phase in (0, 1):
+        for s in range(n - 1):
+            sent = [bufs[r][slice(*bounds[steps[r][phase][s][0]])].copy() for r in range(n)]
+            for r in range(n):
+                recv_i = steps[r][phase][s][1]
+                incoming = sent[(r - 1) % n]
+                if phase == 0:
+                    bufs[r][slice(*bounds[recv_i])] += incoming
+                else:
+                    bufs[r][slice(*bounds[recv_i])] = incoming
+    expected = sum(np.arange(count, dtype=float) + r for r in range(n))
+    for b in bufs:
+        assert np.array_equal(b, expected)
