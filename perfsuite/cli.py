@@ -96,6 +96,40 @@ def do_transports(args: argparse.Namespace) -> int:
 COMMANDS["transports"] = (add_transports, do_transports, "list transports and whether they can run here")
 
 
+# --- overhead ---------------------------------------------------------------------------------
+
+def add_overhead(p: argparse.ArgumentParser) -> None:
+    _options.add_options(p.add_argument)
+
+
+def do_overhead(args: argparse.Namespace) -> int:
+    cfg = _options.suite_config(vars(args))
+    (n,) = _options.selection(vars(args)).world_sizes[:1]
+    rep = suite.overhead(cfg, world_size=n)
+    _print(f"# harness overhead: perfsuite mpi loop vs the same MPI_Allreduce loop in C, "
+           f"world_size={n}, p50 of the slowest rank per iteration")
+    _print(f"#{'size':>11} {'C(us)':>10} {'suite(us)':>10} {'diff(us)':>10} {'C busbw':>10} "
+           f"{'suite busbw':>12} {'ratio':>7}")
+    for r in rep.rows:
+        if "c_p50_us" in r:
+            _print(f"{r['size_bytes']:>12} {r['c_p50_us']:>10.2f} {r['suite_p50_us']:>10.2f} "
+                   f"{r['overhead_us']:>10.2f} {r['c_busbw_GBps']:>10.3f} {r['suite_busbw_GBps']:>12.3f} "
+                   f"{r['busbw_ratio']:>7.3f}")
+        else:
+            _print(f"{r['size_bytes']:>12} {'-':>10} {r['suite_p50_us']:>10.2f}")
+    if rep.skipped:
+        _print(f"# SKIPPED C reference: {rep.skipped}")
+    _print(f"# world start {rep.world_start_s:.3f} s (target <= 0.5 s with MPICH)")
+    if rep.host_copy_GBps and rep.busbw_64MiB_GBps:
+        _print(f"# host memory-copy bandwidth {rep.host_copy_GBps:.2f} GB/s; busbw at 64MiB "
+               f"{rep.busbw_64MiB_GBps:.3f} GB/s = {rep.busbw_64MiB_GBps / rep.host_copy_GBps:.2f} of it")
+    return EXIT_OK
+
+
+COMMANDS["overhead"] = (add_overhead, do_overhead,
+                        "print what the Python harness adds over a C MPI_Allreduce loop, and host busbw vs memcpy")
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:

@@ -211,3 +211,67 @@ def run(cases: Sequence[Case], cfg: SuiteConfig,
         if on_world:
             on_world("done", spec, outcome)
     return run_
+
+
+# --- harness overhead: the same loop in C -------------------------------------------------------
+
+OVERHEAD_SIZES = (4, 1 << 20, 64 << 20)
+
+
+@dataclass
+class OverheadReport:
+    world_size: int
+    rows: list[dict[str, Any]] = field(default_factory=list)  # size, C and suite p50, busbw ratio
+    skipped: str | None = None  # why the C loop could not run
+    world_start_s: float | None = None
+    host_copy_GBps: float | None = None
+    busbw_64MiB_GBps: float | None = None
+
+
+def overhead(cfg: SuiteConfig, world_size: int = 2, sizes: Sequence[int] = OVERHEAD_SIZES) -> OverheadReport:
+    """Time perfsuite's mpi loop and a C MPI_Allreduce loop (built with the MPI's mpicc) over the
+    same sizes and iteration counts in one run, so their difference is the harness's cost."""
+    import importlib.resources
+    import tempfile
+
+    from .kernels.allreduce import busbw_factor, default_iters
+    from .launch.world import build_c_program, run_program
+
+    rep = OverheadReport(world_size)
+    cases = _cases.allreduce_cases(["mpi"], [world_size], list(sizes))
+    outcome = run_one(plan(cases, {**cfg.options, "copy_bw": True})[0], cfg)
+    if outcome.failure is not None:
+        raise outcome.failure
+    result = outcome.result
+    rep.world_start_s, rep.host_copy_GBps = result.world_start_s, result.extra.get("host_copy_GBps")
+    with tempfile.TemporaryDirectory(prefix="perfsuite-c-") as tmp:
+        src = importlib.resources.files("perfsuite.kernels").joinpath("c/allreduce_loop.c")
+        binary = f"{tmp}/allreduce_loop"
+        try:
+            build_c_program(str(src), binary)
+        except LaunchError as exc:
+            rep.skipped = f"no C reference: {exc}"
+        args = []
+        for s in sizes:
+            iters, warmup = default_iters(s)
+            iters = int(cfg.options.get("iters") or iters)
+            warmup = int(cfg.options.get("warmup", warmup))
+            args.append(f"{s}:{iters}:{warmup}")
+        c_rows = {}
+        if rep.skipped is None:
+            out = run_program([binary, *args], world_size, cfg.launch, cfg.timeout)
+            c_rows = {d["size_bytes"]: d for d in (json.loads(x) for x in out.splitlines() if x.startswith("{"))}
+    factor = busbw_factor(world_size)
+    for sample in result.samples:
+        size = sample.case.size_bytes or 0
+        row = {"size_bytes": size, "suite_p50_us": sample.info["p50_us"],
+               "suite_busbw_GBps": sample.info["busbw_GBps"]}
+        c = c_rows.get(size)
+        if c:
+            c_busbw = size * factor / (c["p50_us"] * 1e-6) / 1e9
+            row.update(c_p50_us=c["p50_us"], overhead_us=sample.info["p50_us"] - c["p50_us"],
+                       c_busbw_GBps=c_busbw, busbw_ratio=sample.info["busbw_GBps"] / c_busbw)
+        rep.rows.append(row)
+        if size == 64 << 20:
+            rep.busbw_64MiB_GBps = sample.info["busbw_GBps"]
+    return rep

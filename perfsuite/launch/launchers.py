@@ -58,20 +58,22 @@ def worker_argv(cfg: LaunchConfig, job_path: str) -> list[str]:
 
 
 def build(cfg: LaunchConfig, world_size: int, job_path: str, *, cpu_count: int = 1,
-          is_root: bool = False) -> Launch:
-    """The command line for a world of ``world_size`` ranks running the job at ``job_path``."""
+          is_root: bool = False, command: Sequence[str] | None = None) -> Launch:
+    """The command line for a world of ``world_size`` ranks running the job at ``job_path``
+    (or, with ``command``, any MPI program, e.g. the C reference loop)."""
     if world_size < 1:
         raise ConfigError(f"world size {world_size} is not allowed; world sizes are whole numbers >= 1")
+    tail = list(command) if command else worker_argv(cfg, job_path)
     if cfg.launcher == "srun":
-        return _srun(cfg, world_size, job_path)
+        return _srun(cfg, world_size, tail)
     if cfg.flavor == "openmpi":
-        return _openmpi(cfg, world_size, job_path, cpu_count, is_root)
+        return _openmpi(cfg, world_size, tail, cpu_count, is_root)
     if cfg.flavor == "mpich":
-        return _mpich(cfg, world_size, job_path)
+        return _mpich(cfg, world_size, tail)
     raise ConfigError("MPI flavor must be resolved (mpich or openmpi) before building a command line")
 
 
-def _mpich(cfg: LaunchConfig, n: int, job: str) -> Launch:
+def _mpich(cfg: LaunchConfig, n: int, tail: list[str]) -> Launch:
     argv = [cfg.program or "mpiexec", "-n", str(n)]
     if cfg.hostfile:
         argv += ["-f", cfg.hostfile]
@@ -83,10 +85,10 @@ def _mpich(cfg: LaunchConfig, n: int, job: str) -> Launch:
         argv += ["-genv", k, v]
     argv += list(cfg.extra_args)
     # Hydra oversubscribes without being asked, so there is no flag for it.
-    return Launch(tuple(argv + worker_argv(cfg, job)), dict(cfg.env))
+    return Launch(tuple(argv + tail), dict(cfg.env))
 
 
-def _openmpi(cfg: LaunchConfig, n: int, job: str, cpu_count: int, is_root: bool) -> Launch:
+def _openmpi(cfg: LaunchConfig, n: int, tail: list[str], cpu_count: int, is_root: bool) -> Launch:
     argv = [cfg.program or "mpiexec", "-n", str(n)]
     if cfg.hostfile:
         argv += ["--hostfile", cfg.hostfile]
@@ -105,10 +107,10 @@ def _openmpi(cfg: LaunchConfig, n: int, job: str, cpu_count: int, is_root: bool)
     env = dict(cfg.env)
     if cfg.allow_root if cfg.allow_root is not None else is_root:
         env.update(OPENMPI_ROOT_ENV)
-    return Launch(tuple(argv + worker_argv(cfg, job)), env)
+    return Launch(tuple(argv + tail), env)
 
 
-def _srun(cfg: LaunchConfig, n: int, job: str) -> Launch:
+def _srun(cfg: LaunchConfig, n: int, tail: list[str]) -> Launch:
     argv = [cfg.program or "srun", "-n", str(n), "--kill-on-bad-exit=1"]
     env = dict(cfg.env)
     if cfg.ranks_per_node:
@@ -121,7 +123,7 @@ def _srun(cfg: LaunchConfig, n: int, job: str) -> Launch:
     if cfg.env:
         argv.append("--export=ALL," + ",".join(f"{k}={v}" for k, v in sorted(cfg.env.items())))
     argv += list(cfg.extra_args)
-    return Launch(tuple(argv + worker_argv(cfg, job)), env)
+    return Launch(tuple(argv + tail), env)
 
 
 def parse_env(items: Sequence[str]) -> dict[str, str]:

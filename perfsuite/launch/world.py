@@ -240,3 +240,35 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
         # Invalid samples come back as such: the suite fails those cases, not the world.
         return Result.from_dict(json.loads(out_path.read_text()), source=spec.label)
     raise _diagnose(spec, folder, rc, timed_out, timeout, partial)
+
+
+def run_program(command: list[str], world_size: int, cfg: LaunchConfig, timeout: float) -> str:
+    """Run any MPI program (e.g. the C reference loop) as a world under the same bounds and kill
+    rules as the suite's own worlds; return its stdout."""
+    cfg = resolve(cfg)
+    folder = Path(tempfile.mkdtemp(prefix="perfsuite-prog-"))
+    try:
+        launch = launchers.build(cfg, world_size, "", cpu_count=os.cpu_count() or 1,
+                                 is_root=hasattr(os, "geteuid") and os.geteuid() == 0, command=command)
+        with open(folder / "out", "w") as out, open(folder / "err", "w") as err:
+            proc = subprocess.Popen(launch.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **launch.env}, start_new_session=True)
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                rc = None
+            finally:
+                _kill_group(proc, folder)
+        if rc != 0:
+            why = f"timed out after {timeout:g} s" if rc is None else f"exited {rc}"
+            raise LaunchError(f"{Path(command[0]).name} world {why}: {_tail(folder / 'err', 4)}")
+        return (folder / "out").read_text()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def build_c_program(source: str, output: str, compiler: str = "mpicc") -> None:
+    """Compile an MPI C program with the MPI's own compiler wrapper."""
+    if shutil.which(compiler) is None:
+        raise LaunchError(f"no {compiler} on PATH")
+    run_command([compiler, "-O2", "-o", output, source], timeout=120)
