@@ -9,6 +9,7 @@ import os
 import platform
 import re
 import socket
+import sys
 from importlib import metadata
 
 
@@ -41,8 +42,37 @@ def memory_bytes() -> int | None:
     return None
 
 
+# NVML's names for the closest common ancestor of two GPUs, as `nvidia-smi topo -m` prints them.
+_TOPOLOGY = {"NVML_TOPOLOGY_INTERNAL": "SAME_BOARD", "NVML_TOPOLOGY_SINGLE": "PIX",
+             "NVML_TOPOLOGY_MULTIPLE": "PXB", "NVML_TOPOLOGY_HOSTBRIDGE": "PHB",
+             "NVML_TOPOLOGY_NODE": "NODE", "NVML_TOPOLOGY_SYSTEM": "SYS"}
+
+
+def _nvml(pynvml, fn: str, *args):
+    """One NVML query, or None where this GPU or driver does not support it (many are optional)."""
+    try:
+        return getattr(pynvml, fn)(*args)
+    except (pynvml.NVMLError, AttributeError):
+        return None
+
+
+def _active_nvlinks(pynvml, h) -> int | None:
+    links = 0
+    for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        state = _nvml(pynvml, "nvmlDeviceGetNvLinkState", h, link)
+        if state is None:
+            return links or None  # NotSupported past the last link, or no NVLink at all
+        links += state == getattr(pynvml, "NVML_FEATURE_ENABLED", 1)
+    return links
+
+
+def _topology_names(pynvml) -> dict[int, str]:
+    return {getattr(pynvml, k): v for k, v in _TOPOLOGY.items() if hasattr(pynvml, k)}
+
+
 def gpus() -> list[dict]:
-    """One dict per NVIDIA GPU (name, uuid, memory, driver, CUDA driver version); [] without one."""
+    """One dict per NVIDIA GPU: name, uuid, memory, driver, CUDA driver version, PCI bus id,
+    PCIe link, active NVLinks and the PCIe path to every other GPU; [] without one."""
     try:
         import pynvml
     except ImportError:
@@ -54,16 +84,57 @@ def gpus() -> list[dict]:
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
         cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        names = _topology_names(pynvml)
         out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        for i, h in enumerate(handles):
+            pci = _nvml(pynvml, "nvmlDeviceGetPciInfo", h)
+            bus = getattr(pci, "busId", None)
+            gen = _nvml(pynvml, "nvmlDeviceGetCurrPcieLinkGeneration", h)
+            width = _nvml(pynvml, "nvmlDeviceGetCurrPcieLinkWidth", h)
+            peers = {}
+            for j, other in enumerate(handles):
+                if j != i:
+                    level = _nvml(pynvml, "nvmlDeviceGetTopologyCommonAncestor", h, other)
+                    peers[str(j)] = names.get(level, str(level)) if level is not None else None
             out.append({"index": i, "name": pynvml.nvmlDeviceGetName(h),
                         "uuid": pynvml.nvmlDeviceGetUUID(h),
                         "memory_bytes": pynvml.nvmlDeviceGetMemoryInfo(h).total,
-                        "driver": driver, "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}"})
+                        "driver": driver, "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
+                        "pci_bus_id": bus.decode() if isinstance(bus, bytes) else bus,
+                        "pcie": f"gen{gen} x{width}" if gen and width else None,
+                        "nvlinks_active": _active_nvlinks(pynvml, h), "peers": peers})
         return out
     finally:
         pynvml.nvmlShutdown()
+
+
+def nccl_version_string(code: int) -> str:
+    """NCCL_VERSION_CODE -> '2.21.5' (from 2.9 on it is X*10000 + Y*100 + Z, before X*1000 + ...)."""
+    if code >= 10000:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def cuda_libraries() -> dict:
+    """CUDA runtime and NCCL versions as CuPy loaded them. Read only where CuPy is already imported
+    (a GPU rank), so the pytest side never loads CUDA; the NCCL wheel's version is always read."""
+    out = {"nccl_wheel": _version("nvidia-nccl-cu12") or _version("nvidia-nccl-cu13")}
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return out
+    try:
+        v = cupy.cuda.runtime.runtimeGetVersion()
+        out["cuda_runtime"] = f"{v // 1000}.{v % 1000 // 10}"
+    except (AttributeError, RuntimeError):
+        pass
+    try:
+        from cupy.cuda import nccl
+
+        out["nccl"] = nccl_version_string(nccl.get_version())
+    except (ImportError, AttributeError, RuntimeError):
+        pass
+    return out
 
 
 def mpi_facts() -> dict:
@@ -92,6 +163,7 @@ def collect(mpi: bool = False) -> dict:
         "tensorflow": _version("tensorflow") or _version("tensorflow-cpu"),
         "cupy": _version("cupy") or _version("cupy-cuda12x") or _version("cupy-cuda13x"),
         "gpus": gpus(),
+        **cuda_libraries(),
     }
     if mpi:
         fp.update(mpi_facts())

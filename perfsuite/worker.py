@@ -69,6 +69,7 @@ def _run(job: dict, comm, rank: int, size: int, folder: str) -> int:
     from . import fingerprint, kernels
     from .kernels.context import RankContext
     from .kernels.faults import FaultSwitch
+    from .errors import TransportUnavailable
     from .model import RESULT_FORMAT, RESULT_VERSION, Case
 
     comm.Barrier()  # every rank is up: the world has started
@@ -85,7 +86,13 @@ def _run(job: dict, comm, rank: int, size: int, folder: str) -> int:
     ctx = RankContext(comm=comm, rank=rank, world_size=size, transport=job["transport"],
                       cases=cases, options=job.get("options", {}), emit=emit,
                       fault=FaultSwitch(rank))
-    extra = kernels.load(job["benchmark"]).run(ctx)
+    try:
+        extra = kernels.load(job["benchmark"]).run(ctx)
+    except TransportUnavailable as exc:
+        # Raised by every rank together (transports agree first, transports/gpu.py:agree), so
+        # nobody is left in a collective: the world ends cleanly with no samples and the reason,
+        # which the suite reports as a skip ("MPI not CUDA-aware"), not as a crash.
+        extra = {"unavailable": str(exc)}
     if rank == 0:
         partial.close()
         with open(os.path.join(folder, "partial.jsonl")) as f:

@@ -48,8 +48,12 @@ def expected_sum(world_size: int, count: int, dtype: str) -> np.ndarray:
 
 
 def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: int,
-              inplace: bool) -> Sample:
-    """``times`` is iterations x ranks, seconds. Pure, so it is unit-tested without MPI."""
+              inplace: bool, copy_GBps: float | None = None) -> Sample:
+    """``times`` is iterations x ranks, seconds. Pure, so it is unit-tested without MPI.
+
+    ``copy_GBps``: the buffers' own memory-copy bandwidth (device transports measure it), so
+    busbw is also stated as a fraction of what the memory itself can move.
+    """
     n = times.shape[1]
     per_rank_mean = times.mean(axis=0)
     world_time = times.max(axis=1)  # per iteration, the slowest rank
@@ -68,6 +72,9 @@ def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: in
         "p50_us": p50 * 1e6, "p99_us": p99 * 1e6,
         "algbw_GBps": algbw, "busbw_GBps": algbw * factor, "valid": bool(valid),
     }
+    if copy_GBps:
+        info["copy_GBps"] = copy_GBps
+        info["busbw_of_copy"] = algbw * factor / copy_GBps
     with np.errstate(divide="ignore"):
         busbw_samples = np.where(world_time > 0, size * factor / world_time / 1e9, 0.0)
     metrics = {
@@ -101,6 +108,13 @@ def run(ctx: RankContext) -> dict:
     validate = bool(ctx.options.get("validate", True))
     slow = slowdown_fraction()
     clock = time.perf_counter
+    # Device transports measure their memory's copy bandwidth (D2D) once, before the cases, so
+    # every sample can state busbw as a fraction of it (rank 0's GPU; the others wait).
+    device_copy = getattr(transport, "copy_bandwidth", None)
+    copy_gbps = None
+    if device_copy is not None and ctx.options.get("copy_bw", True):
+        copy_gbps = device_copy() if ctx.is_root else None
+        comm.Barrier()
     for case in ctx.cases:
         count = (case.size_bytes or 0) // DTYPES[case.dtype]
         iters, warmup = default_iters(case.size_bytes or 0)
@@ -117,10 +131,9 @@ def run(ctx: RankContext) -> dict:
             comm.Barrier()
             t0 = clock()
             ctx.fault("timed", case)
-            transport.allreduce(send, recv)
-            transport.sync()
-            t1 = stretch(t0, clock(), slow)
-            times[i] = t1 - t0
+            # The transport times its own call: the host clock, or CUDA events on a device.
+            dt = transport.time_one(send, recv)
+            times[i] = stretch(t0, t0 + dt, slow) - t0 if slow else dt
         ok = True
         if validate:
             transport.fill(send, pattern(ctx.rank, count, case.dtype))
@@ -134,12 +147,15 @@ def run(ctx: RankContext) -> dict:
         ok = bool(comm.allreduce(ok, op=MPI.LAND))
         gathered = comm.gather(times, root=0)
         if ctx.is_root:
-            sample = summarize(case, np.stack(gathered, axis=1), ok, iters, warmup, inplace)
+            sample = summarize(case, np.stack(gathered, axis=1), ok, iters, warmup, inplace,
+                               copy_GBps=copy_gbps)
             ctx.emit(sample.to_dict())
         del send, recv
     extra = {"transport_facts": transport.describe(), "inplace": inplace,
              "slowdown_injected": slow}
     if ctx.options.get("copy_bw", True) and ctx.is_root:
         extra["host_copy_GBps"] = copy_bandwidth()
+    if copy_gbps is not None:
+        extra["device_copy_GBps"] = copy_gbps
     comm.Barrier()
     return extra

@@ -1,0 +1,418 @@
+"""What the GPU transports share: availability checks, device choice, CUDA-aware MPI detection,
+device operations behind one small interface, CUDA-event timing, and the device's copy bandwidth.
+
+Two sides, kept apart on purpose:
+
+- The pytest/CLI side calls ``need_gpu`` only. It looks for modules and asks NVML (the driver's
+  management library) how many GPUs there are; it never imports CuPy or creates a CUDA context,
+  so collecting a GPU case on a CPU machine costs nothing and skips with the reason.
+- Inside a rank, ``open_device`` picks this rank's GPU and returns ``DeviceOps``. Whatever a rank
+  finds out there (no CuPy, no device, MPI not CUDA-aware, two ranks on one GPU for NCCL) goes
+  through ``agree``: every rank raises ``TransportUnavailable`` together, so no rank waits in a
+  collective for one that gave up. The worker turns that into a result with no samples and
+  ``extra["unavailable"]``, which the suite reports as a skip, not a crash.
+
+``array_module="numpy"`` (an option for the suite's own tests) runs the same transports on host
+arrays, so the ring schedule, staging, caching and agreement are tested without a GPU.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, TransportUnavailable
+from . import has_module, need_mpi4py
+from .base import AllreduceTransport
+
+#: Set to 1 or 0 (e.g. ``--env PERFSUITE_MPI_CUDA_AWARE=1``) where the MPI cannot say itself.
+CUDA_AWARE_ENV = "PERFSUITE_MPI_CUDA_AWARE"
+ARRAY_MODULES = ("cupy", "numpy")
+COPY_BYTES = 256 << 20  # large enough that launch overhead is < 1% of a D2D copy on an H200
+COPY_REPEATS = 10
+_TRUE, _FALSE = ("1", "yes", "true", "on"), ("0", "no", "false", "off")
+
+
+# ---------------------------------------------------------------------------------------------
+# pytest side: never imports CuPy, never creates a CUDA context
+
+
+@functools.lru_cache(maxsize=1)
+def nvml_gpu_count() -> tuple[int, str]:
+    """(number of NVIDIA GPUs, how we know). NVML talks to the driver, not to CUDA."""
+    try:
+        import pynvml
+    except ImportError:
+        return 0, "nvidia-ml-py is not installed, so GPUs cannot be counted"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:  # LibraryNotFound / DriverNotLoaded: no NVIDIA driver here
+        return 0, f"no NVIDIA driver here (NVML: {exc})"
+    try:
+        return int(pynvml.nvmlDeviceGetCount()), "NVML"
+    except pynvml.NVMLError as exc:
+        return 0, f"NVML could not count GPUs ({exc})"
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def visible_devices_hidden(env: Mapping[str, str] | None = None) -> bool:
+    """CUDA_VISIBLE_DEVICES set to nothing (or -1) hides every GPU from CUDA, whatever NVML says."""
+    value = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    return value is not None and value.strip() in ("", "-1")
+
+
+def need_gpu() -> str | None:
+    """None when GPU transports can be tried here, else the skip reason (cheap, no CUDA)."""
+    count, how = nvml_gpu_count()
+    if count == 0:
+        return how if how != "NVML" else "no NVIDIA GPU found (NVML counts 0 devices)"
+    if visible_devices_hidden():
+        return "CUDA_VISIBLE_DEVICES hides every GPU"
+    if not has_module("cupy"):
+        return ("CuPy is not installed (pip install 'perfsuite[gpu]' for CUDA 12, "
+                "'perfsuite[gpu-cuda13]' for CUDA 13)")
+    return need_mpi4py()
+
+
+# ---------------------------------------------------------------------------------------------
+# inside a rank: agreement, CUDA-aware MPI, device choice
+
+
+def agree(comm, reason: str | None) -> None:
+    """Collective: if any rank has a reason, every rank raises TransportUnavailable with it.
+
+    A rank that raised alone would leave the others blocked in their next collective until the
+    world's timeout; agreeing first makes "cannot run here" a clean, fast outcome on all ranks.
+    """
+    reasons = comm.allgather(reason)
+    bad = [(r, why) for r, why in enumerate(reasons) if why]
+    if not bad:
+        return
+    distinct = sorted({why for _, why in bad})
+    if len(distinct) == 1 and len(bad) == len(reasons):
+        raise TransportUnavailable(distinct[0])
+    raise TransportUnavailable("; ".join(f"rank {r}: {why}" for r, why in bad))
+
+
+def libmpi_paths(maps: str = "/proc/self/maps") -> list[str]:
+    """Paths of the MPI libraries this process has loaded (Linux), e.g. libmpi.so.12, libmpi.so.40."""
+    found: list[str] = []
+    try:
+        with open(maps) as f:
+            for line in f:
+                path = line.split()[-1] if line.strip() else ""
+                if re.search(r"/lib(mpi|mpich)[^/]*\.so", path) and path not in found:
+                    found.append(path)
+    except OSError:
+        pass
+    return found
+
+
+def query_mpix_cuda_support() -> int | None:
+    """``MPIX_Query_cuda_support()`` of the loaded MPI (MPICH >= 4, Open MPI built with CUDA), or None.
+
+    mpi4py 4.1 does not wrap it, so we call the library the process already loaded. It is a
+    runtime answer: MPICH says 0 when built without CUDA or with MPIR_CVAR_ENABLE_GPU=0.
+    Call only after MPI_Init (i.e. inside a rank).
+    """
+    for path in [None, *libmpi_paths()]:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        fn = getattr(lib, "MPIX_Query_cuda_support", None)
+        if fn is None:
+            continue
+        fn.restype, fn.argtypes = ctypes.c_int, []
+        return int(fn())
+    return None
+
+
+def cuda_aware_verdict(query: int | None, library: str,
+                       env: Mapping[str, str]) -> tuple[bool, str]:
+    """Pure: (is MPI CUDA-aware, how we know). Order: the user's override, the library's own
+    answer, then switches of MPIs that have no query (MVAPICH2-GDR, Cray MPICH)."""
+    lib = (library.strip().splitlines() or ["unknown MPI"])[0].strip()
+    forced = env.get(CUDA_AWARE_ENV)
+    if forced is not None:
+        if forced.strip().lower() in _TRUE:
+            return True, f"{CUDA_AWARE_ENV}={forced}"
+        if forced.strip().lower() in _FALSE:
+            return False, f"{CUDA_AWARE_ENV}={forced}"
+        raise ConfigError(f"{CUDA_AWARE_ENV}={forced!r} must be 1 (MPI is CUDA-aware) or 0")
+    if query is not None:
+        return bool(query), f"MPIX_Query_cuda_support() returned {query} in {lib}"
+    upper = library.upper()
+    if "MVAPICH" in upper and env.get("MV2_USE_CUDA") == "1":
+        return True, f"{lib} with MV2_USE_CUDA=1"
+    if "CRAY" in upper and env.get("MPICH_GPU_SUPPORT_ENABLED") == "1":
+        return True, f"{lib} with MPICH_GPU_SUPPORT_ENABLED=1"
+    return False, (f"{lib} has no MPIX_Query_cuda_support() and no known CUDA switch is set; "
+                   f"pass --env {CUDA_AWARE_ENV}=1 if it is CUDA-aware")
+
+
+def mpi_cuda_aware() -> tuple[bool, str]:
+    """Inside a rank: is this MPI CUDA-aware, and how we know."""
+    from mpi4py import MPI
+
+    return cuda_aware_verdict(query_mpix_cuda_support(), MPI.Get_library_version(), os.environ)
+
+
+def node_rank(comm) -> tuple[int, int]:
+    """(this rank's index among the ranks on its node, ranks on the node). Collective."""
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        return node.Get_rank(), node.Get_size()
+    finally:
+        node.Free()
+
+
+def pick_device(local_rank: int, device_count: int) -> int:
+    """Round-robin: rank i of a node uses GPU i % count (several ranks share a GPU when fewer)."""
+    if device_count < 1:
+        raise ConfigError(f"device count {device_count} must be >= 1 to pick a GPU")
+    return local_rank % device_count
+
+
+def shared_devices(placements: list[tuple[str, str]]) -> list[list[int]]:
+    """Pure: groups of ranks that landed on the same (host, GPU bus id); [] when none share."""
+    by_gpu: dict[tuple[str, str], list[int]] = {}
+    for rank, where in enumerate(placements):
+        by_gpu.setdefault(tuple(where), []).append(rank)
+    return [ranks for ranks in by_gpu.values() if len(ranks) > 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# device operations: one small interface, a CuPy one and a numpy one (tests)
+
+
+class HostTimer:
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        return time.perf_counter() - self._t0
+
+
+class EventTimer:
+    """CUDA events on the stream the transport uses; ``stop`` waits for the end event, so no host
+    clock is read before the device finished (events resolve to about half a microsecond)."""
+
+    def __init__(self, cupy: Any, stream: Any):
+        self._cupy, self._stream = cupy, stream
+        self._start, self._end = cupy.cuda.Event(), cupy.cuda.Event()  # created once, reused
+
+    def start(self) -> None:
+        self._start.record(self._stream)
+
+    def stop(self) -> float:
+        self._end.record(self._stream)
+        self._end.synchronize()
+        return self._cupy.cuda.get_elapsed_time(self._start, self._end) / 1e3
+
+
+class NumpyOps:
+    """Host arrays behind the device interface: same code path, no GPU (for the suite's tests)."""
+
+    name = "numpy"
+    xp = np
+
+    def empty(self, count: int, dtype) -> np.ndarray:
+        return np.empty(count, dtype=dtype)
+
+    def host_empty(self, count: int, dtype) -> np.ndarray:
+        return np.empty(count, dtype=dtype)
+
+    def to_host(self, dev, host) -> None:
+        np.copyto(host, dev)
+
+    def to_device(self, host, dev) -> None:
+        np.copyto(dev, host)
+
+    def copy(self, dst, src) -> None:
+        np.copyto(dst, src)
+
+    def add_into(self, dst, src) -> None:
+        np.add(dst, src, out=dst)
+
+    def asnumpy(self, buf) -> np.ndarray:
+        return np.asarray(buf)
+
+    def synchronize(self) -> None:
+        pass
+
+    def timer(self) -> HostTimer:
+        return HostTimer()
+
+
+class CupyOps:
+    """CuPy arrays on one device and one stream (the current one, CuPy's default)."""
+
+    name = "cupy"
+
+    def __init__(self, cupy: Any, device_id: int):
+        self.cupy = self.xp = cupy
+        self.device_id = device_id
+        cupy.cuda.Device(device_id).use()  # before any allocation, so every buffer lives here
+        self.stream = cupy.cuda.get_current_stream()
+
+    def empty(self, count: int, dtype):
+        return self.cupy.empty(count, dtype=dtype)
+
+    def host_empty(self, count: int, dtype) -> np.ndarray:
+        import cupyx
+
+        return cupyx.empty_pinned((count,), dtype=dtype)  # pinned: DMA straight from/to it
+
+    def to_host(self, dev, host) -> None:
+        self.cupy.asnumpy(dev, out=host, stream=self.stream)  # blocking: waits for the stream
+
+    def to_device(self, host, dev) -> None:
+        dev.set(host, stream=self.stream)  # may be asynchronous from pinned memory
+
+    def copy(self, dst, src) -> None:
+        if src.nbytes:
+            dst.data.copy_from_device_async(src.data, src.nbytes, stream=self.stream)
+
+    def add_into(self, dst, src) -> None:
+        self.cupy.add(dst, src, out=dst)  # an elementwise CUDA kernel on the stream
+
+    def asnumpy(self, buf) -> np.ndarray:
+        return self.cupy.asnumpy(buf, stream=self.stream)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def timer(self) -> EventTimer:
+        return EventTimer(self.cupy, self.stream)
+
+
+DeviceOps = NumpyOps | CupyOps
+
+
+class BufferCache:
+    """Buffers allocated once per dtype and grown only when a larger one is asked for, so a size
+    sweep allocates O(1) times and every timed call reuses the same memory (the seed's cached
+    device pointers). ``get`` returns a view of exactly ``count`` elements."""
+
+    def __init__(self, alloc: Callable[[int, Any], Any]):
+        self._alloc = alloc
+        self._bufs: dict[str, Any] = {}
+        self.allocations = 0
+
+    def get(self, count: int, dtype):
+        key = str(np.dtype(dtype))
+        buf = self._bufs.get(key)
+        if buf is None or buf.shape[0] < count:
+            buf = self._bufs[key] = self._alloc(max(count, 1), key)
+            self.allocations += 1
+        return buf[:count]
+
+
+def measure_copy_bandwidth(ops, nbytes: int = COPY_BYTES, repeats: int = COPY_REPEATS) -> float:
+    """The memory's own copy bandwidth in GB/s (bytes copied per second, median of repeats),
+    timed like the transports (CUDA events on a GPU), so busbw can be read as a fraction of it."""
+    src = ops.xp.ones(nbytes, dtype=np.uint8)
+    dst = ops.xp.empty(nbytes, dtype=np.uint8)
+    timer = ops.timer()
+    ops.copy(dst, src)  # warm-up
+    ops.synchronize()
+    rates = []
+    for _ in range(repeats):
+        timer.start()
+        ops.copy(dst, src)
+        dt = timer.stop()
+        rates.append(nbytes / dt / 1e9 if dt > 0 else 0.0)
+    del src, dst
+    return float(np.median(rates))
+
+
+def device_identity(props: Mapping[str, Any]) -> tuple[str, str]:
+    """Pure: (GPU name, PCI bus id) from ``cupy.cuda.runtime.getDeviceProperties``; the bus id
+    tells GPUs apart when every rank sees its own as device 0 (srun --gpus-per-task)."""
+    name = props.get("name", b"")
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    bus = (f"{props.get('pciDomainID', 0):04x}:{props.get('pciBusID', 0):02x}:"
+           f"{props.get('pciDeviceID', 0):02x}.0")
+    return name, bus
+
+
+def open_device(comm, options: Mapping[str, Any]) -> tuple[DeviceOps, dict[str, Any]]:
+    """Collective. This rank's device operations and facts, or TransportUnavailable on every rank."""
+    import socket
+
+    module = str(options.get("array_module", "cupy"))
+    if module not in ARRAY_MODULES:
+        raise ConfigError(f"array_module {module!r} is unknown; choose from {', '.join(ARRAY_MODULES)}")
+    local_rank, local_size = node_rank(comm)
+    facts: dict[str, Any] = {"array_module": module, "ranks_on_node": local_size}
+    ops: DeviceOps | None = None
+    reason = None
+    where = "host"
+    if module == "numpy":
+        ops = NumpyOps()
+    else:
+        try:
+            import cupy
+
+            count = cupy.cuda.runtime.getDeviceCount()
+            if count < 1:
+                reason = "CUDA sees no GPU"
+            else:
+                dev = pick_device(local_rank, count)
+                ops = CupyOps(cupy, dev)
+                name, where = device_identity(cupy.cuda.runtime.getDeviceProperties(dev))
+                facts.update(device=dev, gpu=name, pci_bus_id=where, gpus_visible=count)
+        except ImportError as exc:
+            reason = f"CuPy cannot be imported in the rank ({exc})"
+        except RuntimeError as exc:  # CUDARuntimeError: driver/runtime mismatch, no device
+            reason = f"CUDA is not usable in the rank ({exc})"
+    agree(comm, reason)
+    placements = comm.allgather((socket.gethostname(), where))
+    shared = shared_devices(placements) if module == "cupy" else []
+    facts["ranks_per_gpu"] = max([len(g) for g in shared], default=1)
+    return ops, facts
+
+
+class GpuTransport(AllreduceTransport):
+    """Base of the device transports: buffers through ``DeviceOps``, CUDA-event timing, the
+    device's copy bandwidth, and facts for ``describe``. Construction is collective."""
+
+    def __init__(self, comm, options: dict | None = None):
+        super().__init__(comm, options)
+        self.ops, self.facts = open_device(comm, self.options)
+        self.xp = self.ops.xp
+        self.rank, self.n = comm.Get_rank(), comm.Get_size()
+        self._timer = self.ops.timer()
+
+    def fill(self, buf, host_values: np.ndarray) -> None:
+        super().fill(buf, host_values)
+        self.ops.synchronize()
+
+    def to_host(self, buf) -> np.ndarray:
+        return self.ops.asnumpy(buf)
+
+    def sync(self) -> None:
+        self.ops.synchronize()
+
+    def time_one(self, send, recv) -> float:
+        self.ops.synchronize()  # nothing queued earlier may fall inside this call's events
+        self._timer.start()
+        self.allreduce(send, recv)
+        return self._timer.stop()
+
+    def copy_bandwidth(self) -> float:
+        """Device-to-device copy bandwidth of this rank's GPU (GB/s); the kernel stores it."""
+        return measure_copy_bandwidth(self.ops, int(self.options.get("copy_bytes", COPY_BYTES)))
+
+    def describe(self) -> dict:
+        return {"transport": self.name, **self.facts}
