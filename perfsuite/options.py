@@ -49,6 +49,12 @@ OPTIONS: list[Opt] = [
     Opt("inplace", False, "in-place allreduce (default out-of-place)", kind="flag"),
     Opt("no-validate", False, "skip checking each result against the exact expected sum", kind="flag"),
     Opt("workdir", None, "folder for world scratch files (must be shared across nodes on a cluster)", metavar="DIR"),
+    Opt("report", None, "after the run, write index.html, summary.md, CSV and PNG plots into DIR", metavar="DIR"),
+    Opt("models", _cases.DEFAULT_MODELS, "tf-epoch: comma list of small-cnn, mobilenet, resnet50, or 'all'", metavar="LIST"),
+    Opt("batches", _cases.DEFAULT_BATCHES, "tf-epoch: comma list of per-worker batch sizes, e.g. 16,32,64", metavar="LIST"),
+    Opt("image-size", None, "tf-epoch: image height = width in pixels (default: the model's, 32 or 224)", metavar="N"),
+    Opt("fusion-threshold", None, "tf-epoch mpi/horovod: tensor fusion buffer in bytes, 0 = one allreduce "
+        "per tensor (default 64MiB)", metavar="SIZE"),
 ]
 
 
@@ -89,13 +95,15 @@ def selection(values: Mapping[str, Any], benchmark: str = "allreduce", **extra: 
     v = {o.dest: o.default for o in OPTIONS} | {k: x for k, x in values.items() if x is not None}
     # Names are checked against every benchmark's transports, then filtered to this one's, so
     # one --transports list serves a session that runs allreduce and training cases together.
-    every = list(transports.REGISTRY)
+    every = list(dict.fromkeys(s.name for s in transports.REGISTRY.values()))
     own = set(transports.names(benchmark))
     picked = tuple(t for t in _cases.parse_names(v["transports"], every, "transport") if t in own)
     dtypes = _cases.parse_dtypes(v["dtypes"])
     sizes: tuple[int, ...] = ()
     for dt in dtypes:
         sizes = _cases.parse_sizes(v["sizes"], dt)
+    if benchmark == "tf-epoch":  # marker kwargs (extra) win over the options
+        extra = {"models": v["models"], "batches": v["batches"], **extra}
     return Selection(benchmark=benchmark, transports=picked,
                      world_sizes=_cases.parse_world_sizes(v["world_sizes"]),
                      sizes=sizes, dtypes=dtypes, extra=extra)
@@ -119,5 +127,10 @@ def suite_config(values: Mapping[str, Any]) -> SuiteConfig:
         options["iters"] = it
     if (wu := _int(v["warmup"], "warm-up iterations", low=0)) is not None:
         options["warmup"] = wu
+    if (px := _int(v["image_size"], "image size")) is not None:
+        options["image_size"] = px
+    if v["fusion_threshold"] not in (None, ""):
+        ft = str(v["fusion_threshold"]).strip()
+        options["fusion_threshold"] = 0 if ft == "0" else _cases.parse_size(ft, "fusion threshold")
     return SuiteConfig(launch=launch, timeout=_timeout(v["timeout"]), options=options,
                        workdir=v["workdir"])

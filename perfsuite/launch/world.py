@@ -193,7 +193,7 @@ def _diagnose(spec: WorldSpec, folder: Path, rc: int | None, timed_out: bool, ti
         started = len(_rank_pids(folder))
         if started < spec.world_size:
             where.append(f"only {started} of {spec.world_size} ranks started")
-        return RankFailure(f"{label}: hung, killed after the {timeout:g} s timeout{done}; "
+        return RankFailure(f"{label}: did not finish, killed at the {timeout:g} s timeout{done}; "
                            + ("; ".join(where) or "no rank started"), case=label,
                            stderr_tail=launcher_err.strip(), partial=partial, kind="timeout")
     tail = launcher_err.strip()

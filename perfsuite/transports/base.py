@@ -18,6 +18,8 @@ class AllreduceTransport:
     name = "base"
     xp: Any = np  # the array module of this transport's buffers
 
+    _clock = staticmethod(time.perf_counter)
+
     def __init__(self, comm, options: dict | None = None):
         self.comm = comm
         self.options = dict(options or {})
