@@ -1,0 +1,38 @@
+"""Allreduce per transport, world size, message size and dtype, for ``asv run``.
+
+The parameters come from the pytest suite's case matrix (``perfsuite.suite.select_cases``);
+``PERFSUITE_ASV_<OPTION>`` variables narrow it like the perfsuite options do (for example
+PERFSUITE_ASV_SIZES=4,1MiB PERFSUITE_ASV_TRANSPORTS=mpi,ring). ``setup_cache`` starts each world
+(one per transport and world size) once through ``perfsuite.suite.run_one``; every ``track_*``
+then reads its number from that cache. Numbers are lower-is-better for asv: latency in seconds
+and 1/busbw in s/GB (see perfsuite.asv_export).
+"""
+from perfsuite import asv_export
+
+LAYOUT = asv_export.LAYOUTS["allreduce"]
+CASES = asv_export.bench_cases("allreduce")
+
+
+class Allreduce:
+    params = LAYOUT.params(CASES)
+    param_names = list(LAYOUT.axes)
+    version = LAYOUT.version  # the recorder writes the same version: both paths share one history
+    timeout = 60.0
+
+    def setup_cache(self):
+        return asv_export.measure(CASES)
+
+    setup_cache.timeout = asv_export.bench_timeout(CASES)
+
+    def setup(self, cache, transport, world_size, size, dtype):
+        asv_export.check_case(cache, "allreduce", transport, world_size, size, dtype)
+
+    def track_latency(self, cache, transport, world_size, size, dtype):
+        return asv_export.tracked(cache, "track_latency", transport, world_size, size, dtype)
+
+    track_latency.unit = "seconds"
+
+    def track_inv_busbw(self, cache, transport, world_size, size, dtype):
+        return asv_export.tracked(cache, "track_inv_busbw", transport, world_size, size, dtype)
+
+    track_inv_busbw.unit = "s/GB (1/busbw)"

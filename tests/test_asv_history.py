@@ -1,0 +1,373 @@
+"""asv history: the recorder writes through asv's own API, several runners merge, the lock keeps
+two recorders apart, ``perfsuite history`` and asv's own regressions page flag a busbw drop, and
+the published page renders in headless Chromium."""
+from __future__ import annotations
+
+import functools
+import http.server
+import itertools
+import json
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfsuite import asv_export, cli, history
+from perfsuite.errors import ConfigError
+from perfsuite.kernels.allreduce import busbw_factor, summarize
+from perfsuite.launch.world import run_command
+from perfsuite.model import Case, Metric
+
+REPO = Path(__file__).resolve().parents[1]
+MIB = 1 << 20
+ENTRY = "allreduce.Allreduce.track_inv_busbw('mpi', 2, '1MiB', 'float32')"
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+def git(repo: Path, *args: str, env: dict | None = None) -> str:
+    return run_command(["git", "-C", str(repo), *args], timeout=30, env=env).stdout.strip()
+
+
+def make_project(tmp: Path, n_commits: int) -> tuple[str, list[str]]:
+    """A git repo with ``n_commits`` empty commits (a second apart) and an asv.conf.json whose
+    results and html live in ``tmp``; the benchmarks are this repository's."""
+    repo = tmp / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commits = []
+    for i in range(n_commits):
+        when = f"2024-01-01T00:00:{i:02d}"
+        git(repo, "-c", "user.email=ci@example.org", "-c", "user.name=ci", "commit", "-q",
+            "--allow-empty", "-m", f"c{i}",
+            env={"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when})
+        commits.append(git(repo, "rev-parse", "HEAD"))
+    conf = {"version": 1, "project": "perfsuite-test", "repo": ".", "dvcs": "git",
+            "branches": ["main"], "environment_type": "existing",
+            "benchmark_dir": str(REPO / "benchmarks" / "asv_bench"),
+            "results_dir": str(tmp / "results"), "html_dir": str(tmp / "html")}
+    path = repo / "asv.conf.json"
+    path.write_text(json.dumps(conf))
+    return str(path), commits
+
+
+def synthetic(case: Case, busbw_gbps: float, rng: np.random.Generator, iters: int = 40,
+              noise: float = 0.01):
+    """A Sample made by the real kernel summary from per-iteration times of a world whose
+    busbw is ``busbw_gbps`` with ``noise`` relative jitter."""
+    t = case.size_bytes * busbw_factor(case.world_size) / (busbw_gbps * 1e9)
+    times = t * (1 + noise * rng.standard_normal((iters, case.world_size)))
+    return summarize(case, np.abs(times), True, iters, 0, False)
+
+
+def mpi_case(size: int = MIB, transport: str = "mpi") -> Case:
+    return Case("allreduce", transport, 2, size)
+
+
+def asv(*args: str) -> str:
+    return run_command([sys.executable, "-m", "asv", *args], timeout=300).stdout
+
+
+def publish(conf: str) -> Path:
+    asv("publish", "--config", conf)
+    return Path(json.loads(Path(conf).read_text())["html_dir"])
+
+
+# --- pure pieces -------------------------------------------------------------------------
+
+def test_direction_every_number_is_lower_is_better():
+    m = asv_export.LAYOUTS["allreduce"].metric("track_inv_busbw")
+    assert m.transform([10.0, 0.0, -1.0, float("nan"), 8.5]) == [0.1, 1 / 8.5]
+    assert m.metric_change((1 / 8.5) / (1 / 10.0)) == pytest.approx(-0.15)
+    lat = asv_export.LAYOUTS["allreduce"].metric("track_latency")
+    assert lat.transform([57.0]) == [pytest.approx(57e-6)] and lat.unit == "seconds"
+    g = asv_export.generic_metric(Metric("img_per_s", 100.0, "img/s", True))
+    assert (g.method, g.unit, g.inverse) == ("track_inv_img_per_s", "s/img (1/img_per_s)", True)
+    assert asv_export.generic_metric(Metric("epoch_ms", 3.0, "ms", False)).scale == 1e-3
+    assert asv_export.inverse_unit("GB/s") == "s/GB" and asv_export.inverse_unit("x") == "1/(x)"
+
+
+def test_thin_keeps_min_max_and_median():
+    values = list(np.random.default_rng(0).permutation(1001).astype(float))
+    kept = asv_export.thin(values, cap=101)
+    assert len(kept) == 101 and kept[0] == 0 and kept[-1] == 1000 and kept[50] == 500
+    assert asv_export.thin([3.0, 1.0], cap=5) == [3.0, 1.0]
+
+
+def test_recorder_and_asv_discovery_describe_the_same_benchmarks():
+    """benchmarks/asv_bench (what `asv run` discovers) and the recorder's own descriptions agree
+    on everything publish keys on, for the same case matrix (pins asv_runner's repr ids)."""
+    from asv_runner._aux import update_sys_path
+    from asv_runner.discovery import disc_benchmarks
+
+    root = str(REPO / "benchmarks" / "asv_bench")
+    update_sys_path(root)
+    found = {b.name: b for b in disc_benchmarks(root)}
+    layout = asv_export.LAYOUTS["allreduce"]
+    cases = asv_export.bench_cases("allreduce", {})
+    ids = [[repr(v) for v in axis] for axis in layout.params(cases)]
+    for m in layout.metrics:
+        ours = asv_export.describe(layout, m, ids)
+        theirs = found[layout.name(m)]
+        for key in ("name", "type", "unit", "version", "param_names", "params"):
+            assert ours[key] == getattr(theirs, key), key
+    assert all(layout.param_ids(c) in set(itertools.product(*ids)) for c in cases)
+
+
+def test_asv_benchmarks_follow_the_perfsuite_options_from_the_environment():
+    env = {"PERFSUITE_ASV_SIZES": "4,1MiB", "PERFSUITE_ASV_TRANSPORTS": "mpi",
+           "PERFSUITE_ASV_WORLD_SIZES": "1,2"}
+    cases = asv_export.bench_cases("allreduce", env)
+    assert sorted(c.id for c in cases) == ["mpi-n1-1MiB", "mpi-n1-4B", "mpi-n2-1MiB", "mpi-n2-4B"]
+    with pytest.raises(ConfigError, match="'lots'"):
+        asv_export.bench_cases("allreduce", {"PERFSUITE_ASV_SIZES": "lots"})
+
+
+def test_history_steps_on_pure_series():
+    rng = np.random.default_rng(7)
+    commits = [f"{i:02x}" + "c" * 38 for i in range(20)]
+
+    def series(factor_from_12: float) -> list[history.Point]:
+        return [history.Point(c, 0.1 * (factor_from_12 if i >= 12 else 1) * (1 + 0.01 * rng.standard_normal()))
+                for i, c in enumerate(commits)]
+
+    (step,) = history.find_steps(series(1 / 0.85))
+    assert (step.before, step.after, step.kind, step.active) == (commits[11], commits[12], "regression", True)
+    assert step.change == pytest.approx(1 / 0.85 - 1, abs=0.03)
+    (better,) = history.find_steps(series(0.8))
+    assert better.kind == "improvement" and not better.active
+    assert history.find_steps(series(1.0)) == []
+    assert history.threshold_for("a.b(x)", {"a\\.": 0.1, ".*": 0.05}) == 0.1
+    assert history.resolve_since(commits, commits[3][:6]) == commits[3]
+    with pytest.raises(ValueError, match="matches several"):
+        history.resolve_since(commits, "0")
+
+
+def test_lock_makes_a_second_recorder_wait_then_give_up(tmp_path):
+    now = [0.0]
+    with asv_export.results_lock(str(tmp_path)):
+        with pytest.raises(asv_export.RecordError, match="stayed locked for 2 s by pid"):
+            with asv_export.results_lock(str(tmp_path), timeout=2, clock=lambda: now[0],
+                                         sleep=lambda s: now.__setitem__(0, now[0] + 1)):
+                pass
+    with asv_export.results_lock(str(tmp_path), timeout=0):  # released: free again
+        pass
+
+
+# --- recorder against real asv files ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def histories(tmp_path_factory):
+    """20 commits recorded through the recorder for two machines: 'drop-box' loses 15% busbw
+    at commit 12, 'clean-box' does not; 1% noise on both. Published with asv's own publish."""
+    tmp = tmp_path_factory.mktemp("hist")
+    conf, commits = make_project(tmp, 20)
+    rng = np.random.default_rng(2024)
+    for i, c in enumerate(commits):
+        for machine, drop in (("drop-box", 0.15), ("clean-box", 0.0)):
+            level = 10.0 * (1 - drop if i >= 12 else 1) * (1 + 0.01 * rng.standard_normal())
+            sample = synthetic(mpi_case(), level, rng)
+            asv_export.record([sample], asv_export.RecordTarget(conf, machine, c), fp={})
+    return conf, commits, publish(conf)
+
+
+def test_history_flags_the_drop_at_its_commit_range(histories, capsys):
+    conf, commits, _ = histories
+    rc = cli.main(["history", "--asv-config", conf, "--asv-machine", "drop-box",
+                   "-k", "inv_busbw", "--fail-on-regression"])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert f"{ENTRY} on drop-box:" in out
+    line = next(x for x in out.splitlines() if "REGRESSION" in x)
+    assert f"commits {commits[11][:8]}..{commits[12][:8]}" in line and "[active]" in line
+    assert "busbw_GBps -1" in line  # about -15% busbw, said in the metric's own terms
+    # the regression started at commit 12: new after commit 11, not after commit 12
+    assert cli.main(["history", "--asv-config", conf, "--asv-machine", "drop-box",
+                     "--since", commits[11][:10], "--fail-on-regression"]) == 1
+    assert cli.main(["history", "--asv-config", conf, "--asv-machine", "drop-box",
+                     "--since", commits[12], "--fail-on-regression"]) == 0
+
+
+def test_clean_history_is_not_flagged(histories, capsys):
+    conf, _, _ = histories
+    rc = cli.main(["history", "--asv-config", conf, "--asv-machine", "clean-box", "--fail-on-regression"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "REGRESSION" not in out and "# 0 regressions" in out
+
+
+def test_asv_regressions_page_lists_the_drop(histories):
+    conf, commits, html = histories
+    regressions = json.loads((html / "regressions.json").read_text())["regressions"]
+    index = json.loads((html / "index.json").read_text())
+    to_hash = {int(k): v for k, v in index["revision_to_hash"].items()}
+    hits = [r for r in regressions if r[0] == ENTRY]
+    on_drop = [r for r in hits if "machine-drop-box" in r[1]]
+    assert on_drop and not [r for r in hits if "machine-clean-box" in r[1]], hits
+    (jump,) = on_drop[0][6]
+    assert to_hash[jump[1]] == commits[12]  # asv's range ends at the first slower commit
+    assert jump[0] is None or to_hash[jump[0]] == commits[11]
+    assert jump[3] / jump[2] == pytest.approx(1 / 0.85, rel=0.04)
+
+
+def test_runners_merge_and_concurrent_recorders_lose_nothing(tmp_path):
+    conf, (commit,) = make_project(tmp_path, 1)
+    rng = np.random.default_rng(1)
+    first = [synthetic(mpi_case(4), 1e-3, rng, iters=30), synthetic(mpi_case(), 5.0, rng, iters=30)]
+    asv_export.record(first, asv_export.RecordTarget(conf, "box", commit), fp={})
+    # two runners at once: one re-measures mpi 1MiB, the other measures ring
+    again = [synthetic(mpi_case(), 5.0, rng, iters=20)]
+    ring = [synthetic(mpi_case(MIB, "ring"), 6.0, rng, iters=25)]
+    threads = [threading.Thread(target=asv_export.record,
+                                args=(s, asv_export.RecordTarget(conf, "box", commit), {}))
+               for s in (again, ring)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    from asv.results import Results
+
+    files = list((tmp_path / "results" / "box").glob(f"{commit[:8]}-*.json"))
+    assert len(files) == 1
+    res = Results.load(str(files[0]))
+    bench = json.loads((tmp_path / "results" / "benchmarks.json").read_text())
+    name = "allreduce.Allreduce.track_inv_busbw"
+    params = bench[name]["params"]
+    assert params[0] == ["'mpi'", "'ring'"] and params[2] == ["'4B'", "'1MiB'"]
+    stats = res.get_result_stats(name, params)
+    combos = [tuple(c) for c in itertools.product(*params)]
+    repeat = {c: (s or {}).get("repeat") for c, s in zip(combos, stats)}
+    assert repeat[("'mpi'", "2", "'1MiB'", "'float32'")] == 30 + 20  # pooled, nothing lost
+    assert repeat[("'mpi'", "2", "'4B'", "'float32'")] == 30
+    assert repeat[("'ring'", "2", "'1MiB'", "'float32'")] == 25
+    assert not list(tmp_path.glob(".recording-*"))
+
+
+def test_wrong_results_are_left_out(tmp_path):
+    conf, (commit,) = make_project(tmp_path, 1)
+    rng = np.random.default_rng(3)
+    good = synthetic(mpi_case(), 5.0, rng)
+    bad = synthetic(mpi_case(4), 1e-3, rng)
+    bad = type(bad)(bad.case, bad.metrics, False, bad.times_s, bad.info)
+    summary = asv_export.record([good, bad], asv_export.RecordTarget(conf, "box", commit), fp={})
+    assert summary.entries == 2 and summary.left_out == ["allreduce[mpi-n2-4B] (wrong result)"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--asv-machine", "x"], "--asv-machine needs --asv"),
+    (["--asv", "--asv-config", "/nonexistent/asv.conf.json"], "does not exist"),
+    (["--asv", "--asv-machine", "a b"], "asv machine name 'a b'"),
+])
+def test_bad_asv_options_are_usage_errors(args, needle, capsys):
+    assert cli.main(["run", "--transports", "mpi", "--sizes", "4", *args]) == 2
+    assert needle in capsys.readouterr().err
+
+
+# --- perfsuite run --asv on two commits, asv publish, headless Chromium ----------------------
+
+@pytest.fixture(scope="module")
+def measured_site(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("site")
+    conf, commits = make_project(tmp, 2)
+    for c in commits:
+        rc = cli.main(["run", "--transports", "mpi", "--sizes", "4,1MiB", "--iters", "30",
+                       "--warmup", "3", "--asv", "--asv-config", conf, "--asv-commit", c])
+        assert rc == 0
+    return conf, commits, publish(conf)
+
+
+@pytest.mark.world
+def test_run_asv_on_two_commits_publishes_both_points(measured_site):
+    conf, commits, html = measured_site
+    index = json.loads((html / "index.json").read_text())
+    revs = {v: int(k) for k, v in index["revision_to_hash"].items()}
+    bench = index["benchmarks"]["allreduce.Allreduce.track_inv_busbw"]
+    j = [tuple(c) for c in itertools.product(*bench["params"])].index(
+        ("'mpi'", "2", "'1MiB'", "'float32'"))
+    (graph,) = [p for p in html.glob("graphs/**/allreduce.Allreduce.track_inv_busbw.json")
+                if "summary" not in p.parts]
+    points = {rev: values[j] for rev, values in json.loads(graph.read_text())}
+    assert set(points) == {revs[commits[0]], revs[commits[1]]}
+    assert all(v is not None and v > 0 for v in points.values())
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.skip("chromium not installed (apt-get install -y chromium)")
+    return path
+
+
+@pytest.fixture
+def served(measured_site):
+    """The published site made offline (no CDN here) and served over http on 127.0.0.1."""
+    _, _, html = measured_site
+    try:
+        asv_export.make_offline(str(html))
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # keep the test output to what failed
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(html)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def dump_dom(url: str) -> str:
+    profile = tempfile.mkdtemp(prefix="chromium-")
+    try:
+        return run_command([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                            "--no-first-run", "--disable-background-networking",
+                            "--disable-component-update", "--disable-sync",
+                            f"--user-data-dir={profile}", "--virtual-time-budget=10000",
+                            "--dump-dom", url], timeout=120).stdout
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.mark.world
+def test_published_page_renders_list_and_graph_in_chromium(served):
+    _chromium()
+    listing = dump_dom(f"{served}/index.html#/summarylist")
+    assert "Can not determine continental origin of swallow" not in listing  # asv's JS-failure page
+    body = listing[listing.index('id="summarylist-body"'):]
+    for name in ("allreduce.Allreduce.track_inv_busbw", "allreduce.Allreduce.track_latency"):
+        assert name in body
+    graph = dump_dom(f"{served}/index.html#allreduce.Allreduce.track_inv_busbw")
+    main = graph[graph.index('id="main-graph"'):]
+    assert main.split(">", 1)[1].lstrip().startswith('<canvas class="flot-base"'), main[:300]
+    assert "flot-tick-label" in main  # axes were laid out from the loaded data
+
+
+@pytest.mark.world
+def test_pytest_perf_asv_records_the_session(pytester, tmp_path):
+    conf, (commit,) = make_project(tmp_path, 1)
+    pytester.makepyfile(test_bench='''
+import pytest
+
+@pytest.mark.perf_benchmark("allreduce")
+def test_allreduce(benchmark, perf_case, perf_measure):
+    perf_measure(benchmark)
+''')
+    r = pytester.runpytest_subprocess(
+        "--benchmark-only", "--perf-transports", "mpi", "--perf-sizes", "4,1MiB", "--perf-iters", "20",
+        "--perf-warmup", "2", "-p", "no:cacheprovider", "--perf-asv", "--perf-asv-config", conf,
+        "--perf-asv-commit", commit, "--perf-asv-machine", "pytest-box")
+    r.assert_outcomes(passed=2)
+    r.stdout.fnmatch_lines([f"# asv: recorded 4 entries of 2 benchmarks for commit {commit[:8]} on machine pytest-box*"])
+    from asv.results import Results
+
+    (path,) = (tmp_path / "results" / "pytest-box").glob(f"{commit[:8]}-perfsuite.json")
+    res = Results.load(str(path))
+    assert sorted(res.get_all_result_keys()) == ["allreduce.Allreduce.track_inv_busbw",
+                                                 "allreduce.Allreduce.track_latency"]
+    assert res.get_result_params("allreduce.Allreduce.track_latency")[2] == ["'4B'", "'1MiB'"]
