@@ -1,0 +1,122 @@
+"""The real-data input of the stall runs: a folder of JPEG files of a chosen count and size.
+
+A room of its own, and one of the rooms allowed to write files, because a dataset is the
+*input* of a measurement, not a record of one: ``report.py`` writes what people read,
+``baselines.py``/``asv_export.py`` what the suite remembers; neither should learn JPEG encoding,
+and the kernel (inside a rank) must only read. Nothing is downloaded: images are generated from
+a seed (smooth colour fields plus noise, so they compress like photographs, not like flat
+colour), encoded with Pillow (installed with matplotlib), and described by a versioned manifest.
+A folder whose manifest matches is reused, so repeated stall runs do not rewrite it.
+
+File names carry the label: ``img-<index>-<label>.jpg``; the tf.data pipeline reads it back.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import ConfigError, FormatError
+
+DATASET_FORMAT, DATASET_VERSION = "perfsuite-dataset", 1
+MANIFEST = "perfsuite-dataset.json"
+JPEG_QUALITY = 90
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    count: int  # number of JPEG files
+    image_px: int  # height = width of each stored image
+    classes: int = 10
+    seed: int = 1234
+
+    def __post_init__(self):
+        if self.count < 1:
+            raise ConfigError(f"dataset file count {self.count} must be >= 1")
+        if not 8 <= self.image_px <= 4096:
+            raise ConfigError(f"dataset image size {self.image_px} px must be between 8 and 4096")
+        if self.classes < 1:
+            raise ConfigError(f"dataset classes {self.classes} must be >= 1")
+
+
+def file_name(index: int, label: int) -> str:
+    return f"img-{index:06d}-{label}.jpg"
+
+
+def list_images(folder: str | os.PathLike) -> list[str]:
+    """The dataset's JPEG paths in index order; a missing or empty folder is a ConfigError."""
+    root = Path(folder)
+    files = sorted(str(p) for p in root.glob("img-*.jpg")) if root.is_dir() else []
+    if not files:
+        raise ConfigError(f"no dataset in {str(folder)!r}: write one with perfsuite.dataset.ensure_dataset")
+    return files
+
+
+def read_manifest(folder: str | os.PathLike) -> dict | None:
+    path = Path(folder) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        d = json.loads(path.read_text())
+    except ValueError as exc:
+        raise FormatError(f"{path}: not JSON ({exc}); delete the folder and let the suite rewrite it") from None
+    if d.get("format") != DATASET_FORMAT or d.get("version") != DATASET_VERSION:
+        raise FormatError(f"{path}: not a {DATASET_FORMAT} v{DATASET_VERSION} manifest "
+                          f"(found {d.get('format')!r} v{d.get('version')!r}); delete the folder to rewrite it")
+    return d
+
+
+def _image(rng, px: int):
+    import numpy as np
+
+    # A coarse random colour field upsampled (smooth, photo-like), plus fine noise.
+    coarse = rng.random((max(2, px // 16), max(2, px // 16), 3))
+    reps = -(-px // coarse.shape[0])
+    smooth = np.kron(coarse, np.ones((reps, reps, 1)))[:px, :px]
+    img = 0.8 * smooth + 0.2 * rng.random((px, px, 3))
+    return (img * 255).astype(np.uint8)
+
+
+def ensure_dataset(folder: str | os.PathLike, spec: DatasetSpec) -> dict:
+    """Write ``spec.count`` JPEGs into ``folder`` unless a matching dataset is already there.
+
+    Returns the manifest (count, image_px, bytes, ...). A folder holding something else (a
+    manifest of another spec, or stray files) is refused rather than overwritten.
+    """
+    import numpy as np
+    from PIL import Image
+
+    root = Path(folder)
+    found = read_manifest(root)
+    want = {"format": DATASET_FORMAT, "version": DATASET_VERSION, **asdict(spec)}
+    if found is not None:
+        if all(found.get(k) == v for k, v in want.items()):
+            return found
+        raise ConfigError(f"{root} holds another dataset ({found.get('count')} files of "
+                          f"{found.get('image_px')} px); choose another folder or delete it")
+    if root.exists() and any(root.iterdir()):
+        raise ConfigError(f"{root} is not empty and has no {MANIFEST}; give an empty or new folder")
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(spec.seed)
+    total = 0
+    for i in range(spec.count):
+        label = int(rng.integers(0, spec.classes))
+        path = root / file_name(i, label)
+        Image.fromarray(_image(rng, spec.image_px)).save(path, format="JPEG", quality=JPEG_QUALITY)
+        total += path.stat().st_size
+    manifest = {**want, "bytes": total, "mean_file_bytes": total / spec.count}
+    tmp = root / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, root / MANIFEST)  # written last: a half-written dataset has no manifest
+    return manifest
+
+
+def warm(folder: str | os.PathLike) -> int:
+    """Read every file once so the page cache holds the dataset (the warm run); bytes read."""
+    n = 0
+    for path in list_images(folder):
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                n += len(chunk)
+    return n

@@ -1,0 +1,142 @@
+"""The real-data input of the TensorFlow epoch: JPEG files through tf.data, and thread budgets.
+
+``options["data"] = "files"`` (with ``data_dir``, written by ``perfsuite/dataset.py``) feeds each
+step from a tf.data pipeline instead of the kernel's fixed synthetic batch: list the files, read,
+decode, augment (resize, random flip, brightness), batch, prefetch, on ``prep_threads`` threads
+of a private pool. Each rank reads its own shard (files r, r+n, ...); warm-up steps read one part
+of the shard and the timed steps another, opened only after the warm-up, so a cold-cache run is
+cold for exactly the timed steps (nothing read ahead during warm-up).
+
+The batch arrives in two non-trainable variables that the transport's step reads (transports
+close over ``x, y``), so every transport trains on real data unchanged; the time a step waits
+for its batch is inside the step's time: that wait *is* the data stall.
+
+``options["tf_threads"]`` caps TensorFlow's compute threads per rank, so one worker has the same
+cores in the 1-worker and the N-worker runs (the CPU stand-in for "one GPU per worker").
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+
+DATA_SOURCES = ("synthetic", "files")
+DEFAULT_PREP_THREADS = 2
+DEFAULT_PREFETCH = 2
+
+
+def _whole(options: dict, key: str, default: int | None, low: int, what: str) -> int | None:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    if isinstance(raw, bool) or not str(raw).strip().isdigit() or int(raw) < low:
+        raise ConfigError(f"{what} {raw!r} must be a whole number >= {low}")
+    return int(raw)
+
+
+def input_options(options: dict) -> dict[str, Any]:
+    """The input knobs, checked (same on every rank)."""
+    data = options.get("data", "synthetic")
+    if data not in DATA_SOURCES:
+        raise ConfigError(f"data source {data!r} is unknown; choose from {', '.join(DATA_SOURCES)}")
+    if data == "files" and not options.get("data_dir"):
+        raise ConfigError("data source 'files' needs data_dir (a folder written by perfsuite.dataset)")
+    return {"data": data, "data_dir": options.get("data_dir"),
+            "prep_threads": _whole(options, "prep_threads", DEFAULT_PREP_THREADS, 1, "prep threads"),
+            "prefetch": _whole(options, "prefetch", DEFAULT_PREFETCH, 0, "prefetch batches"),
+            "tf_threads": _whole(options, "tf_threads", None, 1, "TensorFlow threads per rank")}
+
+
+def configure_threads(tf: Any, options: dict) -> int | None:
+    """Cap TF's intra/inter-op threads; must run before TensorFlow executes its first op."""
+    n = input_options(options)["tf_threads"]
+    if n is not None:
+        tf.config.threading.set_intra_op_parallelism_threads(n)
+        tf.config.threading.set_inter_op_parallelism_threads(n)
+    return n
+
+
+def shard(files: list[str], rank: int, world_size: int, warmup_steps: int, steps: int,
+          batch: int) -> tuple[list[str], list[str]]:
+    """(warm-up files, timed files) of one rank; pure, so the split is unit-tested."""
+    mine = files[rank::world_size]
+    need_w, need_t = warmup_steps * batch, steps * batch
+    if len(mine) < need_w + need_t:
+        raise ConfigError(f"dataset has {len(files)} files; {world_size} rank(s) x "
+                          f"({warmup_steps} warm-up + {steps} timed steps) x batch {batch} need "
+                          f"{world_size * (need_w + need_t)}: write a larger one")
+    return mine[:need_w], mine[need_w:need_w + need_t]
+
+
+class FileFeed:
+    """Feeds a transport's step from JPEG files (see the module docstring)."""
+
+    def __init__(self, tf: Any, files: list[str], rank: int, world_size: int, batch: int,
+                 image: int, classes: int, warmup_steps: int, steps: int, prep_threads: int,
+                 prefetch: int):
+        self.tf = tf
+        self.batch, self.image, self.classes = batch, image, classes
+        self.prep_threads, self.prefetch = prep_threads, prefetch
+        self.warm_files, self.timed_files = shard(files, rank, world_size, warmup_steps, steps, batch)
+        self.x = tf.Variable(tf.zeros([batch, image, image, 3], tf.float32), trainable=False)
+        self.y = tf.Variable(tf.zeros([batch], tf.int32), trainable=False)
+        self._it = iter(self._dataset(self.warm_files)) if self.warm_files else None
+        self.wait_s: list[float] = []
+
+    def _dataset(self, files: list[str]):
+        tf, image, classes = self.tf, self.image, self.classes
+
+        def load(path):
+            raw = tf.io.read_file(path)  # the fetch: page cache or disk
+            img = tf.io.decode_jpeg(raw, channels=3)
+            img = tf.image.resize(img, [image, image])
+            img = tf.image.random_flip_left_right(img)
+            img = tf.image.random_brightness(img, 0.1) / 255.0
+            # The label is in the name (img-<index>-<label>.jpg), like a class folder would give.
+            label = tf.strings.to_number(
+                tf.strings.split(tf.strings.split(path, "-")[-1], ".")[0], tf.int32) % classes
+            return img, label
+
+        ds = tf.data.Dataset.from_tensor_slices(files)
+        ds = ds.map(load, num_parallel_calls=self.prep_threads, deterministic=True)
+        ds = ds.batch(self.batch, drop_remainder=True).prefetch(self.prefetch)
+        opts = tf.data.Options()
+        opts.threading.private_threadpool_size = self.prep_threads
+        opts.autotune.enabled = False  # the thread count is the experiment's knob: keep it
+        return ds.with_options(opts)
+
+    def start_timed(self) -> None:
+        """Open the timed part only now: nothing of it was read during warm-up."""
+        self._it = iter(self._dataset(self.timed_files))
+
+    def wrap(self, step):
+        import time
+
+        def fed_step():
+            t0 = time.perf_counter()
+            xb, yb = next(self._it)
+            self.x.assign(xb)
+            self.y.assign(yb)
+            self.wait_s.append(time.perf_counter() - t0)
+            return step()
+
+        return fed_step
+
+    def describe(self) -> dict[str, Any]:
+        timed_wait = self.wait_s[-len(self.timed_files) // self.batch:] if self.wait_s else []
+        return {"data": "files", "prep_threads": self.prep_threads, "prefetch": self.prefetch,
+                "files_per_rank_timed": len(self.timed_files),
+                "input_wait_ms_mean": (sum(timed_wait) / len(timed_wait) * 1e3) if timed_wait else None}
+
+
+def input_feed(tf: Any, options: dict, rank: int, world_size: int, batch: int, image: int,
+               classes: int, warmup_steps: int, steps: int) -> FileFeed | None:
+    """None for synthetic data (the kernel's own fixed batch), else a FileFeed."""
+    opts = input_options(options)
+    if opts["data"] != "files":
+        return None
+    from ..dataset import list_images
+
+    files = list_images(opts["data_dir"])
+    return FileFeed(tf, files, rank, world_size, batch, image, classes, warmup_steps, steps,
+                    opts["prep_threads"], opts["prefetch"])

@@ -1,0 +1,384 @@
+"""Emulated nodes on one machine: network namespaces joined by veth pairs, shaped with tbf.
+
+Topology (all of it inside namespaces this run creates; the host's own interfaces, routes and
+addresses are never touched)::
+
+    psns-<pid>-<k>-hub      bridge psbr, 10.200.0.254   <- mpiexec runs here
+      |  veth ps<pid>h0            |  veth ps<pid>h1
+    psns-<pid>-<k>-n0              psns-<pid>-<k>-n1     <- one "node" each: rank(s), proxy
+      psv0 10.200.0.1 (tbf)        psv0 10.200.0.2 (tbf)
+
+Each node's ``psv0`` egress carries a tbf qdisc at the chosen rate, so every byte one node
+sends to another crosses exactly one shaped link (full duplex, like a NIC port), and the tbf byte
+counters prove that it did. Every node names its interface ``psv0``, so one
+``FI_TCP_IFACE=psv0`` serves every rank.
+
+How ranks get into the nodes: Hydra (MPICH's mpiexec) runs inside the hub namespace with the
+node addresses as its host list and ``-launcher ssh -launcher-exec <node-exec>``, where
+node-exec is a small shell script that Hydra calls exactly as it would call ssh
+(``node-exec -x HOST command...``) and that ``exec``s ``ip netns exec NODE sh -c command``.
+``ip netns exec`` and ``exec`` replace themselves, so each proxy stays in the world's process
+group and the world runner's timeout and kill-the-group rules hold unchanged. MPICH must be told
+to use the network between "hosts" that share a hostname: ``MPIR_CVAR_CH4_NETMOD=ofi
+FI_PROVIDER=tcp FI_TCP_IFACE=psv0 MPIR_CVAR_NOLOCAL=1`` (without them MPICH silently takes
+shared memory and nothing crosses the emulated wire).
+
+This module builds every command as an argv list (pure, unit-tested as strings); ``NetnsSession``
+runs them through an injected ``run_command`` (``launch/world.run_command`` in real use) and
+always removes what it made, also on failure and on Ctrl-C/SIGTERM.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import stat
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ..errors import ConfigError, LaunchError
+from .launchers import LaunchConfig
+
+PREFIX = "psns-"
+SUBNET = "10.200.0"  # private to our own namespaces: no host route can clash with it
+HUB_HOST = 254
+NODE_IFACE = "psv0"
+BRIDGE = "psbr"
+#: Environment that makes MPICH ranks on "different hosts" of one machine use TCP over psv0.
+MPICH_TCP_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": NODE_IFACE,
+                 "MPIR_CVAR_NOLOCAL": "1"}
+#: Bandwidths the suite documents (any rate from 1mbit to 400gbit is accepted).
+COMMON_RATES = ("1gbit", "10gbit", "25gbit")
+_UNITS = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "kbps": 8 * 10**3, "mbps": 8 * 10**6,
+          "gbps": 8 * 10**9}
+_SENT = re.compile(r"Sent (\d+) bytes (\d+) pkt")
+NO_NETEM = "no netem on this kernel: only bandwidth (tbf) can be emulated, not delay"
+Runner = Callable[..., object]  # run_command(argv, timeout=..., check=...) -> CompletedProcess
+
+
+def parse_rate(text: str) -> int:
+    """'1gbit' -> 1_000_000_000 bits/s ('10gbit', '25gbit', '100mbit', '1gbps' = 8 gbit)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]bit|[kmg]bps)\s*", str(text).lower())
+    if not m:
+        raise ConfigError(f"emulated network {text!r} must be a bandwidth like "
+                          f"{', '.join(COMMON_RATES)} (tc units: kbit, mbit, gbit)")
+    bps = int(float(m.group(1)) * _UNITS[m.group(2)])
+    if not 10**6 <= bps <= 400 * 10**9:
+        raise ConfigError(f"emulated network {text!r} is outside 1mbit..400gbit")
+    return bps
+
+
+def format_rate(bps: int) -> str:
+    for unit, f in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bps % f == 0:
+            return f"{bps // f}{unit}"
+    return f"{bps}bit"
+
+
+@dataclass(frozen=True)
+class EmulatedNetwork:
+    """``nodes`` namespaces joined through a hub, each node's egress shaped to ``rate_bps``."""
+
+    nodes: int
+    rate_bps: int
+    delay: str | None = None  # asked-for one-way delay (needs netem; refused where absent)
+    tag: str = field(default_factory=lambda: f"{os.getpid()}-0")  # pid + sequence: ours alone
+
+    def __post_init__(self):
+        if self.nodes < 2 or self.nodes > 200:
+            raise ConfigError(f"emulated nodes {self.nodes} must be between 2 and 200")
+        if not re.fullmatch(r"\d+-\d+", self.tag):
+            raise ConfigError(f"namespace tag {self.tag!r} must be '<pid>-<n>'")
+
+    @property
+    def rate(self) -> str:
+        return format_rate(self.rate_bps)
+
+    @property
+    def hub(self) -> str:
+        return f"{PREFIX}{self.tag}-hub"
+
+    def node(self, i: int) -> str:
+        return f"{PREFIX}{self.tag}-n{i}"
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.hub] + [self.node(i) for i in range(self.nodes)]
+
+    def address(self, i: int) -> str:
+        return f"{SUBNET}.{i + 1}"
+
+    @property
+    def hub_address(self) -> str:
+        return f"{SUBNET}.{HUB_HOST}"
+
+    def hub_port(self, i: int) -> str:
+        """Hub end of node i's veth: unique per run (<= 15 characters, the kernel's limit)."""
+        return f"ps{self.tag.replace('-', 'x')}h{i}"[:15]
+
+    @property
+    def burst_bytes(self) -> int:
+        # tbf needs a bucket of at least one GSO packet (64 KiB); 1 ms of traffic above that
+        # keeps high rates (25gbit) from being capped by timer granularity.
+        return max(64 * 1024 + 1514, self.rate_bps // 8 // 1000)
+
+    @property
+    def limit_bytes(self) -> int:
+        # Queue up to 50 ms of traffic: a shallow queue would drop and make TCP, not the
+        # emulated link, the bottleneck.
+        return max(4 * self.burst_bytes, self.rate_bps // 8 // 20)
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """What the user asked for (``--emulated-network 1gbit[,delay=5ms]``); the node count comes
+    from each world's size (one rank per emulated node)."""
+
+    rate_bps: int
+    delay: str | None = None
+
+    @property
+    def label(self) -> str:
+        return format_rate(self.rate_bps) + (f"-delay{self.delay}" if self.delay else "")
+
+    def network(self, nodes: int) -> EmulatedNetwork:
+        return EmulatedNetwork(nodes, self.rate_bps, self.delay, tag=next_tag())
+
+
+def parse_shaping(text: str) -> Shaping:
+    """'1gbit' or '1gbit,delay=5ms' -> Shaping (the delay is refused later where there is no netem)."""
+    rate, *rest = [p.strip() for p in str(text).split(",")]
+    delay = None
+    for part in rest:
+        key, sep, value = part.partition("=")
+        if key != "delay" or not sep or not re.fullmatch(r"\d+(\.\d+)?(us|ms|s)", value):
+            raise ConfigError(f"emulated network option {part!r} must be delay=<time>, e.g. delay=5ms")
+        delay = value
+    return Shaping(parse_rate(rate), delay)
+
+
+def setup_commands(net: EmulatedNetwork) -> list[list[str]]:
+    """Every command that builds ``net``, in order (teardown_commands undoes all of it)."""
+    hub = net.hub
+    cmds = [["ip", "netns", "add", ns] for ns in net.namespaces]
+    cmds += [["ip", "-n", hub, "link", "set", "lo", "up"],
+             ["ip", "-n", hub, "link", "add", BRIDGE, "type", "bridge"],
+             ["ip", "-n", hub, "addr", "add", f"{net.hub_address}/24", "dev", BRIDGE],
+             ["ip", "-n", hub, "link", "set", BRIDGE, "up"]]
+    for i in range(net.nodes):
+        node, port = net.node(i), net.hub_port(i)
+        cmds += [
+            ["ip", "link", "add", port, "netns", hub, "type", "veth", "peer", "name", NODE_IFACE,
+             "netns", node],
+            ["ip", "-n", hub, "link", "set", port, "master", BRIDGE],
+            ["ip", "-n", hub, "link", "set", port, "up"],
+            ["ip", "-n", node, "link", "set", "lo", "up"],
+            ["ip", "-n", node, "addr", "add", f"{net.address(i)}/24", "dev", NODE_IFACE],
+            ["ip", "-n", node, "link", "set", NODE_IFACE, "up"],
+            shape_command(net, i),
+        ]
+    return cmds
+
+
+def shape_command(net: EmulatedNetwork, i: int, verb: str = "add") -> list[str]:
+    """tbf on node i's egress: the emulated NIC's line rate."""
+    return ["tc", "-n", net.node(i), "qdisc", verb, "dev", NODE_IFACE, "root", "handle", "1:",
+            "tbf", "rate", f"{net.rate_bps}bit", "burst", str(net.burst_bytes),
+            "limit", str(net.limit_bytes)]
+
+
+def delay_command(net: EmulatedNetwork, i: int) -> list[str]:
+    """netem under the tbf, for an asked-for delay; fails where the kernel has no sch_netem."""
+    return ["tc", "-n", net.node(i), "qdisc", "add", "dev", NODE_IFACE, "parent", "1:1",
+            "handle", "10:", "netem", "delay", str(net.delay)]
+
+
+def teardown_commands(net: EmulatedNetwork) -> list[list[str]]:
+    """Deleting a namespace deletes its interfaces (veth peers and the bridge go with them)."""
+    return [["ip", "netns", "delete", ns] for ns in reversed(net.namespaces)]
+
+
+def counter_command(net: EmulatedNetwork, i: int) -> list[str]:
+    return ["tc", "-n", net.node(i), "-s", "qdisc", "show", "dev", NODE_IFACE]
+
+
+def parse_sent_bytes(tc_output: str) -> int:
+    """Bytes the root qdisc sent, from ``tc -s qdisc show`` (its first 'Sent N bytes' line)."""
+    m = _SENT.search(tc_output)
+    if not m:
+        raise LaunchError(f"no 'Sent N bytes' in tc output: {tc_output.strip()[:200]!r}")
+    return int(m.group(1))
+
+
+def list_namespaces(ip_netns_list: str) -> list[str]:
+    """Names from ``ip netns list`` output ('name (id: 3)' lines)."""
+    return [line.split()[0] for line in ip_netns_list.splitlines() if line.strip()]
+
+
+def ours(names: Sequence[str], net: EmulatedNetwork) -> list[str]:
+    mine = set(net.namespaces)
+    return [n for n in names if n in mine]
+
+
+def node_exec_script(net: EmulatedNetwork, ip: str = "ip") -> str:
+    """The ssh stand-in Hydra calls as ``node-exec [-x] HOST COMMAND...``.
+
+    Hydra quotes its arguments for a remote shell, as ssh would hand them to one, so the
+    command is re-parsed by ``sh -c``. ``exec`` all the way: no extra process and the proxy
+    stays in the launcher's process group.
+    """
+    lines = ["#!/bin/sh", "# perfsuite emulated-node launcher (made per run; see launch/netns.py)",
+             'while [ "${1#-}" != "$1" ]; do shift; done  # ssh options Hydra adds (-x)',
+             'host="$1"; shift', 'case "$host" in']
+    for i in range(net.nodes):
+        lines.append(f"  {net.address(i)}) ns={shlex.quote(net.node(i))} ;;")
+    lines += ['  *) echo "perfsuite node-exec: $host is not an emulated node of this run" >&2; exit 2 ;;',
+              "esac", f'exec {shlex.quote(ip)} netns exec "$ns" /bin/sh -c "$*"', ""]
+    return "\n".join(lines)
+
+
+def hub_exec_script(net: EmulatedNetwork, mpiexec: str, ip: str = "ip") -> str:
+    """Runs mpiexec inside the hub namespace (the world runner starts this as its launcher)."""
+    return "\n".join(["#!/bin/sh", f"exec {shlex.quote(ip)} netns exec {shlex.quote(net.hub)} "
+                      f'{shlex.quote(mpiexec)} "$@"', ""])
+
+
+def launch_config(net: EmulatedNetwork, base: LaunchConfig, world_size: int, hub_exec: str,
+                  node_exec: str) -> LaunchConfig:
+    """``base`` turned into a world whose ranks sit on the emulated nodes, round-robin by node."""
+    if base.launcher != "mpiexec" or base.flavor == "openmpi":
+        raise ConfigError("the emulated network needs MPICH's mpiexec (Hydra); "
+                          f"got launcher {base.launcher!r}, flavor {base.flavor!r}")
+    if base.hostfile or base.hosts:
+        raise ConfigError("the emulated network chooses the hosts itself; drop --hostfile/--hosts")
+    per_node = -(-world_size // net.nodes)
+    return replace(base, flavor="mpich", program=hub_exec,
+                   hosts=tuple(net.address(i) for i in range(net.nodes)),
+                   ranks_per_node=per_node, env={**base.env, **MPICH_TCP_ENV},
+                   extra_args=tuple(base.extra_args) + (
+                       "-launcher", "ssh", "-launcher-exec", node_exec,
+                       "-localhost", net.hub_address))
+
+
+def allreduce_wire_bytes(size_bytes: int, world_size: int, calls: int) -> int:
+    """The least bytes ``calls`` allreduces of ``size_bytes`` put on the wires, summed over
+    ranks, when every rank is on its own node: each rank must send 2(n-1)/n of the buffer
+    (the bandwidth-optimal bound; recursive doubling sends more), so n ranks send 2(n-1) x size."""
+    if world_size < 2:
+        return 0
+    return int(calls) * int(size_bytes) * 2 * (world_size - 1)
+
+
+def unavailable_reason(is_root: bool | None = None) -> str | None:
+    """Why emulated nodes cannot be made here, or None."""
+    if is_root is None:
+        is_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    if not is_root:
+        return "the emulated network needs root (network namespaces, tc)"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"the emulated network needs '{tool}' (iproute2) on PATH"
+    return None
+
+
+_SEQ = [0]
+_SEQ_LOCK = threading.Lock()
+
+
+def next_tag() -> str:
+    with _SEQ_LOCK:
+        _SEQ[0] += 1
+        return f"{os.getpid()}-{_SEQ[0]}"
+
+
+class NetnsSession:
+    """Build ``net`` with ``run_command``, hand out a LaunchConfig and the byte counters, and
+    always remove the namespaces this session made (``with`` block: also on error, Ctrl-C,
+    and SIGTERM, which is turned into KeyboardInterrupt while the session is open)."""
+
+    def __init__(self, net: EmulatedNetwork, run_command: Runner, timeout: float = 20.0):
+        self.net = net
+        self.run = run_command
+        self.timeout = timeout
+        self.created: list[str] = []
+        self.scratch: Path | None = None
+        self._old_term = None
+        self.netem = False
+
+    def _cmd(self, argv: list[str], check: bool = True):
+        return self.run(argv, timeout=self.timeout, check=check)
+
+    def __enter__(self) -> "NetnsSession":
+        if threading.current_thread() is threading.main_thread():
+            self._old_term = signal.signal(signal.SIGTERM, _term_to_interrupt)
+        try:
+            for argv in setup_commands(self.net):
+                if argv[:3] == ["ip", "netns", "add"]:
+                    self.created.append(argv[3])  # before running: a half-made one is removed too
+                self._cmd(argv)
+            if self.net.delay:
+                for i in range(self.net.nodes):
+                    proc = self._cmd(delay_command(self.net, i), check=False)
+                    if getattr(proc, "returncode", 1) != 0:
+                        why = (getattr(proc, "stderr", "") or "").strip().splitlines()[-1:]
+                        raise ConfigError(f"delay {self.net.delay!r} asked for, but {NO_NETEM} "
+                                          f"(tc: {' '.join(why) or 'netem refused'})")
+                self.netem = True
+            self.scratch = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{self.net.tag}-"))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> list[str]:
+        """Remove our namespaces (only ours) and scratch; return any that would not go."""
+        left = []
+        for ns in reversed(self.created):
+            proc = self._cmd(["ip", "netns", "delete", ns], check=False)
+            if getattr(proc, "returncode", 0) != 0 and ns in self.existing():
+                left.append(ns)
+        self.created = []
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+        if self._old_term is not None:
+            signal.signal(signal.SIGTERM, self._old_term)
+            self._old_term = None
+        if left:
+            raise LaunchError(f"could not remove network namespaces {', '.join(left)}; "
+                              f"remove them with: ip netns delete NAME")
+        return left
+
+    def existing(self) -> list[str]:
+        proc = self._cmd(["ip", "netns", "list"], check=False)
+        return list_namespaces(getattr(proc, "stdout", "") or "")
+
+    def sent_bytes(self) -> list[int]:
+        """Bytes each node's shaped link has sent so far."""
+        return [parse_sent_bytes(self._cmd(counter_command(self.net, i)).stdout)
+                for i in range(self.net.nodes)]
+
+    def launch_config(self, base: LaunchConfig, world_size: int, mpiexec: str) -> LaunchConfig:
+        """Write the two launcher scripts into this session's scratch folder (removed on close)
+        and return the LaunchConfig that puts the ranks on the nodes."""
+        assert self.scratch is not None, "use the session in a with block"
+        ip = shutil.which("ip") or "ip"
+        hub = self.scratch / "hub-mpiexec"
+        node = self.scratch / "node-exec"
+        hub.write_text(hub_exec_script(self.net, mpiexec, ip))
+        node.write_text(node_exec_script(self.net, ip))
+        for p in (hub, node):
+            p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        return launch_config(self.net, base, world_size, str(hub), str(node))
+
+
+def _term_to_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
