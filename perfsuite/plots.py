@@ -1,0 +1,270 @@
+"""The pictures people decide from: latency and busbw against message size, scaling, img/s, stalls.
+
+Each plot function takes results tagged by the run they came from and writes one PNG, or says
+why it drew nothing (no allreduce result, no TF scaling numbers yet, no stall metrics), so the
+report can show the reason instead of a hole. matplotlib runs on the Agg backend: no display,
+no window, same bytes in CI as on a laptop. Only ``report.write_report`` calls these.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: never try to open a display (CI, ssh, Slurm nodes)
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
+
+from .model import Result, Sample, format_size  # noqa: E402
+
+#: A result and the tag of the run it came from ('' when the report has a single run).
+Tagged = tuple[str, Result]
+
+DPI = 110
+#: Metrics that mean training throughput, by unit (kernels name them in their own words).
+THROUGHPUT_UNITS = ("img/s", "images/s", "samples/s")
+STALL_PREFIX = "stall_"
+COMPUTE_PREFIX = "compute_"
+#: result.extra keys ending in this are measured copy bandwidths: the ceiling busbw can reach.
+CEILING_SUFFIX = "_copy_GBps"
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One picture of the report: the PNG written, or why there is none."""
+
+    name: str
+    title: str
+    file: Path | None = None
+    skipped: str | None = None
+    caption: str = ""
+
+
+def series_label(result: Result, tag: str = "", sample: Sample | None = None) -> str:
+    """'mpi n2', 'ring n4 float64 in-place · run2': what tells one line from another."""
+    parts = [result.transport, f"n{result.world_size}"]
+    case = sample.case if sample is not None else (result.samples[0].case if result.samples else None)
+    if case is not None and case.dtype != "float32" and result.benchmark == "allreduce":
+        parts.append(case.dtype)
+    if case is not None and case.variant:
+        parts.append(case.variant)
+    if (result.extra or {}).get("inplace"):
+        parts.append("in-place")
+    if result.error:
+        parts.append("(partial)")
+    return " ".join(parts) + (f" · {tag}" if tag else "")
+
+
+def _size_axis(ax) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=4))
+    ax.xaxis.set_major_formatter(FuncFormatter(
+        lambda x, _pos: format_size(int(round(x))) if x >= 1 else ""))
+    ax.set_xlabel("message size")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")  # keeps legends placed outside the axes
+    plt.close(fig)
+    return path
+
+
+def _allreduce(tagged: Sequence[Tagged]) -> list[Tagged]:
+    return [(t, r) for t, r in tagged if r.benchmark == "allreduce" and r.samples]
+
+
+def _points(result: Result, metric: str) -> list[tuple[int, float]]:
+    pts = [(s.case.size_bytes, s.metrics[metric].value) for s in result.samples
+           if s.case.size_bytes and metric in s.metrics]
+    return sorted(pts)
+
+
+def latency_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
+    title = "Allreduce latency vs message size"
+    rows = _allreduce(tagged)
+    if not rows:
+        return Plot("latency", title, skipped="no allreduce results in the input")
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for tag, r in rows:
+        pts = _points(r, "latency_us")
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=series_label(r, tag))
+    _size_axis(ax)
+    ax.set_yscale("log")
+    ax.set_ylabel("latency (µs, median per iteration)")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return Plot("latency", title, _save(fig, path),
+                caption="Median per-iteration time of each size (log-log); lower is better.")
+
+
+def busbw_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
+    title = "Allreduce bus bandwidth vs message size"
+    rows = _allreduce(tagged)
+    if not rows:
+        return Plot("busbw", title, skipped="no allreduce results in the input")
+    by_transport: dict[str, list[Tagged]] = defaultdict(list)
+    for tag, r in rows:
+        by_transport[r.transport].append((tag, r))
+    n = len(by_transport)
+    cols = min(n, 2)
+    nrows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(6.0 * cols, 4.2 * nrows), squeeze=False)
+    ceilings = 0
+    for ax, (transport, group) in zip(axes.flat, sorted(by_transport.items())):
+        for tag, r in group:
+            pts = _points(r, "busbw_GBps")
+            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                              label=series_label(r, tag))
+            for key, value in sorted((r.extra or {}).items()):
+                # The measured copy bandwidth is what one rank's memory can move: busbw near it
+                # means the transport is memory-bound, far below it means overhead to find.
+                if key.endswith(CEILING_SUFFIX) and isinstance(value, (int, float)) and value > 0:
+                    ceilings += 1
+                    what = key[: -len(CEILING_SUFFIX)].replace("_", " ")
+                    ax.axhline(value, linestyle="--", color=line.get_color(), alpha=0.8,
+                               label=f"{what} copy {value:.2f} GB/s ({series_label(r, tag)})")
+        _size_axis(ax)
+        ax.set_ylabel("busbw (GB/s)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(transport)
+        ax.legend(fontsize="x-small")
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    cap = ("busbw = algbw x 2(n-1)/n, as nccl-tests; dashed: the measured memory-copy ceiling."
+           if ceilings else "busbw = algbw x 2(n-1)/n; no measured copy ceiling in these results.")
+    return Plot("busbw", title, _save(fig, path), caption=cap)
+
+
+def _metric_samples(tagged: Sequence[Tagged], pick: Callable[[str, object], bool]):
+    for tag, r in tagged:
+        for s in r.samples:
+            for name, m in s.metrics.items():
+                if pick(name, m):
+                    yield tag, r, s, m
+
+
+def scaling_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
+    title = "Scaling efficiency vs world size"
+    pts: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for tag, r, s, m in _metric_samples(tagged, lambda n, m: n == "scaling_efficiency"):
+        key = f"{s.case.benchmark} {r.transport}" + (f" {s.case.model}" if s.case.model else "")
+        pts[key + (f" · {tag}" if tag else "")].append((r.world_size, m.value))
+    if not pts:
+        return Plot("scaling", title, skipped="no result carries a scaling_efficiency metric "
+                    "(TensorFlow epoch results over several world sizes produce it)")
+    fig, ax = plt.subplots(figsize=(7.0, 4.5))
+    sizes = set()
+    for label, p in sorted(pts.items()):
+        p.sort()
+        sizes.update(x for x, _ in p)
+        ax.plot([x for x, _ in p], [y for _, y in p], marker="o", label=label)
+    ax.axhline(1.0, color="grey", linestyle=":", label="ideal")
+    ax.set_xticks(sorted(sizes))
+    ax.set_xlabel("world size (ranks)")
+    ax.set_ylabel("scaling efficiency")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return Plot("scaling", title, _save(fig, path),
+                caption="Throughput per rank relative to one rank; 1.0 is perfect scaling.")
+
+
+def throughput_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
+    title = "Training throughput per transport and model"
+    bars: dict[str, dict[str, float]] = defaultdict(dict)  # model -> series -> value
+    unit = ""
+    for tag, r, s, m in _metric_samples(tagged, lambda n, m: m.unit in THROUGHPUT_UNITS):
+        group = (s.case.model or s.case.benchmark) + (f" b{s.case.batch}" if s.case.batch else "")
+        bars[group][series_label(r, tag, s)] = m.value
+        unit = m.unit
+    if not bars:
+        return Plot("throughput", title, skipped="no result carries an img/s metric "
+                    "(TensorFlow epoch benchmarks produce it)")
+    models = sorted(bars)
+    series = sorted({k for v in bars.values() for k in v})
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(models) + 3), 4.5))
+    for i, name in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(models))]
+        ax.bar(xs, [bars[mo].get(name, 0.0) for mo in models], width, label=name)
+    ax.set_xticks(range(len(models)))
+    ax.set_xticklabels(models)
+    ax.set_ylabel(unit)
+    ax.set_title(title)
+    ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return Plot("throughput", title, _save(fig, path),
+                caption="Images per second of the whole world, per model and per-worker batch; higher is better.")
+
+
+def _part_label(name: str) -> str:
+    """'stall_io_ms' -> 'io stall', 'compute_ms' -> 'compute'."""
+    base = re.sub(r"_(ms|s|us)$", "", name)
+    return f"{base[len(STALL_PREFIX):]} stall" if base.startswith(STALL_PREFIX) else base
+
+
+def stall_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
+    """Stacked bars per case: its ``compute_*`` time, then every ``stall_*`` metric on top."""
+    title = "Where the time goes: stall breakdown"
+    stacks: dict[str, dict[str, float]] = defaultdict(dict)
+    unit = ""
+    for tag, r in tagged:
+        for s in r.samples:
+            if not any(n.startswith(STALL_PREFIX) for n in s.metrics):
+                continue
+            key = s.case.name + (f" · {tag}" if tag else "")
+            for name, m in s.metrics.items():
+                if name.startswith((STALL_PREFIX, COMPUTE_PREFIX)):
+                    stacks[key][_part_label(name)] = m.value
+                    unit = m.unit
+    if not stacks:
+        return Plot("stalls", title, skipped="no result carries stall_* metrics "
+                    "(the stall decomposition produces them)")
+    cases = sorted(stacks)
+    # compute first, so the stalls read as what is added on top of useful work
+    parts = sorted({p for v in stacks.values() for p in v}, key=lambda p: (p.endswith("stall"), p))
+    fig, ax = plt.subplots(figsize=(8.0, 1.0 + 0.5 * len(cases) + 1.5))
+    left = [0.0] * len(cases)
+    for part in parts:
+        values = [stacks[c].get(part, 0.0) for c in cases]
+        ax.barh(cases, values, left=left, label=part, height=0.6)
+        left = [a + b for a, b in zip(left, values)]
+    ax.set_xlabel(f"time per step ({unit})" if unit else "time")
+    ax.set_title(title)
+    ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return Plot("stalls", title, _save(fig, path),
+                caption="Compute time and each stall on top of it (differential decomposition).")
+
+
+
+def breakdown_plot(parts: Sequence[tuple[str, float]], title: str, path: Path) -> Plot:
+    """One stacked bar of a Stash breakdown: compute, then each stall (ms per step)."""
+    shown = [(name, ms) for name, ms in parts if ms == ms]  # NaN: a skipped stall
+    fig, ax = plt.subplots(figsize=(8.0, 2.6))
+    left = 0.0
+    for name, ms in shown:
+        ax.barh([title], [ms], left=left, label=f"{name} {ms:.1f} ms")
+        left += ms
+    ax.set_xlabel("ms per step (median of the slowest rank)")
+    ax.set_title("Where a training step goes: compute and stalls (Stash)")
+    ax.legend(fontsize="small", ncol=min(len(shown), 5), loc="upper center",
+              bbox_to_anchor=(0.5, -0.35))
+    return Plot("breakdown", title, _save(fig, Path(path)))
+
+
+PLOTS: tuple[Callable[[Sequence[Tagged], Path], Plot], ...] = (
+    latency_plot, busbw_plot, scaling_plot, throughput_plot, stall_plot)
+FILES = {"latency_plot": "latency.png", "busbw_plot": "busbw.png", "scaling_plot": "scaling.png",
+         "throughput_plot": "throughput.png", "stall_plot": "stalls.png"}
+
+
+def make_plots(tagged: Sequence[Tagged], out_dir: Path) -> list[Plot]:
+    """Every plot of the report, in reading order; skipped ones carry their reason."""
+    return [fn(tagged, out_dir / FILES[fn.__name__]) for fn in PLOTS]

@@ -1,0 +1,113 @@
+"""Progress over a sweep of worlds: a rich bar in a terminal, plain lines everywhere else.
+
+The bar counts cases (a world advances it by all of its cases when it ends), because a sweep's
+worlds differ a lot in size. Under CI (``CI=true``, set by GitHub Actions, GitLab, Jenkins...) or
+when stdout is not a terminal there is no bar and no escape codes, only one plain line per event,
+so logs stay greppable. Ranks never print here: their output goes to the world's scratch files.
+An instance is the ``on_world(event, spec, outcome)`` callback that ``suite.run`` takes.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO, Any
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                           TimeElapsedColumn)
+
+from .model import WorldSpec
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def in_ci(env: Mapping[str, str] | None = None) -> bool:
+    """True when a CI service runs us (they all set CI; GitHub sets it to 'true')."""
+    env = os.environ if env is None else env
+    return env.get("CI", "").strip().lower() in _TRUE
+
+
+def wants_bar(console: Console, env: Mapping[str, str] | None = None) -> bool:
+    """A live bar only for a person at a real terminal: not under CI, not piped, not TERM=dumb."""
+    env = os.environ if env is None else env
+    return console.is_terminal and not console.is_dumb_terminal and not in_ci(env)
+
+
+def outcome_line(spec: WorldSpec, outcome: Any, seconds: float) -> str:
+    """One line saying what became of a world (shared by the bar and the plain lines)."""
+    if outcome is None:
+        return f"{spec.label}: no outcome"
+    if getattr(outcome, "skipped", None):
+        return f"{spec.label}: skipped: {outcome.skipped}"
+    if getattr(outcome, "failure", None) is not None:
+        return f"{spec.label}: FAILED after {seconds:.1f} s: {outcome.failure}"
+    result = outcome.result
+    wall = result.wall_s if result is not None and result.wall_s is not None else seconds
+    bad = sum(1 for s in result.samples if not s.valid) if result is not None else 0
+    tail = f", {bad} WRONG" if bad else ""
+    return f"{spec.label}: {len(result.samples) if result else 0} cases in {wall:.1f} s{tail}"
+
+
+class SweepProgress:
+    """Context manager and ``on_world`` callback over the worlds of one sweep.
+
+    ``clock`` is injectable so tests need not sleep; ``env`` decides CI-ness (default os.environ).
+    """
+
+    def __init__(self, worlds: Sequence[WorldSpec], console: Console | None = None,
+                 file: IO[str] | None = None, env: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.console = console or Console(file=file or sys.stdout)
+        self.worlds = list(worlds)
+        self.total_cases = sum(len(w.cases) for w in self.worlds)
+        self.bar = wants_bar(self.console, env)
+        self._clock = clock
+        self._started: dict[str, float] = {}
+        self._done_worlds = 0
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    def __enter__(self) -> "SweepProgress":
+        if self.bar:
+            self._progress = Progress(
+                SpinnerColumn(),
+                # markup off: world labels like 'allreduce[mpi-n2]' are not rich style tags
+                TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
+                MofNCompleteColumn(), TextColumn("cases"), TimeElapsedColumn(),
+                console=self.console, transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task("starting", total=self.total_cases or None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def _line(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(text, markup=False, highlight=False)
+        else:
+            # Plain text, no rich markup or colour: logs under CI stay exactly what we wrote.
+            self.console.file.write(text + "\n")
+            self.console.file.flush()
+
+    def __call__(self, event: str, spec: WorldSpec, outcome: Any = None) -> None:
+        n = len(self.worlds)
+        if event == "start":
+            self._started[spec.label] = self._clock()
+            where = f"[{self._done_worlds + 1}/{n}] " if n else ""
+            if self._progress is not None:
+                # refresh now: a world can take minutes, the bar must name it from its start
+                self._progress.update(self._task, description=f"{where}{spec.label}", refresh=True)
+            else:
+                self._line(f"# {where}running {spec.label}: {len(spec.cases)} cases")
+        elif event == "done":
+            self._done_worlds += 1
+            seconds = self._clock() - self._started.pop(spec.label, self._clock())
+            where = f"[{self._done_worlds}/{n}] " if n else ""
+            self._line(f"# {where}{outcome_line(spec, outcome, seconds)}")
+            if self._progress is not None:
+                self._progress.update(self._task, advance=len(spec.cases), refresh=True)

@@ -1,0 +1,308 @@
+"""The report people look at: files written from a real small run, the page rendered by a real
+browser (every plot loaded, verdict table present, regressions first and red), and the exports.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from perfsuite import cli, plots, report
+from perfsuite.errors import FormatError
+from perfsuite.model import RUN_FORMAT, Case, Metric, Result, Sample, Tolerance, Verdict
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+QUICK = ["--transports", "mpi,ring", "--sizes", "4,1MiB", "--world-sizes", "2",
+         "--iters", "20", "--warmup", "2"]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])  # IHDR width, height
+
+
+@pytest.fixture(scope="module")
+def run_json(tmp_path_factory) -> Path:
+    """One real run of two transports, two sizes (seconds), shared by the tests of this module."""
+    path = tmp_path_factory.mktemp("run") / "r.json"
+    rc = cli.main(["run", *QUICK, "--json", str(path)])
+    assert rc == 0 and path.exists()
+    return path
+
+
+# --- from a real run ----------------------------------------------------------------------------
+
+@pytest.mark.world
+def test_report_command_writes_page_summary_and_plots(run_json, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert cli.main(["report", str(run_json), "--out", str(out), "--asv-url", "https://ci.example/asv/"]) == 0
+    said = capsys.readouterr().out
+    assert "latency.png, busbw.png" in said and "not drawn: Scaling efficiency" in said
+    for name in ("index.html", "summary.md", "results.csv", "tables.txt", "latency.png", "busbw.png"):
+        assert (out / name).stat().st_size > 0, name
+    for name in ("latency.png", "busbw.png"):
+        w, h = png_size(out / name)
+        assert w > 300 and h > 200
+    # Nothing to draw for TF scaling, img/s or stalls in an allreduce run: no file, a reason.
+    assert not (out / "scaling.png").exists() and not (out / "stalls.png").exists()
+    md = (out / "summary.md").read_text()
+    assert "## Verdicts" in md and report.NO_VERDICTS in md
+    assert "![Allreduce latency vs message size](latency.png)" in md
+    assert "Scaling efficiency vs world size: not drawn, no result carries a scaling_efficiency" in md
+    assert "(https://ci.example/asv/)" in md
+    for t in ("mpi", "ring"):
+        assert f"### allreduce · {t} · 2 ranks" in md
+    page = (out / "index.html").read_text()
+    assert page.count("<img class='plot'") == 2 and 'id="verdicts"' in page
+    assert "src='data:image/png;base64," in page  # self-contained: one file shows every plot
+    rows = list(csv.DictReader(io.StringIO((out / "results.csv").read_text())))
+    assert {r["case"] for r in rows} == {f"allreduce[{t}-n2-{s}]" for t in ("mpi", "ring") for s in ("4B", "1MiB")}
+    stored = json.loads(run_json.read_text())
+    first = stored["results"][0]["samples"][0]
+    row = next(r for r in rows if r["case"] == Case.from_dict(first["case"]).name)
+    assert float(row["latency_us (us)"]) == first["metrics"]["latency_us"]["value"]
+    tables = (out / "tables.txt").read_text()
+    assert "# OSU MPI Allreduce Latency Test" in tables and "busbw(GB/s)" in tables
+
+
+def _chromium() -> str | None:
+    return next((shutil.which(c) for c in CHROMIUMS if shutil.which(c)), None)
+
+
+# Appended to a copy of the page: reports each image's natural width into the DOM, which
+# --dump-dom then prints. A deliberately broken image proves the check can see a failure.
+PROBE = """
+<img id="probe-broken" src="data:image/png;base64,bm90IGEgcG5n">
+<pre id="probe"></pre>
+<script>
+window.addEventListener('load', () => {
+  const imgs = Array.from(document.querySelectorAll('img'));
+  const t = document.getElementById('verdicts');
+  const first = t && t.tBodies[0].rows[0];
+  document.getElementById('probe').textContent = JSON.stringify({
+    images: imgs.map(i => ({id: i.id, cls: i.className, w: i.naturalWidth, done: i.complete})),
+    verdicts: !!t, first_class: first ? first.className : null,
+    first_color: first ? getComputedStyle(first.cells[0]).color : null});
+});
+</script>
+"""
+
+
+def render(page: Path, tmp_path: Path) -> dict:
+    """Load ``page`` in headless Chromium and return what the probe saw."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install -y chromium)")
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+    argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000",
+            "--dump-dom", probed.as_uri()]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    m = re.search(r'<pre id="probe">(.*?)</pre>', proc.stdout, re.S)
+    assert m and m.group(1), f"the probe did not run (rc {proc.returncode}): {proc.stderr[-800:]}"
+    return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+@pytest.mark.world
+def test_page_renders_every_plot_and_red_regressions_first(run_json, tmp_path):
+    runs = report.load_runs([run_json])
+    verdicts = [  # shaped like regress' verdicts; the regression is listed last on purpose
+        {"case": "allreduce[mpi-n2-4B]", "metric": "latency_us", "status": "unchanged", "value": 12.0,
+         "baseline": 12.1, "change": -0.008},
+        {"case": "allreduce[ring-n2-1MiB]", "metric": "busbw_GBps", "status": "regression",
+         "value": 1.0, "baseline": 1.4, "change": -0.29, "p_value": 0.001}]
+    out = tmp_path / "report"
+    written = report.write_report(out, runs, verdicts=verdicts)
+    seen = render(written["index.html"], tmp_path)
+    plots_seen = [i for i in seen["images"] if i["cls"] == "plot"]
+    drawn = [p for p in written["plots"] if p.file]
+    assert len(plots_seen) == len(drawn) == 2
+    assert all(i["done"] and i["w"] > 0 for i in plots_seen), seen
+    broken = next(i for i in seen["images"] if i["id"] == "probe-broken")
+    assert broken["w"] == 0  # the check tells a broken image from a loaded one
+    assert seen["verdicts"] and seen["first_class"] == "regression"
+    assert seen["first_color"] == "rgb(176, 0, 32)"  # #b00020: regressions are red
+
+
+@pytest.mark.world
+def test_pytest_perf_report_writes_the_same_report(pytester, no_leftover_ranks):
+    pytester.makepyfile(test_bench='''
+import pytest
+
+@pytest.mark.perf_benchmark("allreduce")
+def test_allreduce(benchmark, perf_case, perf_measure):
+    perf_measure(benchmark)
+''')
+    out = pytester.path / "rep"
+    r = pytester.runpytest_subprocess("--benchmark-only", "--perf-transports", "mpi", "--perf-sizes", "4,64KiB",
+                                      "--perf-iters", "20", "--perf-warmup", "2", "--perf-report", str(out),
+                                      "-p", "no:cacheprovider")
+    r.assert_outcomes(passed=2)
+    r.stdout.fnmatch_lines([f"perfsuite report written to {out}/index.html*"])
+    for name in ("index.html", "summary.md", "results.csv", "latency.png", "busbw.png", "results.json"):
+        assert (out / name).exists(), name
+    assert report.load_runs([out / "results.json"])[0].results[0].transport == "mpi"
+    # the plugin's verdicts (no baselines in this folder: every metric is new) fill the table
+    assert "| new | allreduce[mpi-n2-4B] | busbw_GBps |" in (out / "summary.md").read_text()
+
+
+@pytest.mark.world
+def test_an_injected_slowdown_shows_as_red_regressions_first(run_json, tmp_path, monkeypatch, capsys):
+    """Baselines from the fast run, a second run made 4x slower by the fault switch: the report
+    against the baselines lists regressions first and --fail-on-regression exits 1."""
+    from perfsuite import baselines
+
+    runs = report.load_runs([run_json])
+    baselines.update(tmp_path / "b", "test-sys", [s for r in runs[0].results for s in r.samples])
+    slow = tmp_path / "slow.json"
+    monkeypatch.setenv("PERFSUITE_INJECT_SLOWDOWN", "3.0")  # every timed call takes 4x as long
+    assert cli.main(["run", *QUICK, "--json", str(slow)]) == 0
+    monkeypatch.delenv("PERFSUITE_INJECT_SLOWDOWN")
+    out = tmp_path / "report"
+    rc = cli.main(["report", str(slow), "--out", str(out), "--baselines", str(tmp_path / "b"),
+                   "--system", "test-sys", "--fail-on-regression"])
+    said = capsys.readouterr().out
+    assert rc == cli.EXIT_FAIL, said
+    assert re.search(r"# 8 verdicts against .*: [1-8] failing", said)
+    md = (out / "summary.md").read_text()
+    table = md[md.index("## Verdicts"):md.index("## Plots")]
+    statuses = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "status" not in line]
+    assert statuses[0] == "REGRESSION" and statuses == sorted(statuses, key=lambda x: x != "REGRESSION")
+    assert "class=\"regression\"" in (out / "index.html").read_text()
+
+
+@pytest.mark.world
+def test_a_failed_world_shows_its_partial_results_and_stderr_tail(tmp_path, monkeypatch, capsys,
+                                                                  no_leftover_ranks):
+    path = tmp_path / "f.json"
+    monkeypatch.setenv("PERFSUITE_TEST_FAULT", "raise@1@1048576")  # rank 1 raises at 1 MiB
+    assert cli.main(["run", "--transports", "ring", "--sizes", "4,1MiB", "--iters", "20",
+                     "--warmup", "2", "--json", str(path)]) == cli.EXIT_FAIL
+    monkeypatch.delenv("PERFSUITE_TEST_FAULT")
+    said = capsys.readouterr().out
+    assert "# [1/1] allreduce[ring-n2]: FAILED after" in said  # the progress line, no bar here
+    out = tmp_path / "report"
+    assert cli.main(["report", str(path), "--out", str(out)]) == 0
+    md = (out / "summary.md").read_text()
+    assert "PARTIAL: allreduce[ring-n2]: world failed; partial" in md and "| 4B |" in md
+    assert "- **FAILED** `allreduce[ring-n2]`: allreduce[ring-n2]: rank 1 raised" in md
+    assert "InjectedFault: injected fault on rank 1" in md  # the rank's own stderr, in the report
+    page = (out / "index.html").read_text()
+    assert "<details open><summary>stderr tail</summary>" in page and "PARTIAL: allreduce[ring-n2]" in page
+
+
+# --- pure: synthetic results, no MPI -------------------------------------------------------------
+
+def _sample(case: Case, **metrics: tuple[float, str]) -> Sample:
+    return Sample(case, {n: Metric(n, v, u, higher_is_better=u == "img/s") for n, (v, u) in metrics.items()})
+
+
+def tf_results() -> list[Result]:
+    """Results shaped like TF epoch + stall kernels, with numbers made up for drawing only."""
+    out = []
+    for n, eff in ((1, 1.0), (2, 0.93), (4, 0.81)):
+        case = Case("tf_epoch", "mpi", n, model="resnet20", batch=64)
+        out.append(Result("tf_epoch", "mpi", n, (_sample(case, img_per_s=(900.0 * n * eff, "img/s"),
+                                                          scaling_efficiency=(eff, "")),)))
+    case = Case("stalls", "mpi", 2, model="resnet20")
+    out.append(Result("stalls", "mpi", 2, (_sample(case, compute_ms=(30.0, "ms"), stall_io_ms=(10.0, "ms"),
+                                                   stall_network_ms=(5.0, "ms")),)))
+    return out
+
+
+def test_every_plot_draws_when_its_metrics_exist(tmp_path):
+    allreduce = Result("allreduce", "mpi", 2, tuple(
+        Sample(Case("allreduce", "mpi", 2, size_bytes=s),
+               {"latency_us": Metric("latency_us", 10.0 + s / 1e3, "us", False),
+                "busbw_GBps": Metric("busbw_GBps", s / 1e6, "GB/s", True)}) for s in (4, 1 << 20)),
+        extra={"host_copy_GBps": 5.0, "device_copy_GBps": 900.0})
+    drawn = plots.make_plots([("", r) for r in [allreduce, *tf_results()]], tmp_path)
+    assert [p.name for p in drawn] == ["latency", "busbw", "scaling", "throughput", "stalls"]
+    assert all(p.file is not None and p.skipped is None for p in drawn), drawn
+    for p in drawn:
+        assert png_size(p.file)[0] > 300
+
+
+def test_plots_without_their_metrics_say_why(tmp_path):
+    drawn = {p.name: p for p in plots.make_plots([("", r) for r in tf_results()[:1]], tmp_path)}
+    assert drawn["latency"].skipped == "no allreduce results in the input"
+    assert "stall_*" in drawn["stalls"].skipped and drawn["stalls"].file is None
+    assert drawn["throughput"].file is not None  # img/s is there, the allreduce is not
+    assert not (tmp_path / "latency.png").exists()
+
+
+def test_ceiling_lines_come_from_every_copy_bandwidth(tmp_path):
+    r = Result("allreduce", "nccl", 2, (_sample(Case("allreduce", "nccl", 2, size_bytes=4),
+                                                latency_us=(5.0, "us"), busbw_GBps=(0.1, "GB/s")),),
+               extra={"host_copy_GBps": 5.0, "device_copy_GBps": 900.0})
+    p = plots.busbw_plot([("", r)], tmp_path / "b.png")
+    assert "measured memory-copy ceiling" in p.caption
+    r2 = Result("allreduce", "mpi", 2, r.samples)
+    assert "no measured copy ceiling" in plots.busbw_plot([("", r2)], tmp_path / "c.png").caption
+
+
+def test_verdict_rows_put_regressions_first():
+    tol = Tolerance(-0.03, 0.03)
+    verdicts = [
+        Verdict("allreduce[mpi-n2-4B]", "latency_us", "unchanged", "us", False, 12.0, 12.1, -0.008, tol, 0.4),
+        Verdict("allreduce[ring-n2-1MiB]", "busbw_GBps", "regression", "GB/s", True, 1.0, 1.4, -0.286, tol,
+                0.001, "mwu-rounds", xfail="known: ring on 2 cores"),
+        Verdict("allreduce[mpi-n2-1MiB]", "busbw_GBps", "improvement", "GB/s", True, 2.0, 1.5, 0.33, tol, 0.002),
+        Verdict("allreduce[ring-n2-4B]", "latency_us", "regression", "us", False, 90.0, 60.0, 0.5, tol, 0.001),
+    ]
+    rows = report.verdict_rows(verdicts)
+    assert [(r["status"], r["css"]) for r in rows] == [
+        ("regression", "regression"), ("regression", "xfail"), ("improvement", "improvement"),
+        ("unchanged", "unchanged")]
+    assert rows[0]["case"] == "allreduce[ring-n2-4B]" and rows[0]["tolerance"] == "-3%/+3%"
+    assert rows[1]["note"] == "expected failure: known: ring on 2 cores"
+    assert report.verdict_rows([v.to_dict() for v in verdicts]) == rows  # stored verdicts read the same
+    md = report.summary_markdown([], verdicts=verdicts)
+    assert "**1 failing verdict(s)** (regressions, invalid results) of 4." in md
+    assert "| REGRESSION | allreduce[ring-n2-4B] | latency_us | 90 us | 60 | +50.0% | -3%/+3% | 0.001 |" in md
+    assert md.index("allreduce[ring-n2-4B]") < md.index("allreduce[mpi-n2-4B]")
+
+
+def test_csv_and_omb_exports_of_synthetic_runs():
+    run = report.ReportRun("r.json", results=tf_results())
+    rows = list(csv.DictReader(io.StringIO(report.csv_text([run]))))
+    assert len(rows) == 4 and rows[0]["img_per_s (img/s)"] == repr(900.0)
+    assert rows[3]["stall_io_ms (ms)"] == repr(10.0) and rows[3]["img_per_s (img/s)"] == ""
+
+
+def test_old_or_foreign_results_files_say_what_to_do(tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"format": RUN_FORMAT, "version": 0, "results": []}))
+    with pytest.raises(FormatError, match="version 0 is not supported.*re-run the suite"):
+        report.load_runs([old])
+    assert cli.main(["report", str(tmp_path / "missing.json"), "--out", str(tmp_path / "o")]) == cli.EXIT_USAGE
+    assert cli.main(["report", str(old), "--print", "xml"]) == cli.EXIT_USAGE
+
+
+def test_several_runs_get_tags_that_tell_them_apart(tmp_path):
+    data = {"format": RUN_FORMAT, "version": 1, "results": [r.to_dict() for r in tf_results()]}
+    paths = []
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        paths.append(tmp_path / d / "r.json")
+        paths[-1].write_text(json.dumps(data))
+    paths.append(tmp_path / "nightly.json")
+    paths[-1].write_text(json.dumps(data))
+    assert [r.tag for r in report.load_runs(paths)] == ["r#1", "r#2", "nightly"]
+    assert report.load_runs(paths[:1])[0].tag == ""
+
+
+def test_stall_parts_read_compute_first_then_stalls():
+    assert plots._part_label("stall_io_ms") == "io stall" and plots._part_label("compute_ms") == "compute"
+    assert plots._part_label("stall_network_s") == "network stall"
