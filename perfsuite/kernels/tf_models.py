@@ -1,0 +1,96 @@
+"""Models and synthetic data for the TensorFlow training kernel.
+
+The catalogue (names, default image size, classes) is plain data so the pytest/CLI side can check
+a model name or a batch size without importing TensorFlow; ``build_model`` and ``synthetic_batch``
+take the already-imported ``tf`` module and run inside a rank only.
+
+ResNet-50 and MobileNet are the seed study's models, built with ``weights=None`` so nothing is
+downloaded; ``small-cnn`` is small enough for a CPU CI case to finish in seconds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    summary: str
+    image_size: int  # default height = width, pixels
+    classes: int  # default number of classes of the synthetic labels
+    min_image_size: int  # below this the network's downsampling leaves nothing
+
+
+MODELS: dict[str, ModelSpec] = {
+    "small-cnn": ModelSpec("small-cnn", "2 conv + 2 dense layers (~0.3 M parameters), CPU CI", 32, 10, 8),
+    "mobilenet": ModelSpec("mobilenet", "Keras MobileNet v1, weights=None (~4.3 M parameters)", 224, 1000, 32),
+    "resnet50": ModelSpec("resnet50", "Keras ResNet-50, weights=None (~25.6 M parameters)", 224, 1000, 32),
+}
+
+
+def model_spec(name: str) -> ModelSpec:
+    if name not in MODELS:
+        raise ConfigError(f"model {name!r} is unknown; choose from {', '.join(MODELS)}")
+    return MODELS[name]
+
+
+def check_batch(batch: Any, world_size: int = 1, global_batch: bool = False) -> int:
+    """The per-worker batch. With ``global_batch`` the value is split evenly across the workers."""
+    s = str(batch).strip()
+    if not s.isdigit() or int(s) < 1:
+        raise ConfigError(f"batch {batch!r} must be a whole number >= 1 (images per worker per step)")
+    b = int(s)
+    if global_batch:
+        if b % world_size:
+            raise ConfigError(f"global batch {b} does not divide evenly over {world_size} workers; "
+                              f"use a multiple of {world_size}, e.g. {max(world_size, b - b % world_size)}")
+        return b // world_size
+    return b
+
+
+def check_image_size(model: str, size: Any) -> int:
+    spec = model_spec(model)
+    s = str(size).strip()
+    if not s.isdigit() or int(s) < spec.min_image_size:
+        raise ConfigError(f"image size {size!r} for {model} must be a whole number >= {spec.min_image_size}")
+    return int(s)
+
+
+def build_model(tf: Any, name: str, image_size: int, classes: int):
+    """A fresh, randomly initialised Keras model (tf.keras: Keras 3, or tf_keras when legacy)."""
+    spec = model_spec(name)
+    keras = tf.keras
+    shape = (image_size, image_size, 3)
+    if spec.name == "small-cnn":
+        layers = keras.layers
+        return keras.Sequential([
+            keras.Input(shape),
+            layers.Conv2D(32, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(64, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(128, activation="relu"),
+            layers.Dense(classes),
+        ], name="small_cnn")
+    if spec.name == "mobilenet":
+        return keras.applications.MobileNet(weights=None, input_shape=shape, classes=classes,
+                                            classifier_activation=None)
+    return keras.applications.ResNet50(weights=None, input_shape=shape, classes=classes,
+                                       classifier_activation=None)
+
+
+def synthetic_batch(tf: Any, batch: int, image_size: int, classes: int, seed: int):
+    """One in-memory batch (images in [0, 1), integer labels), reused every step like Horovod's
+    synthetic benchmark: the step then measures compute and communication, not input."""
+    import numpy as np
+
+    # numpy, not tf.random.Generator: a generator is a variable, and variables made outside a
+    # strategy's scope are best avoided in a MultiWorkerMirroredStrategy program.
+    rng = np.random.default_rng(seed)
+    x = rng.random((batch, image_size, image_size, 3), dtype=np.float32)
+    y = rng.integers(0, classes, size=batch, dtype=np.int32)
+    return tf.constant(x), tf.constant(y)

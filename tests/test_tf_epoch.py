@@ -1,0 +1,338 @@
+"""The TensorFlow training epoch: pure parts without TF or MPI, then real worlds (marked tf).
+
+World tests keep epochs tiny (a few steps of the small CNN) so each world is TF's import plus
+seconds; they prove the numbers come back, the weights agree, and a dead rank or a busy port
+ends the world with one clear line and nothing left running.
+"""
+from __future__ import annotations
+
+import importlib.util
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from perfsuite import cli, suite, transports
+from perfsuite.cases import parse_batches, tf_cases
+from perfsuite.errors import ConfigError, RankFailure
+from perfsuite.kernels.tf_epoch import (epoch_options, plain_epoch, quiet_barrier, summarize,
+                                        timed_epoch)
+from perfsuite.kernels.tf_models import check_batch, check_image_size, model_spec
+from perfsuite.launch.launchers import LaunchConfig
+from perfsuite.launch.world import run_world
+from perfsuite.model import Case, WorldSpec
+from perfsuite.transports.tf_support import check_ports, port_is_free
+from perfsuite.transports.tf_train import aligned_empty, fusion_buckets, fusion_threshold
+
+HAS_TF = importlib.util.find_spec("tensorflow") is not None  # find, not import: TF takes ~10 s
+TINY = {"iters": 4, "warmup": 1}
+
+
+# --- pure: no TensorFlow, no MPI ------------------------------------------------------------------
+
+def test_fusion_buckets_group_in_order_up_to_the_threshold():
+    sizes = [400, 100, 600, 50, 2000, 10]
+    assert fusion_buckets(sizes, 0) == [[0], [1], [2], [3], [4], [5]]  # 0: one allreduce per tensor
+    assert fusion_buckets(sizes, 700) == [[0, 1], [2, 3], [4], [5]]  # 2000 > 700 travels alone
+    assert fusion_buckets(sizes, 1 << 20) == [[0, 1, 2, 3, 4, 5]]
+    assert fusion_buckets([], 64) == []
+
+
+def test_fusion_threshold_option():
+    assert fusion_threshold({}) == 64 << 20
+    assert fusion_threshold({"fusion_threshold": "1MiB"}) == 1 << 20
+    assert fusion_threshold({"fusion_threshold": 0}) == 0
+    with pytest.raises(ConfigError, match="fusion threshold -1 must be a byte count >= 0"):
+        fusion_threshold({"fusion_threshold": -1})
+
+
+def test_aligned_buffers_start_on_64_bytes():
+    for count in (1, 7, 1000):
+        buf = aligned_empty(count)
+        assert buf.ctypes.data % 64 == 0 and buf.shape == (count,) and buf.dtype == np.float32
+
+
+def test_bad_model_batch_and_image_size_give_one_clear_line():
+    with pytest.raises(ConfigError) as e:
+        tf_cases(["mpi"], [2], "resnet-50", "32")
+    assert str(e.value) == "model 'resnet-50' is unknown; choose from small-cnn, mobilenet, resnet50 (or all)"
+    for bad in ("0", "x", "-3"):
+        with pytest.raises(ConfigError, match=f"batch '{bad}' must be a whole number >= 1"):
+            parse_batches(f"32,{bad}")
+    with pytest.raises(ConfigError, match="global batch 33 does not divide evenly over 2 workers; "
+                                          "use a multiple of 2, e.g. 32"):
+        check_batch(33, world_size=2, global_batch=True)
+    assert check_batch(64, world_size=4, global_batch=True) == 16
+    with pytest.raises(ConfigError, match="image size 4 for resnet50 must be a whole number >= 32"):
+        check_image_size("resnet50", 4)
+    with pytest.raises(ConfigError, match="steps \\(iters\\) 0 must be a whole number >= 1"):
+        epoch_options({"iters": 0})
+    with pytest.raises(ConfigError, match="model 'vgg' is unknown"):
+        model_spec("vgg")
+
+
+def test_cli_names_a_bad_model_in_one_line(capsys):
+    assert cli.main(["run", "--benchmarks", "tf-epoch", "--models", "vgg16", "--transports", "mpi"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["perfsuite run: error: model 'vgg16' is unknown; choose from small-cnn, mobilenet, "
+                   "resnet50 (or all)"]
+
+
+def test_case_matrix_model_x_transport_x_world_size_x_batch():
+    cases = tf_cases(["grpc", "mpi"], [1, 2], "small-cnn,mobilenet", "16,32")
+    assert len(cases) == 16
+    assert cases[0] == Case("tf-epoch", "grpc", 1, model="small-cnn", batch=16)
+    assert cases[0].name == "tf-epoch[grpc-n1-small-cnn-b16]"
+    # One world per transport, world size and model; it sweeps the batches.
+    worlds = suite.plan(cases)
+    assert len(worlds) == 8 and [c.batch for c in worlds[0].cases] == [16, 32]
+    sel = suite.Selection(benchmark="tf-epoch", transports=("mpi",), world_sizes=(2,),
+                          extra={"models": "resnet50", "batches": "8"})
+    assert suite.select_cases(sel) == [Case("tf-epoch", "mpi", 2, model="resnet50", batch=8)]
+
+
+def test_registry_keeps_one_name_per_kernel():
+    assert {"plain", "grpc", "mpi", "horovod", "grpc-nccl", "horovod-nccl", "nccl"} <= set(transports.names("tf-epoch"))
+    assert "tf-grpc" in transports.names("allreduce")
+    # 'mpi' means the mpi4py allreduce for the allreduce kernel, Horovod-style training for tf-epoch.
+    assert transports.spec("mpi").module.endswith("mpi:MpiAllreduce")
+    assert transports.spec("mpi", "tf-epoch").module.endswith("tf_train:MpiTraining")
+    assert transports.spec("grpc", "tf-epoch").needs_ports and transports.spec("tf-grpc").needs_ports
+    assert not transports.spec("mpi", "tf-epoch").needs_ports
+    with pytest.raises(ConfigError, match="transport 'grpc' is unknown for allreduce"):
+        transports.spec("grpc")
+
+
+def test_gpu_and_horovod_variants_are_skipped_with_their_reason():
+    gpu_reason = transports.need_gpu()
+    for name in ("grpc-nccl", "horovod-nccl", "nccl"):
+        reason = transports.unavailable_reason(name, "tf-epoch")
+        if gpu_reason:
+            assert reason and ("GPU" in reason or "NVIDIA" in reason or "NVML" in reason), reason
+    if importlib.util.find_spec("horovod") is None:
+        assert "Horovod is not installed" in transports.unavailable_reason("horovod", "tf-epoch")
+
+
+def _times(rows):  # steps x ranks, seconds
+    return np.array(rows, dtype=float)
+
+
+def test_summary_uses_the_slowest_rank_per_step_and_the_plain_baseline():
+    case = Case("tf-epoch", "mpi", 2, model="small-cnn", batch=32)
+    times = _times([[0.10, 0.12], [0.11, 0.10], [0.30, 0.10]])
+    allreduce = _times([[0.02, 0.03], [0.01, 0.02], [0.05, 0.01]])
+    s = summarize(case, times, allreduce, baseline=[0.08, 0.08, 0.08], info={})
+    assert s.times_s == (0.12, 0.11, 0.30)  # what pytest-benchmark replays
+    assert s.metrics["img_per_s"].value == pytest.approx(64 / 0.12)  # median of the slowest ranks
+    assert s.info["img_per_s_per_worker"] == pytest.approx(32 / 0.12)
+    assert s.metrics["step_ms"].value == pytest.approx(120.0)
+    assert s.info["plain_img_per_s"] == pytest.approx(400.0)
+    assert s.metrics["scaling_efficiency"].value == pytest.approx((64 / 0.12) / (2 * 400.0))
+    share = np.median(np.mean(allreduce / times, axis=1))
+    assert s.metrics["allreduce_share"].value == pytest.approx(share)
+    assert s.metrics["allreduce_share"].higher_is_better is False
+    assert s.valid
+
+
+def test_summary_without_a_visible_allreduce_or_baseline():
+    case = Case("tf-epoch", "grpc", 2, model="small-cnn", batch=8)
+    s = summarize(case, _times([[0.1, 0.1]]), _times([[np.nan, np.nan]]), None, {}, valid=False)
+    assert "allreduce_share" not in s.metrics and s.info["allreduce_share"] is None
+    assert "scaling_efficiency" not in s.metrics and not s.valid
+
+
+def test_harness_overhead_on_plain_one_worker_is_reported():
+    case = Case("tf-epoch", "plain", 1, model="small-cnn", batch=8)
+    s = summarize(case, _times([[0.050], [0.052]]), None, [0.050, 0.050], {})
+    assert s.info["harness_overhead_ms"] == pytest.approx(1.0)
+
+
+class _FakeTensor:
+    def numpy(self):
+        return 0.0
+
+
+def test_harness_loop_adds_no_measurable_time_per_step():
+    """The kernel's timed loop (fault hook, slow-down hook, bookkeeping) against the same loop
+    written plainly, on a step that does nothing: what is left is the harness's own cost."""
+    from perfsuite.kernels.faults import FaultSwitch
+
+    steps, fault, case = 20000, FaultSwitch(0, ""), Case("tf-epoch", "plain", 1, model="small-cnn", batch=1)
+
+    def train_step(x, y):  # a tf.function that does nothing
+        return _FakeTensor()
+
+    def step():  # what PlainTraining.make_step wraps around it
+        train_step(None, None).numpy()
+
+    harness, plain = [], []
+    for _ in range(5):  # best of 5: the machine is shared, descheduling only adds
+        t0 = time.perf_counter()
+        timed_epoch(step, steps, fault, case)
+        harness.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        plain_epoch(train_step, None, None, steps)
+        plain.append(time.perf_counter() - t0)
+    per_step_us = (min(harness) - min(plain)) / steps * 1e6
+    print(f"harness {min(harness) / steps * 1e6:.2f} us/step, plain {min(plain) / steps * 1e6:.2f} us/step")
+    # A small-CNN step on a CPU takes ~50 ms: 20 us would be 0.04 % of it.
+    assert per_step_us < 20, f"harness adds {per_step_us:.2f} us per step"
+
+
+def test_fault_hook_is_called_inside_the_timed_loop():
+    calls = []
+    case = Case("tf-epoch", "mpi", 2, model="small-cnn", batch=1)
+    times, allreduce = timed_epoch(lambda: 0.5, 3, lambda point, c: calls.append((point, c)), case)
+    assert calls == [("timed", case)] * 3 and list(allreduce) == [0.5] * 3 and len(times) == 3
+
+
+class _FakeRequest:
+    def __init__(self, ready_after):
+        self.left = ready_after
+
+    def Test(self):
+        self.left -= 1
+        return self.left < 0
+
+
+class _FakeComm:
+    def __init__(self, ready_after):
+        self.req = _FakeRequest(ready_after)
+
+    def Ibarrier(self):
+        return self.req
+
+
+def test_quiet_barrier_sleeps_between_polls(monkeypatch):
+    slept = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    quiet_barrier(_FakeComm(3), poll_s=0.25)
+    assert slept == [0.25] * 3
+
+
+def test_ports_are_checked():
+    assert check_ports([5000, 5001], 2) == [5000, 5001]
+    for bad in ([5000], [5000, 5000], [0, 1], "5000,5001", [5000, 70000]):
+        with pytest.raises(ConfigError, match="must be 2 different TCP ports"):
+            check_ports(bad, 2)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    try:
+        assert not port_is_free(s.getsockname()[1])
+    finally:
+        s.close()
+
+
+# --- real worlds (TensorFlow imported once per rank) -------------------------------------------
+
+def tf_world(transport: str, n: int, batches=(8,), **options) -> WorldSpec:
+    cases = tuple(Case("tf-epoch", transport, n, model="small-cnn", batch=b) for b in batches)
+    opts = {**TINY, **options}
+    if transports.spec(transport, "tf-epoch").needs_ports and "ports" not in opts:
+        opts["ports"] = suite.free_ports(n)
+    return WorldSpec("tf-epoch", transport, n, cases, opts)
+
+
+@pytest.mark.tf
+@pytest.mark.world
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+@pytest.mark.parametrize("threshold", [0, 64 << 20])
+def test_mpi_weights_match_across_ranks(threshold, no_leftover_ranks):
+    res = run_world(tf_world("mpi", 2, fusion_threshold=threshold), LaunchConfig(), timeout=120)
+    (s,) = res.samples
+    assert s.valid and s.info["weights_identical"] is True and s.info["weights_max_diff"] == 0.0
+    buffers = res.extra["transport_facts"]["fusion_buffers"]
+    assert buffers == ([1] * 8 if threshold == 0 else [8])  # small-cnn has 8 trainable tensors
+    assert s.metrics["img_per_s"].value > 0 and 0 < s.metrics["allreduce_share"].value < 1
+    assert s.metrics["scaling_efficiency"].value > 0 and len(s.times_s) == TINY["iters"]
+    assert res.wall_s < 60  # a CPU CI case, TF import included
+
+
+@pytest.mark.tf
+@pytest.mark.world
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_grpc_epoch_and_batch_sweep_in_one_world(no_leftover_ranks):
+    res = run_world(tf_world("grpc", 2, batches=(4, 8), baseline=False), LaunchConfig(), timeout=120)
+    assert [s.case.batch for s in res.samples] == [4, 8]
+    for s in res.samples:
+        assert s.valid and s.info["weights_identical"] is True
+        assert s.info["allreduce_share"] is None  # inside TF's graph
+        assert s.metrics["img_per_s"].value > 0
+    assert res.extra["transport_facts"]["collective"] == "MultiWorkerMirroredStrategy RING"
+
+
+@pytest.mark.tf
+@pytest.mark.world
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_killed_worker_mid_epoch_fails_clearly_within_the_timeout(monkeypatch, no_leftover_ranks):
+    monkeypatch.setenv("PERFSUITE_TEST_FAULT", "kill@1")
+    t0 = time.monotonic()
+    with pytest.raises(RankFailure) as info:
+        run_world(tf_world("grpc", 2), LaunchConfig(), timeout=90)
+    assert time.monotonic() - t0 < 90
+    msg = str(info.value)
+    assert info.value.rank == 1 and "\n" not in msg
+    assert msg.startswith("tf-epoch[grpc-n2]: rank 1") and "signal 9" in msg, msg
+
+
+@pytest.mark.tf
+@pytest.mark.world
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_port_in_use_is_named(no_leftover_ranks):
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    try:
+        port = busy.getsockname()[1]
+        free = suite.free_ports(1)[0]
+        with pytest.raises(RankFailure) as info:
+            run_world(tf_world("grpc", 2, ports=[free, port]), LaunchConfig(), timeout=60)
+    finally:
+        busy.close()
+    assert f"port {port} for rank 1's gRPC server is in use" in str(info.value)
+
+
+@pytest.mark.tf
+@pytest.mark.world
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_tf_grpc_allreduce_sums_are_exact(no_leftover_ranks):
+    from perfsuite.cases import allreduce_cases, group_worlds
+
+    (spec,) = group_worlds(allreduce_cases(["tf-grpc"], [2], [4, 4096, 1 << 20]),
+                           {"iters": 5, "warmup": 1, "copy_bw": False, "ports": suite.free_ports(2)})
+    res = run_world(spec, LaunchConfig(), timeout=120)
+    assert [s.case.size_bytes for s in res.samples] == [4, 4096, 1 << 20]
+    assert all(s.valid for s in res.samples)
+    assert res.samples[-1].info["busbw_GBps"] > 0
+
+
+def test_table_and_the_mpi_over_grpc_ratio():
+    from perfsuite import report
+    from perfsuite.model import Result
+
+    def sample(transport, step_s):
+        case = Case("tf-epoch", transport, 2, model="small-cnn", batch=32)
+        return summarize(case, _times([[step_s, step_s]] * 3), None, [step_s], {"weights_identical": True})
+
+    mpi, grpc = sample("mpi", 0.05), sample("grpc", 0.09)
+    assert report.transport_ratios([mpi, grpc]) == [
+        "# img/s(mpi)/img/s(grpc) = 1.80  (small-cnn, batch 32, 2 workers: 1280.0 vs 711.1 img/s)"]
+    assert report.transport_ratios([mpi]) == []  # only when both ran
+    table = report.result_table(Result("tf-epoch", "mpi", 2, (mpi,), extra={"tensorflow": "2.21.0"}))
+    assert table.splitlines()[0].startswith("# tf-epoch  transport=mpi  world_size=2  TF 2.21.0")
+    row = table.splitlines()[2].split()
+    assert row[:4] == ["small-cnn", "32", "64", "1280.0"] and row[-3:] == ["in", "graph", "same"]
+
+
+@pytest.mark.tf
+@pytest.mark.world
+@pytest.mark.skipif(transports.unavailable_reason("horovod", "tf-epoch") is not None,
+                    reason=str(transports.unavailable_reason("horovod", "tf-epoch")))
+def test_horovod_weights_match_across_ranks(no_leftover_ranks):
+    res = run_world(tf_world("horovod", 2, baseline=False), LaunchConfig(), timeout=120)
+    (s,) = res.samples
+    assert s.valid and s.info["weights_identical"] is True
+    assert res.extra["transport_facts"]["mpi_enabled"] is True
+    assert res.extra["keras"].startswith("tf_keras")  # Horovod's hooks run on Keras 2
