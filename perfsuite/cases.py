@@ -118,6 +118,33 @@ def allreduce_cases(transports: Sequence[str], world_sizes: Sequence[int],
     return cases
 
 
+DEFAULT_MODELS = "small-cnn"  # the CPU CI model; mobilenet and resnet50 on request
+DEFAULT_BATCHES = "32"
+
+
+def parse_batches(text: str | Iterable[int]) -> tuple[int, ...]:
+    """'32,64' -> (32, 64): per-worker batch sizes, whole numbers >= 1."""
+    from .kernels.tf_models import check_batch  # plain data, no TensorFlow import
+
+    parts = [p for p in (str(text).split(",") if isinstance(text, str) else list(text)) if str(p).strip()]
+    if not parts:
+        raise ConfigError(f"batches {text!r} name none; use e.g. 32 or 16,32,64")
+    return tuple(dict.fromkeys(check_batch(p) for p in parts))
+
+
+def tf_cases(transports: Sequence[str], world_sizes: Sequence[int],
+             models: str | Sequence[str] = DEFAULT_MODELS,
+             batches: str | Sequence[int] = DEFAULT_BATCHES) -> list[Case]:
+    """transport x world size x model x per-worker batch (batches innermost: one world per
+    transport, world size and model sweeps its batches)."""
+    from .kernels.tf_models import MODELS
+
+    picked = parse_names(models, MODELS, "model")
+    sizes = parse_batches(batches)
+    return [Case("tf-epoch", t, n, model=m, batch=b)
+            for t in transports for n in world_sizes for m in picked for b in sizes]
+
+
 def group_worlds(cases: Iterable[Case], options: dict | None = None) -> list[WorldSpec]:
     """One world per (benchmark, transport, world size, ...): it runs that world's whole sweep."""
     worlds: dict[tuple, list[Case]] = {}

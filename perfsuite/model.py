@@ -182,3 +182,124 @@ def check_format(d: Any, fmt: str, source: str) -> None:
                 else "upgrade perfsuite to read it")
         raise FormatError(f"{source}: {fmt} version {version!r} is not supported "
                           f"(this perfsuite reads version {RESULT_VERSION}); {hint}")
+
+
+# --- baselines and verdicts (regress.py decides, baselines.py stores) ---------------------------
+
+#: Version of a baseline file (``baselines/<system>/<benchmark>.json``).
+BASELINE_VERSION = 1
+BASELINE_FORMAT = "perfsuite-baseline"
+
+#: Verdict statuses. A change counts only when beyond the tolerance AND significant.
+VERDICT_STATUSES = ("regression", "improvement", "unchanged", "new", "missing", "invalid")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Allowed relative change of a metric's value, ReFrame-style: ``lower`` <= 0 <= ``upper``.
+
+    For a higher-is-better metric (busbw) a drop below ``lower`` is a regression and a rise above
+    ``upper`` an improvement; for a lower-is-better one (latency) the other way round.
+    """
+
+    lower: float
+    upper: float
+
+    def __post_init__(self):
+        if not (-1.0 < self.lower <= 0.0 <= self.upper):
+            from .errors import ConfigError  # appended block: the module's imports stay as they were
+
+            raise ConfigError(f"tolerance ({self.lower}, {self.upper}) must satisfy "
+                             "-1 < lower <= 0 <= upper, e.g. (-0.05, 0.05)")
+
+    def to_dict(self) -> dict[str, float]:
+        return {"lower": self.lower, "upper": self.upper}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Tolerance":
+        return cls(float(d["lower"]), float(d["upper"]))
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The reference of one metric of one case on one system.
+
+    ``rounds`` are the per-round values (one per world run; the unit the test compares),
+    ``samples`` a bounded set of raw per-iteration values (evenly spaced quantiles when there were
+    more), ``median``/``iqr``/``mad``/``n`` summarise the raw samples. ``tolerance`` None means
+    the metric's default; ``xfail`` is a reason that turns this metric's failure into an xfail.
+    """
+
+    case: str
+    metric: str
+    unit: str
+    higher_is_better: bool
+    value: float  # the value verdicts compare against: median of ``rounds``
+    rounds: tuple[float, ...]
+    samples: tuple[float, ...] = ()
+    median: float | None = None
+    iqr: float | None = None
+    mad: float | None = None
+    n: int = 0
+    tolerance: Tolerance | None = None
+    xfail: str | None = None
+    recorded: str = ""  # ISO time the baseline was measured
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"unit": self.unit, "higher_is_better": self.higher_is_better,
+                             "value": self.value, "rounds": list(self.rounds),
+                             "summary": {"median": self.median, "iqr": self.iqr, "mad": self.mad,
+                                         "n": self.n},
+                             "samples": list(self.samples), "recorded": self.recorded}
+        if self.tolerance is not None:
+            d["tolerance"] = self.tolerance.to_dict()
+        if self.xfail:
+            d["xfail"] = self.xfail
+        return d
+
+    @classmethod
+    def from_dict(cls, case: str, metric: str, d: dict[str, Any]) -> "Baseline":
+        summary = d.get("summary", {})
+        tol = d.get("tolerance")
+        return cls(case=case, metric=metric, unit=str(d["unit"]),
+                   higher_is_better=bool(d["higher_is_better"]), value=float(d["value"]),
+                   rounds=tuple(float(x) for x in d["rounds"]),
+                   samples=tuple(float(x) for x in d.get("samples", ())),
+                   median=summary.get("median"), iqr=summary.get("iqr"), mad=summary.get("mad"),
+                   n=int(summary.get("n") or 0),
+                   tolerance=Tolerance.from_dict(tol) if tol is not None else None,
+                   xfail=d.get("xfail") or None, recorded=str(d.get("recorded", "")))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one metric of one case did against its baseline (see ``regress.verdict``).
+
+    ``change`` is value / baseline - 1 in the metric's own terms (busbw -0.26 = 26% less
+    bandwidth, latency +0.30 = 30% more time); ``note`` is the one line a face prints.
+    """
+
+    case: str
+    metric: str
+    status: str
+    unit: str = ""
+    higher_is_better: bool = True
+    value: float | None = None
+    baseline: float | None = None
+    change: float | None = None
+    tolerance: Tolerance | None = None
+    p_value: float | None = None
+    test: str = ""
+    system: str = ""
+    xfail: str | None = None
+    note: str = ""
+
+    @property
+    def is_failure(self) -> bool:
+        """A regression or an invalid result (whether or not an xfail reason excuses it)."""
+        return self.status in ("regression", "invalid")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tolerance"] = self.tolerance.to_dict() if self.tolerance else None
+        return d

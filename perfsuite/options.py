@@ -49,6 +49,19 @@ OPTIONS: list[Opt] = [
     Opt("inplace", False, "in-place allreduce (default out-of-place)", kind="flag"),
     Opt("no-validate", False, "skip checking each result against the exact expected sum", kind="flag"),
     Opt("workdir", None, "folder for world scratch files (must be shared across nodes on a cluster)", metavar="DIR"),
+    Opt("rounds", "1", "rounds: run each world this many times and pool them (noise on shared machines)", metavar="N"),
+    Opt("max-rounds", None, "adaptive sampling: more rounds, up to N, until each median is known to --precision", metavar="N"),
+    Opt("precision", "0.01", "adaptive sampling stops when the 95% CI of each median is within +-this fraction", metavar="F"),
+    Opt("round-budget", None, "adaptive sampling stops after this many seconds per world", metavar="S"),
+    Opt("system", None, "baseline system name [default: from this machine's fingerprint]", metavar="NAME"),
+    Opt("baseline-dir", "baselines", "folder of baselines/<system>/<benchmark>.json", metavar="DIR"),
+    Opt("baseline-update", False, "record this run as the baselines (atomic; prints what changed)", kind="flag"),
+    Opt("strict", False, "also fail improvements beyond tolerance (a prompt to refresh the baseline)", kind="flag"),
+    Opt("tolerance", None, "override every tolerance: 0.05 or LOWER:UPPER like -0.10:0.05 [default: per metric]", metavar="TOL"),
+    Opt("emulated-network", None, "run every world with one rank per emulated node (network namespaces, "
+        "tbf-shaped veth links; root): 1gbit, 10gbit, 25gbit", metavar="RATE"),
+    Opt("stalls", None, "run the stall breakdown benchmark (benchmarks/test_stalls.py) for MODEL, "
+        "e.g. small-cnn; its network run uses --emulated-network; unset: skipped", metavar="MODEL"),
     Opt("report", None, "after the run, write index.html, summary.md, CSV and PNG plots into DIR", metavar="DIR"),
     Opt("models", _cases.DEFAULT_MODELS, "tf-epoch: comma list of small-cnn, mobilenet, resnet50, or 'all'", metavar="LIST"),
     Opt("batches", _cases.DEFAULT_BATCHES, "tf-epoch: comma list of per-worker batch sizes, e.g. 16,32,64", metavar="LIST"),
@@ -63,12 +76,13 @@ def add_options(addoption: Callable[..., Any], prefix: str = "") -> None:
     for o in OPTIONS:
         flag = f"--{prefix}{o.name}"
         dest = f"{prefix.replace('-', '_')}{o.dest}"
+        text = o.help.replace("%", "%%")  # argparse %-formats help: '95% CI' would crash --help
         if o.kind == "flag":
-            addoption(flag, action="store_true", default=None, dest=dest, help=o.help)
+            addoption(flag, action="store_true", default=None, dest=dest, help=text)
         elif o.kind == "list":
-            addoption(flag, action="append", default=None, dest=dest, metavar=o.metavar, help=o.help)
+            addoption(flag, action="append", default=None, dest=dest, metavar=o.metavar, help=text)
         else:
-            addoption(flag, default=None, dest=dest, metavar=o.metavar, help=f"{o.help} [default: {o.default}]")
+            addoption(flag, default=None, dest=dest, metavar=o.metavar, help=f"{text} [default: {o.default}]")
 
 
 def _int(value: Any, what: str, low: int = 1) -> int | None:
@@ -132,5 +146,25 @@ def suite_config(values: Mapping[str, Any]) -> SuiteConfig:
     if v["fusion_threshold"] not in (None, ""):
         ft = str(v["fusion_threshold"]).strip()
         options["fusion_threshold"] = 0 if ft == "0" else _cases.parse_size(ft, "fusion threshold")
+    network = None
+    if v.get("emulated_network"):
+        from .launch.netns import parse_shaping
+
+        network = parse_shaping(v["emulated_network"])
     return SuiteConfig(launch=launch, timeout=_timeout(v["timeout"]), options=options,
-                       workdir=v["workdir"])
+                       workdir=v["workdir"], network=network, rounds=rounds_policy(v))
+
+
+def rounds_policy(v: Mapping[str, Any]):
+    """--rounds/--max-rounds/--precision/--round-budget as a checked regress.RoundsPolicy."""
+    from .regress import RoundsPolicy
+
+    try:
+        precision = float(v.get("precision") or 0.01)
+        budget = float(v["round_budget"]) if v.get("round_budget") not in (None, "") else None
+    except ValueError:
+        raise ConfigError(f"precision {v.get('precision')!r} and round budget {v.get('round_budget')!r} "
+                          "must be numbers, e.g. 0.01 and 60") from None
+    return RoundsPolicy(rounds=_int(v.get("rounds") or 1, "rounds"),
+                        max_rounds=_int(v.get("max_rounds"), "max rounds"),
+                        precision=precision, budget_s=budget)

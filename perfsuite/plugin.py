@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from . import options as _options
-from . import suite
-from .errors import ConfigError, RankFailure
+from . import asv_export, suite
+from .errors import ConfigError, PerfsuiteError, RankFailure
 from .model import Case, Sample
 
 STASH_KEY = pytest.StashKey["PerfState"]()
@@ -69,6 +69,9 @@ class PerfState:
         self.selected: dict[tuple, list[Case]] = {}
         self.outcomes: dict[tuple, suite.WorldOutcome] = {}
         self.samples: list[Sample] = []
+        self.verdicts: list = []  # regress.Verdict per metric of each measured case (issue 3)
+        self.baselines: dict | None = None  # (case, metric) -> Baseline, loaded on first use
+        self.system: str | None = None  # baseline system, set when the first case is judged
 
     def selection(self, benchmark: str, **extra: Any) -> suite.Selection:
         return _options.selection(self.values, benchmark, **extra)
@@ -102,6 +105,7 @@ def _values(config: pytest.Config) -> dict[str, Any]:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfsuite", "perfsuite: MPI worlds and distributed DL benchmarks")
     _options.add_options(group.addoption, prefix="perf-")
+    asv_export.add_options(group.addoption, prefix="perf-")
     for o in _options.OPTIONS:
         kind = {"flag": "bool", "list": "linelist"}.get(o.kind, "string")
         parser.addini(f"perf_{o.dest}", f"ini twin of --perf-{o.name}: {o.help}", type=kind,
@@ -114,6 +118,10 @@ def pytest_configure(config: pytest.Config) -> None:
         state = PerfState(config)
         state.selection("allreduce")  # check every shared option now: a bad one is a usage error
         config.stash[STASH_KEY] = state
+        to = asv_export.prepare(asv_export.target(vars(config.option), prefix="perf-"))
+        if to is not None:  # --perf-asv: record every world's samples when the session ends
+            config.pluginmanager.register(
+                asv_export.SessionRecorder(to, lambda: list(state.outcomes.values())), "perfsuite-asv")
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -210,6 +218,7 @@ def perf_measure(perf_state: PerfState, perf_case: Case):
         if not sample.valid:
             pytest.fail(f"{perf_case.name}: wrong result (validation against the exact sum failed)",
                         pytrace=False)
+        _gate(perf_state, sample, fp)
         return sample
 
     return measure
@@ -231,3 +240,84 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             r = outcome.result
             tr.write_line(f"{spec.label}: {len(r.samples)} cases, world start {r.world_start_s:.2f} s, "
                           f"wall {r.wall_s:.1f} s")
+    _verdict_summary(state, tr)
+    if state.values.get("report"):
+        _write_report(state, tr)
+
+
+def _write_report(state: PerfState, tr) -> None:
+    """--perf-report DIR: the same page as ``perfsuite report``, plus the run's results.json."""
+    from . import report
+
+    results = [o.result for o in state.outcomes.values() if o.result is not None]
+    run = suite.SuiteRun(outcomes=list(state.outcomes.values()),
+                         fingerprint=results[0].fingerprint if results else {},
+                         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    out = state.values["report"]
+    try:
+        report.write_run_json(f"{out}/results.json", run)
+        report.write_report(out, [report.ReportRun.from_suite_run(run, "pytest session")],
+                            verdicts=getattr(state, "verdicts", None))
+    except (OSError, PerfsuiteError) as exc:  # the tests ran; say why the page is missing
+        tr.write_line(f"perfsuite report not written to {out}: {exc}", red=True)
+        return
+    tr.write_line(f"perfsuite report written to {out}/index.html (results in {out}/results.json)")
+
+
+# --- baselines and verdicts (issue 3) -----------------------------------------------------------
+
+def _baseline_root(state: PerfState) -> str:
+    root = state.values.get("baseline_dir") or "baselines"
+    return str(state.config.rootpath / root)  # relative to the rootdir, like testpaths
+
+
+def _gate(state: PerfState, sample: Sample, fingerprint: dict | None) -> None:
+    """Judge one measured case against its baseline: a regression fails with one line, an
+    expected one (baseline xfail reason) xfails, --perf-strict also fails improvements. With
+    --perf-baseline-update nothing fails: this run becomes the baseline at the session's end."""
+    from . import baselines, regress
+    from .errors import BaselineFormatError
+
+    v = state.values
+    try:
+        system = baselines.system_for(fingerprint or None, v.get("system"))
+        if state.baselines is None:
+            state.baselines = baselines.load_all(_baseline_root(state), system)
+        tol = regress.parse_tolerance(v["tolerance"]) if v.get("tolerance") else None
+    except (ConfigError, BaselineFormatError) as exc:
+        pytest.fail(str(exc), pytrace=False)
+    state.system = system
+    verdicts = regress.compare([sample], state.baselines, tolerance=tol, system=system,
+                               cases=[sample.case.name])
+    state.verdicts += verdicts
+    if v.get("baseline_update"):
+        return
+    bad = regress.failing(verdicts, strict=bool(v.get("strict")))
+    if bad:
+        pytest.fail(regress.case_line(bad), pytrace=False)
+    excused = [x for x in verdicts if x.xfail and x.is_failure]
+    if excused:
+        pytest.xfail(regress.case_line(excused))
+
+
+def _verdict_summary(state: PerfState, tr) -> None:
+    """The table of every verdict (missing ones added), then --perf-baseline-update's write."""
+    from . import baselines, regress
+
+    system = state.system
+    if system is None:
+        return  # no case was measured, so nothing was judged
+    selected = {c.name for cs in state.selected.values() for c in cs}
+    measured = {s.case.name for s in state.samples}
+    gone = {k: b for k, b in (state.baselines or {}).items() if k[0] in selected - measured}
+    state.verdicts += regress.compare([], gone, system=system)
+    tr.section(f"perfsuite verdicts on {system}")
+    tr.write_line(regress.verdict_table(state.verdicts))
+    if state.values.get("baseline_update"):
+        fp = next((o.result.fingerprint for o in state.outcomes.values() if o.result is not None), None)
+        valid = [s for s in state.samples if s.valid]
+        try:
+            for line in baselines.update(_baseline_root(state), system, valid, fp):
+                tr.write_line(line)
+        except (OSError, PerfsuiteError) as exc:
+            tr.write_line(f"perfsuite baselines not updated: {exc}", red=True)

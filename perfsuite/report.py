@@ -1,14 +1,23 @@
-"""What people read: OMB / nccl-tests style tables, and the versioned results file.
+"""What people read: OMB / nccl-tests style tables, CSV, the versioned results file, and the
+report (``summary.md`` and a self-contained ``index.html`` with the plots of ``plots.py``).
 
-One of the three rooms that write files (results JSON, and later Markdown/HTML/plots).
+One of the three rooms that write files. Every page function takes an optional list of verdicts
+(from ``regress``), shown regressions first, so a report of a plain run and of a compared run
+are the same page with one more table filled.
 """
 from __future__ import annotations
 
+import base64
+import html
 import json
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from .model import Result, format_size
+from .errors import ConfigError, FormatError
+from .model import RUN_FORMAT, Result, Sample, Verdict, check_format, format_size
 from .suite import SuiteRun
 
 ALLREDUCE_COLUMNS = ("size", "count", "type", "redop", "time(us)", "min(us)", "max(us)",
@@ -56,7 +65,53 @@ def result_table(result: Result) -> str:
     return fmt(result)
 
 
-TABLES = {"allreduce": allreduce_table}
+TF_EPOCH_COLUMNS = ("model", "batch", "global", "img/s", "img/s/wkr", "p50(ms)", "p99(ms)",
+                    "plain img/s", "scaling", "allreduce", "weights")
+
+
+def tf_epoch_table(result: Result) -> str:
+    """One row per model and per-worker batch; scaling = img/s / (n x plain one-worker img/s)."""
+    extra = result.extra or {}
+    head = (f"# tf-epoch  transport={result.transport}  world_size={result.world_size}  "
+            f"TF {extra.get('tensorflow', '?')}")
+    if result.world_start_s is not None:
+        head += f"  world start {result.world_start_s:.2f} s"
+    if extra.get("tf_import_s") is not None:
+        head += f"  TF import {extra['tf_import_s']:.1f} s"
+    lines = [head, "#" + "".join(f"{c:>12}" for c in TF_EPOCH_COLUMNS)[1:]]
+
+    def num(v, fmt):
+        return format(v, fmt) if isinstance(v, (int, float)) else "-"
+
+    for smp in result.samples:
+        i = smp.info
+        share = i.get("allreduce_share")
+        weights = {True: "same", False: "DIFFER", None: "n/a"}[i.get("weights_identical")]
+        lines.append(f"{i['model']:>11} {i['batch']:>11} {i['global_batch']:>11} "
+                     f"{i['img_per_s']:>11.1f} {i['img_per_s_per_worker']:>11.1f} "
+                     f"{i['step_ms_p50']:>11.2f} {i['step_ms_p99']:>11.2f} "
+                     f"{num(i.get('plain_img_per_s'), '.1f'):>11} "
+                     f"{num(i.get('scaling_efficiency'), '.3f'):>11} "
+                     f"{(f'{share:.1%}' if share is not None else 'in graph'):>11} {weights:>11}")
+    return "\n".join(lines)
+
+
+def transport_ratios(samples: Sequence[Sample], pairs: Sequence[tuple[str, str]] =
+                     (("mpi", "grpc"), ("horovod", "grpc"))) -> list[str]:
+    """'img/s(mpi)/img/s(grpc) = 1.80' for every model, batch and world size where both ran."""
+    img = {(s.case.transport, s.case.model, s.case.batch, s.case.world_size): s.metrics["img_per_s"].value
+           for s in samples if s.case.benchmark == "tf-epoch" and "img_per_s" in s.metrics}
+    out = []
+    for num, den in pairs:
+        for (t, model, batch, n), value in img.items():
+            other = img.get((den, model, batch, n))
+            if t == num and other:
+                out.append(f"# img/s({num})/img/s({den}) = {value / other:.2f}  "
+                           f"({model}, batch {batch}, {n} workers: {value:.1f} vs {other:.1f} img/s)")
+    return out
+
+
+TABLES = {"allreduce": allreduce_table, "tf-epoch": tf_epoch_table}
 
 
 def run_summary(run: SuiteRun) -> str:
@@ -66,6 +121,9 @@ def run_summary(run: SuiteRun) -> str:
         if o.samples():
             parts.append(result_table(Result(o.spec.benchmark, o.spec.transport, o.spec.world_size,
                                               tuple(o.samples()))) + "\n# (partial: world failed)")
+    ratios = transport_ratios(run.samples())
+    if ratios:
+        parts.append("\n".join(ratios))
     for o in run.skipped:
         parts.append(f"# SKIPPED {o.spec.label}: {o.skipped}")
     for o in run.failures:
@@ -92,3 +150,373 @@ def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
 
 def write_run_json(path: str | os.PathLike, run: SuiteRun) -> None:
     write_json_atomic(path, run.to_dict())
+
+
+# --- exports: OSU-style text, CSV --------------------------------------------------------------
+
+def omb_table(result: Result) -> str:
+    """The OSU Micro-Benchmarks osu_allreduce layout, so numbers diff against OMB runs directly."""
+    lines = [f"# OSU MPI Allreduce Latency Test (perfsuite, transport={result.transport})",
+             f"# world_size={result.world_size}  Datatype: "
+             f"{result.samples[0].case.dtype if result.samples else 'float32'}",
+             f"# {'Size':<10}{'Avg Latency(us)':>18}{'Min Latency(us)':>18}"
+             f"{'Max Latency(us)':>18}{'Iterations':>12}"]
+    for s in result.samples:
+        i = s.info
+        lines.append(f"{i['size_bytes']:<12}{i['latency_us']:>18.2f}{i['latency_min_us']:>18.2f}"
+                     f"{i['latency_max_us']:>18.2f}{i['iters']:>12}")
+    return "\n".join(lines)
+
+
+CSV_FIXED = ("source", "case", "benchmark", "transport", "world_size", "size_bytes", "dtype",
+             "model", "batch", "variant", "valid", "partial")
+
+
+def csv_text(runs: "Sequence[ReportRun]") -> str:
+    """One row per measured case; one column per metric, headed 'name (unit)'."""
+    import csv
+    import io
+
+    rows = [(run, r, s) for run in runs for r in run.results for s in r.samples]
+    metrics: dict[str, str] = {}
+    for _, _, s in rows:
+        for name, m in s.metrics.items():
+            metrics.setdefault(name, m.unit)
+    names = sorted(metrics)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([*CSV_FIXED, *(f"{n} ({metrics[n]})" for n in names)])
+    for run, r, s in rows:
+        c = s.case
+        w.writerow([run.source, c.name, c.benchmark, c.transport, c.world_size, c.size_bytes or "",
+                    c.dtype, c.model or "", c.batch or "", c.variant, s.valid, bool(r.error),
+                    *(repr(s.metrics[n].value) if n in s.metrics else "" for n in names)])
+    return buf.getvalue()
+
+
+# --- reading runs back -------------------------------------------------------------------------
+
+@dataclass
+class ReportRun:
+    """One results file (or the run just made), as the report reads it: complete and partial
+    worlds as Results (a partial one has ``error`` set), failures and skips as their records."""
+
+    source: str
+    tag: str = ""  # tells runs apart in plots when a report has several
+    created: str = ""
+    fingerprint: dict = field(default_factory=dict)
+    results: list[Result] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str) -> "ReportRun":
+        check_format(d, RUN_FORMAT, source)
+        results = [Result.from_dict(r, source=source) for r in d.get("results", [])]
+        for p in d.get("partial", []):
+            samples = tuple(Sample.from_dict(s) for s in p.get("samples", []))
+            if samples:
+                c = samples[0].case
+                results.append(Result(c.benchmark, c.transport, c.world_size, samples,
+                                      error=f"{p.get('world', c.name)}: world failed; partial"))
+        return cls(source=source, created=d.get("created", ""), fingerprint=d.get("fingerprint", {}),
+                   results=results, failures=list(d.get("failures", [])),
+                   skipped=list(d.get("skipped", [])))
+
+    @classmethod
+    def from_suite_run(cls, run: SuiteRun, source: str = "this run") -> "ReportRun":
+        # Through the stored form on purpose: a report of a live run and of its file are the same.
+        return cls.from_dict(run.to_dict(), source)
+
+
+def load_runs(paths: Sequence[str | os.PathLike]) -> list[ReportRun]:
+    """Read results files (``perfsuite run --json``); several get tags to tell them apart."""
+    runs = []
+    for p in paths:
+        try:
+            d = json.loads(Path(p).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read results file {str(p)!r}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise FormatError(f"{p}: not JSON ({exc}); pass a file written by perfsuite run --json") from None
+        runs.append(ReportRun.from_dict(d, str(p)))
+    return tag_runs(runs)
+
+
+def tag_runs(runs: list[ReportRun]) -> list[ReportRun]:
+    if len(runs) > 1:
+        stems = [Path(r.source).stem for r in runs]
+        for i, r in enumerate(runs):
+            r.tag = stems[i] if stems.count(stems[i]) == 1 else f"{stems[i]}#{i + 1}"
+    return runs
+
+
+# --- verdicts ----------------------------------------------------------------------------------
+
+#: Verdict statuses (model.VERDICT_STATUSES) in the order a reader needs them: what got worse first.
+STATUS_ORDER = ("regression", "invalid", "improvement", "missing", "new", "unchanged")
+
+
+def verdict_rows(verdicts: Sequence[Verdict | dict] | None) -> list[dict[str, Any]]:
+    """Verdicts (``model.Verdict`` or its ``to_dict``) as plain rows, regressions first; within
+    a status, those an expected-failure marker excuses come after the real ones."""
+    rows = []
+    for v in verdicts or ():
+        d = v if isinstance(v, dict) else v.to_dict()
+        status = str(d.get("status", ""))
+        tol = d.get("tolerance") or {}
+        xfail = d.get("xfail") or ""
+        failed = status in ("regression", "invalid")
+        rows.append({"case": str(d.get("case", "")), "metric": str(d.get("metric", "")), "status": status,
+                     "unit": d.get("unit", ""), "value": d.get("value"), "baseline": d.get("baseline"),
+                     "change": d.get("change"), "p_value": d.get("p_value"), "test": d.get("test", ""),
+                     "tolerance": (f"{tol['lower']:+.0%}/{tol['upper']:+.0%}" if tol else ""),
+                     "xfail": xfail,
+                     # red for a failure nobody expected; an expected one is marked, not hidden
+                     "css": ("xfail" if xfail else "regression") if failed else status,
+                     "note": (f"expected failure: {xfail}" if xfail else
+                              d.get("note", "") if status in ("invalid", "missing") else "")})
+    rank = {s: i for i, s in enumerate(STATUS_ORDER)}
+    return sorted(rows, key=lambda r: (rank.get(r["status"], len(rank)), bool(r["xfail"]), r["case"], r["metric"]))
+
+
+def _num(x: Any, fmt: str = ".4g") -> str:
+    return format(x, fmt) if isinstance(x, (int, float)) and not isinstance(x, bool) else ("" if x is None else str(x))
+
+
+def _change(x: Any) -> str:
+    """Verdict change (value / baseline - 1) as a signed percentage."""
+    if not isinstance(x, (int, float)):
+        return "" if x is None else str(x)
+    return f"{x:+.1%}"
+
+
+# --- the report: summary.md and index.html -----------------------------------------------------
+
+REPORT_FILES = ("index.html", "summary.md", "results.csv", "tables.txt")
+_RESULT_COLS = ("size", "time(us)", "p50(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "valid")
+
+
+def _result_rows(r: Result) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """Header and rows of one world's table (allreduce in nccl-tests words, others by metric)."""
+    if r.benchmark == "allreduce":
+        return _RESULT_COLS, [
+            (format_size(s.info["size_bytes"]), f"{s.info['latency_us']:.2f}", f"{s.info['p50_us']:.2f}",
+             f"{s.info['p99_us']:.2f}", f"{s.info['algbw_GBps']:.3f}", f"{s.info['busbw_GBps']:.3f}",
+             "OK" if s.valid else "WRONG") for s in r.samples]
+    names = sorted({n for s in r.samples for n in s.metrics})
+    units = {n: m.unit for s in r.samples for n, m in s.metrics.items()}
+    return (("case", *(f"{n} ({units[n]})" if units[n] else n for n in names), "valid"),
+            [(s.case.id, *(_num(s.metrics[n].value) if n in s.metrics else "" for n in names),
+              "OK" if s.valid else "WRONG") for s in r.samples])
+
+
+def _heading(r: Result, tag: str) -> str:
+    bits = [f"{r.benchmark} · {r.transport} · {r.world_size} ranks"]
+    if r.world_start_s is not None:
+        bits.append(f"world start {r.world_start_s:.2f} s")
+    for key, value in sorted((r.extra or {}).items()):
+        if key.endswith("_copy_GBps") and isinstance(value, (int, float)):
+            bits.append(f"{key[:-len('_copy_GBps')].replace('_', ' ')} copy {value:.2f} GB/s")
+    if tag:
+        bits.append(tag)
+    if r.error:
+        bits.append("PARTIAL: " + r.error)
+    return " · ".join(bits)
+
+
+def _machine(run: ReportRun) -> str:
+    fp = dict(run.fingerprint)
+    for r in run.results:  # rank 0's fingerprint knows the MPI library
+        fp = {**r.fingerprint, **fp}
+    gpus = fp.get("gpus") or []
+    gpu = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g) for g in gpus) or "no GPU"
+    parts = [fp.get("host"), fp.get("cpu_model") and f"{fp['cpu_model']} x{fp.get('cpu_count')}",
+             gpu, fp.get("mpi_library"), fp.get("python") and f"Python {fp['python']}",
+             fp.get("perfsuite") and f"perfsuite {fp['perfsuite']}"]
+    return " · ".join(str(p) for p in parts if p)
+
+
+def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
+    return (["| " + " | ".join(cell(h) for h in head) + " |", "|" + "---|" * len(head)]
+            + ["| " + " | ".join(cell(x) for x in row) + " |" for row in rows])
+
+
+def _verdict_table_rows(rows: list[dict]) -> list[tuple[str, ...]]:
+    return [(r["status"].upper() if r["css"] == "regression" else r["status"], r["case"], r["metric"],
+             f"{_num(r['value'])} {r['unit']}".strip() if r["value"] is not None else "",
+             _num(r["baseline"]), _change(r["change"]), r["tolerance"],
+             f"{_num(r['p_value'], '.2g')} {r['test']}".strip() if r["p_value"] is not None else "",
+             r["note"]) for r in rows]
+
+
+VERDICT_HEAD = ("status", "case", "metric", "value", "baseline", "change", "tolerance", "p", "note")
+NO_VERDICTS = "No baseline was compared, so there are no verdicts."
+
+
+def summary_markdown(runs: Sequence[ReportRun], plots: Sequence[Any] = (),
+                     verdicts: Sequence[Any] | None = None, asv_url: str | None = None) -> str:
+    """The Markdown summary (also fit for $GITHUB_STEP_SUMMARY): verdicts, plots, tables."""
+    out = ["# perfsuite report", ""]
+    for run in runs:
+        out.append(f"- `{run.source}` {run.created} · {_machine(run)}")
+    rows = verdict_rows(verdicts)
+    regressions = sum(r["css"] == "regression" for r in rows)
+    out += ["", "## Verdicts", ""]
+    if rows:
+        out += [f"**{regressions} failing verdict(s)** (regressions, invalid results) of {len(rows)}.", ""]
+        out += _md_table(VERDICT_HEAD, _verdict_table_rows(rows))
+    else:
+        out.append(NO_VERDICTS)
+    if asv_url:
+        out += ["", f"History: [asv benchmarks page]({asv_url})"]
+    out += ["", "## Plots", ""]
+    for p in plots:
+        out.append(f"![{p.title}]({p.file.name})" if p.file else f"- {p.title}: not drawn, {p.skipped}")
+    out += ["", "## Results"]
+    for run in runs:
+        for r in run.results:
+            head, body = _result_rows(r)
+            out += ["", f"### {_heading(r, run.tag)}", "", *_md_table(head, body)]
+    problems = _problems(runs)
+    if problems:
+        out += ["", "## Skipped and failed worlds", ""]
+        for kind, world, text, tail in problems:
+            out.append(f"- **{kind}** `{world}`: {text}")
+            if tail:
+                out += ["", "  ```", *("  " + line for line in tail.splitlines()), "  ```"]
+    return "\n".join(out) + "\n"
+
+
+def _problems(runs: Sequence[ReportRun]) -> list[tuple[str, str, str, str]]:
+    """(kind, world, message, stderr tail) of every skipped and failed world."""
+    out = []
+    for run in runs:
+        for s in run.skipped:
+            out.append(("skipped", s.get("world", "?"), s.get("reason", ""), ""))
+        for f in run.failures:
+            out.append(("FAILED", f.get("world", "?"), f.get("message", ""), f.get("stderr_tail") or ""))
+        bad = [s.case.name for r in run.results for s in r.samples if not s.valid]
+        if bad:
+            out.append(("FAILED", "validation", "wrong sum in " + ", ".join(bad), ""))
+    return out
+
+
+_CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f3f3f3}td:nth-child(2),td:first-child,td:last-child{text-align:left}
+tr.regression td{background:#fde2e2;color:#b00020;font-weight:600}tr.improvement td{color:#0a6b2d}
+tr.xfail td{background:#fff4d6;color:#8a5a00}tr.missing td,tr.new td{color:#555}
+figure{margin:1em 0}img{max-width:100%;border:1px solid #eee}figcaption,.note{color:#666}
+pre{background:#f7f7f7;padding:.6em;overflow-x:auto}.bad{color:#b00020}"""
+
+
+def _h(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _html_table(head: Sequence[str], rows: Sequence[Sequence[str]], classes: Sequence[str] = (),
+                table_id: str = "") -> str:
+    tid = f' id="{table_id}"' if table_id else ""
+    body = "".join(f'<tr class="{_h(classes[i]) if i < len(classes) else ""}">'
+                   + "".join(f"<td>{_h(x)}</td>" for x in row) + "</tr>" for i, row in enumerate(rows))
+    return (f"<table{tid}><thead><tr>" + "".join(f"<th>{_h(h)}</th>" for h in head)
+            + f"</tr></thead><tbody>{body}</tbody></table>")
+
+
+def html_page(runs: Sequence[ReportRun], plots: Sequence[Any] = (),
+              verdicts: Sequence[Any] | None = None, asv_url: str | None = None) -> str:
+    """One self-contained page: the PNGs are embedded as data URIs, so it can be mailed or
+    uploaded as a single CI artifact and still show every plot."""
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>perfsuite report</title>"
+             f"<style>{_CSS}</style></head><body><h1>perfsuite report</h1><ul>"]
+    parts += [f"<li><code>{_h(r.source)}</code> {_h(r.created)} · {_h(_machine(r))}</li>" for r in runs]
+    parts.append("</ul><h2>Verdicts</h2>")
+    rows = verdict_rows(verdicts)
+    if rows:
+        n = sum(r["css"] == "regression" for r in rows)
+        parts.append(f"<p class='{'bad' if n else 'note'}'><b>{n} failing verdict(s)</b> (regressions, invalid results) of {len(rows)}.</p>")
+    parts.append(_html_table(VERDICT_HEAD, _verdict_table_rows(rows), [r["css"] for r in rows],
+                             table_id="verdicts"))
+    if not rows:
+        parts.append(f"<p class='note'>{_h(NO_VERDICTS)}</p>")
+    if asv_url:
+        parts.append(f"<p>History: <a id='asv-link' href='{_h(asv_url)}'>asv benchmarks page</a></p>")
+    parts.append("<h2>Plots</h2>")
+    for p in plots:
+        if p.file:
+            data = base64.b64encode(Path(p.file).read_bytes()).decode("ascii")
+            parts.append(f"<figure><img class='plot' alt='{_h(p.title)}' data-file='{_h(p.file.name)}' "
+                         f"src='data:image/png;base64,{data}'><figcaption>{_h(p.caption)}</figcaption></figure>")
+        else:
+            parts.append(f"<p class='note skipped-plot'>{_h(p.title)}: not drawn, {_h(p.skipped)}.</p>")
+    parts.append("<h2>Results</h2>")
+    for run in runs:
+        for r in run.results:
+            head, body = _result_rows(r)
+            parts.append(f"<h3>{_h(_heading(r, run.tag))}</h3>" + _html_table(
+                head, body, ["" if b[-1] == "OK" else "regression" for b in body]))
+    problems = _problems(runs)
+    if problems:
+        parts.append("<h2>Skipped and failed worlds</h2><ul>")
+        for kind, world, text, tail in problems:
+            tail_html = f"<details open><summary>stderr tail</summary><pre>{_h(tail)}</pre></details>" if tail else ""
+            parts.append(f"<li class='{'bad' if kind == 'FAILED' else 'note'}'><b>{_h(kind)}</b> "
+                         f"<code>{_h(world)}</code>: {_h(text)}{tail_html}</li>")
+        parts.append("</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def text_tables(runs: Sequence[ReportRun]) -> str:
+    """Every world in nccl-tests columns, then in OSU's layout (allreduce only)."""
+    out = []
+    for run in runs:
+        for r in run.results:
+            out.append(result_table(r) + (f"\n# ({r.error})" if r.error else ""))
+            if r.benchmark == "allreduce" and r.samples:
+                out.append(omb_table(r))
+    return "\n\n".join(out) + "\n"
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_stall_png(path: str | os.PathLike, breakdown: Any, title: str) -> Path:
+    """The stacked bar of one stall breakdown (``perfsuite stalls``): compute + four stalls."""
+    from .plots import breakdown_plot
+
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return breakdown_plot([(part, ms) for part, ms, _share, _note in breakdown.rows()], title, path).file
+
+
+def write_report(out_dir: str | os.PathLike, runs: Sequence[ReportRun],
+                 verdicts: Sequence[Any] | None = None, asv_url: str | None = None) -> dict[str, Any]:
+    """Write index.html, summary.md, results.csv, tables.txt and the PNGs into ``out_dir``.
+
+    Returns what was written: file name -> path, and 'plots' -> the Plot records (with the
+    reason of each plot that was not drawn).
+    """
+    from .plots import make_plots  # matplotlib costs a second to import; only reports need it
+
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"report folder {str(out)!r} cannot be created: {exc.strerror}") from None
+    plots = make_plots([(run.tag, r) for run in runs for r in run.results], out)
+    texts = {"index.html": html_page(runs, plots, verdicts, asv_url),
+             "summary.md": summary_markdown(runs, plots, verdicts, asv_url),
+             "results.csv": csv_text(runs), "tables.txt": text_tables(runs)}
+    written: dict[str, Any] = {}
+    for name, text in texts.items():
+        _write_text(out / name, text)
+        written[name] = out / name
+    written["plots"] = plots
+    return written

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import socket
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from .launch.world import run_world
 from .model import RESULT_VERSION, RUN_FORMAT, Case, Result, Sample, WorldSpec, check_format
 
 DEFAULT_TIMEOUT_S = 300.0
-BENCHMARKS = ("allreduce",)  # kernels that the case matrix knows how to select
+BENCHMARKS = ("allreduce", "tf-epoch")  # kernels that the case matrix knows how to select
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,15 @@ def _allreduce_cases(sel: Selection) -> list[Case]:
 CASE_BUILDERS["allreduce"] = _allreduce_cases
 
 
+def _tf_epoch_cases(sel: Selection) -> list[Case]:
+    picked = transports.names("tf-epoch") if sel.transports is None else sel.transports
+    return _cases.tf_cases(picked, sel.world_sizes, sel.extra.get("models", _cases.DEFAULT_MODELS),
+                           sel.extra.get("batches", _cases.DEFAULT_BATCHES))
+
+
+CASE_BUILDERS["tf-epoch"] = _tf_epoch_cases
+
+
 def select_cases(sel: Selection) -> list[Case]:
     if sel.benchmark not in CASE_BUILDERS:
         raise ConfigError(f"benchmark {sel.benchmark!r} is unknown; choose from {', '.join(CASE_BUILDERS)}")
@@ -62,6 +72,8 @@ class SuiteConfig:
     options: dict[str, Any] = field(default_factory=dict)  # kernel knobs: iters, warmup, inplace
     workdir: str | None = None
     keep_worlds: bool = False
+    network: Any = None  # launch.netns.Shaping: run every world on emulated nodes (issue 6)
+    rounds: Any = None  # regress.RoundsPolicy: repeat each world and pool the rounds (issue 3)
 
 
 @dataclass
@@ -182,17 +194,33 @@ def run_one(spec: WorldSpec, cfg: SuiteConfig) -> WorldOutcome:
     reason = tspec.unavailable_reason()
     if reason:
         return WorldOutcome(spec, skipped=reason)
+    if cfg.network is not None:
+        return run_emulated(spec, cfg)
     options = {**cfg.options, **spec.options}
     if getattr(tspec, "needs_ports", False) and "ports" not in options:
         options["ports"] = free_ports(spec.world_size)
     spec = WorldSpec(spec.benchmark, spec.transport, spec.world_size, spec.cases, options)
     try:
-        result = run_world(spec, cfg.launch, cfg.timeout, cfg.workdir, keep=cfg.keep_worlds)
+        result = run_rounds(spec, cfg)
     except (RankFailure, LaunchError) as exc:
         return WorldOutcome(spec, failure=exc)
     if result.extra.get("unavailable"):  # found out inside the world (worker.py): a skip
         return WorldOutcome(spec, skipped=str(result.extra["unavailable"]))
     return WorldOutcome(spec, result=result)
+
+
+def run_rounds(spec: WorldSpec, cfg: SuiteConfig) -> Result:
+    """Run the world as many rounds as ``cfg.rounds`` asks (noise handling on shared machines),
+    each case's samples pooled over the rounds; one round when no policy is set."""
+    from . import regress
+
+    policy = cfg.rounds or regress.RoundsPolicy()
+    results: list[Result] = []
+    t0 = time.monotonic()
+    while not results or policy.more(len(results), time.monotonic() - t0,
+                                     regress.pool_results(results).samples):
+        results.append(run_world(spec, cfg.launch, cfg.timeout, cfg.workdir, keep=cfg.keep_worlds))
+    return regress.pool_results(results)
 
 
 def run(cases: Sequence[Case], cfg: SuiteConfig,
@@ -275,3 +303,158 @@ def overhead(cfg: SuiteConfig, world_size: int = 2, sizes: Sequence[int] = OVERH
         if size == 64 << 20:
             rep.busbw_64MiB_GBps = sample.info["busbw_GBps"]
     return rep
+
+
+# --- emulated nodes and the stall breakdown (issue 6) -------------------------------------------
+
+def wire_bytes_min(sample: Sample) -> int:
+    """The least bytes a sample's collectives must have put on the emulated wires (all ranks on
+    their own node): allreduce calls x size x 2(n-1); a training step allreduces every gradient."""
+    from .launch.netns import allreduce_wire_bytes
+
+    i, n = sample.info, sample.case.world_size
+    if sample.case.benchmark == "allreduce":
+        return allreduce_wire_bytes(sample.case.size_bytes or 0, n,
+                                    int(i.get("iters", 0)) + int(i.get("warmup", 0)))
+    if i.get("params") and i.get("allreduce_share") is not None:  # gradients exchanged via MPI
+        return allreduce_wire_bytes(4 * int(i["params"]), n, int(i.get("steps", 0)) + int(i.get("warmup", 0)))
+    return 0
+
+
+def run_emulated(spec: WorldSpec, cfg: SuiteConfig) -> WorldOutcome:
+    """Run one world with one rank per emulated node (``launch/netns.py``): namespaces made,
+    ranks placed by Hydra, and removed afterwards whatever happens. Proof that the traffic
+    crossed: the shaped links' byte counters must grow by at least the bytes the world's
+    collectives sent, or every sample of the world is marked invalid with the numbers."""
+    from dataclasses import replace as _replace
+
+    from .launch import netns
+    from .launch.world import default_program, run_command
+
+    reason = netns.unavailable_reason()
+    if reason:
+        return WorldOutcome(spec, skipped=reason)
+    if spec.world_size < 2:
+        return WorldOutcome(spec, skipped="an emulated network needs a world of >= 2 ranks")
+    net = cfg.network.network(spec.world_size)
+    with netns.NetnsSession(net, run_command) as session:
+        launch = session.launch_config(cfg.launch, spec.world_size,
+                                       cfg.launch.program or default_program("mpiexec"))
+        before = session.sent_bytes()
+        outcome = run_one(spec, _replace(cfg, launch=launch, network=None))
+        sent = sum(session.sent_bytes()) - sum(before)
+    if outcome.result is None:
+        return outcome
+    need = sum(wire_bytes_min(s) for s in outcome.result.samples)
+    crossed = sent >= need
+    samples = tuple(Sample(s.case, s.metrics, s.valid and crossed, s.times_s,
+                           {**s.info, "emulated_network": net.rate, "wire_bytes_sent": sent,
+                            "wire_bytes_min": need,
+                            **({} if crossed else {"invalid_reason": (
+                                f"the emulated links sent {sent} bytes, fewer than the {need} the "
+                                "collectives must send: traffic did not cross the emulated network")})})
+                    for s in outcome.result.samples)
+    extra = {**outcome.result.extra, "emulated_network": {"rate": net.rate, "nodes": net.nodes,
+             "wire_bytes_sent": sent, "wire_bytes_min": need, "crossed": crossed}}
+    return WorldOutcome(outcome.spec, result=_replace(outcome.result, samples=samples, extra=extra))
+
+
+DROP_CACHES = ["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"]
+
+
+@dataclass(frozen=True)
+class StallConfig:
+    """A breakdown to measure: the model and transport, N workers, the emulated network."""
+
+    model: str
+    transport: str = "mpi"
+    world_size: int = 2
+    batch: int = 16
+    network: Any = None  # launch.netns.Shaping for T4; None: no network stall
+    data_dir: str | None = None  # JPEG dataset (perfsuite.dataset); None: no prep/fetch stall
+    prep_threads: int = 2
+    options: dict[str, Any] = field(default_factory=dict)  # iters, warmup, image_size, ...
+
+
+@dataclass
+class StallRunOutcome:
+    breakdown: Any  # stalls.Breakdown
+    sample: Sample
+    outcomes: dict[str, WorldOutcome] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def run_stalls(sc: StallConfig, cfg: SuiteConfig,
+               on_run: Callable[[str, Any, WorldOutcome | None], None] | None = None) -> StallRunOutcome:
+    """The five epochs of the Stash breakdown (stalls.plan), each a real tf-epoch world, then
+    the pure decomposition. A run that cannot happen here (not root: no cold cache, no
+    emulated network) is skipped with its reason and so are the stalls that need it."""
+    import os as _os
+    from dataclasses import replace as _replace
+
+    from . import stalls
+    from .launch import netns
+    from .launch.world import run_command
+
+    is_root = hasattr(_os, "geteuid") and _os.geteuid() == 0
+    cores = _os.cpu_count() or 1
+    # One worker gets the same cores in every run (the CPU stand-in for one GPU per worker).
+    tf_threads = max(1, cores // sc.world_size)
+    base = {"baseline": False, "tf_threads": tf_threads, "prep_threads": sc.prep_threads,
+            **cfg.options, **sc.options}
+    skipped: dict[str, str] = {}
+    outcomes: dict[str, WorldOutcome] = {}
+    times: dict[str, list[float]] = {}
+    info: dict[str, Any] = {"tf_threads": tf_threads, "prep_threads": sc.prep_threads}
+    for run in stalls.plan(sc.world_size, data=sc.data_dir is not None, network=sc.network is not None):
+        if run.across_nodes:
+            reason = netns.unavailable_reason(is_root)
+            if reason:
+                skipped[run.key] = reason
+                continue
+        if run.cache == "cold" and not is_root:
+            skipped[run.key] = "not root (only root can drop the page cache for a cold run)"
+            continue
+        options = dict(base)
+        if run.data == "files":
+            options.update(data="files", data_dir=sc.data_dir)
+        if run.cache == "warm":
+            from .dataset import warm
+
+            warm(sc.data_dir)
+        if run.cache == "cold":
+            run_command(DROP_CACHES, timeout=120)
+        # T0 runs the same transport on one rank, so T1 - T0 is only what N workers add.
+        case = Case("tf-epoch", sc.transport, run.world_size,
+                    model=sc.model, batch=sc.batch)
+        spec = WorldSpec("tf-epoch", case.transport, run.world_size, (case,), options)
+        run_cfg = _replace(cfg, network=sc.network if run.across_nodes else None)
+        if on_run:
+            on_run("start", run, None)
+        outcome = run_one(spec, run_cfg)
+        outcomes[run.key] = outcome
+        if on_run:
+            on_run("done", run, outcome)
+        sample = outcome.sample_for(case)
+        if outcome.skipped or sample is None or not sample.valid:
+            why = outcome.skipped or (str(outcome.failure) if outcome.failure else
+                                      sample.info.get("invalid_reason", "invalid sample") if sample
+                                      else "no sample")
+            skipped[run.key] = f"{run.key} did not measure: {why}"
+            continue
+        times[run.key] = [t * 1e3 for t in sample.times_s]
+        info[f"{run.key}_info"] = {k: sample.info.get(k) for k in (
+            "step_ms_p50", "params", "data", "prep_threads", "input_wait_ms_mean",
+            "wire_bytes_sent", "wire_bytes_min", "emulated_network", "image_size", "steps")}
+    if "T0" not in times:
+        raise LaunchError(f"the stall breakdown needs T0 (1 worker, synthetic): {skipped.get('T0', 'not measured')}")
+    bd = stalls.decompose(times, skipped)
+    params = (info.get("T0_info") or {}).get("params")
+    if sc.network is not None and params:
+        info["gradient_bytes"] = 4 * int(params)
+        info["network_stall_bound_ms"] = stalls.expected_network_stall_ms(
+            4 * int(params), sc.world_size, sc.network.rate_bps)
+    case = stalls.stall_case(sc.transport, sc.world_size, sc.model, sc.batch,
+                             sc.network.label if sc.network is not None else None)
+    info["skipped"] = skipped
+    return StallRunOutcome(bd, stalls.to_sample(case, bd, info), outcomes, skipped)

@@ -13,6 +13,7 @@ from ..errors import ConfigError
 
 KERNELS = {
     "allreduce": "perfsuite.kernels.allreduce",
+    "tf-epoch": "perfsuite.kernels.tf_epoch",
 }
 
 

@@ -38,6 +38,7 @@ class TransportSpec:
     module: str | None = None  # "perfsuite.transports.mpi:MpiAllreduce" (None: never runs in TF 2)
     device: str = "host"  # host | gpu
     check: Callable[[], str | None] = field(default=need_mpi4py, compare=False)
+    needs_ports: bool = False  # the launching side fills options["ports"]: one free port per rank
 
     def unavailable_reason(self) -> str | None:
         if self.module is None:
@@ -48,17 +49,19 @@ class TransportSpec:
 REGISTRY: dict[str, TransportSpec] = {}
 
 
-def register(spec: TransportSpec) -> TransportSpec:
-    REGISTRY[spec.name] = spec
+def register(spec: TransportSpec, key: str | None = None) -> TransportSpec:
+    """``key`` "BENCHMARK:NAME" lets one user-facing name (``mpi``) mean different transports
+    for different kernels (allreduce ``mpi`` vs training ``mpi``)."""
+    REGISTRY[key or spec.name] = spec
     return spec
 
 
 def names(benchmark: str = "allreduce") -> list[str]:
-    return [n for n, s in REGISTRY.items() if benchmark in s.benchmarks]
+    return list(dict.fromkeys(s.name for s in REGISTRY.values() if benchmark in s.benchmarks))
 
 
 def spec(name: str, benchmark: str = "allreduce") -> TransportSpec:
-    s = REGISTRY.get(name)
+    s = REGISTRY.get(f"{benchmark}:{name}") or REGISTRY.get(name)
     if s is None or benchmark not in s.benchmarks:
         raise ConfigError(f"transport {name!r} is unknown for {benchmark}; "
                           f"choose from {', '.join(names(benchmark))}")
@@ -86,3 +89,47 @@ register(TransportSpec("ring", "Baidu ring allreduce: reduce-scatter + allgather
 for _proto in ("verbs", "mpi", "gdr"):
     register(TransportSpec(f"grpc+{_proto}", f"TF 1 gRPC+{_proto} server protocol",
                            ("allreduce", "tf-epoch"), None))
+
+
+def need_gpu() -> str | None:
+    """NVML + module look-ups only (gpu.py); never imports CuPy or creates a CUDA context."""
+    from .gpu import need_gpu as check
+
+    return check()
+
+
+for _name, _summary, _cls in (
+        ("mpi-cuda", "mpi4py Allreduce on CuPy buffers (needs CUDA-aware MPI)", "mpi_cuda:MpiCudaAllreduce"),
+        ("mpi-staged", "D2H copy, host MPI Allreduce, H2D copy", "mpi_staged:MpiStagedAllreduce"),
+        ("nccl", "NCCL allreduce via cupy.cuda.nccl, one GPU per rank", "nccl:NcclAllreduce"),
+        ("gpu-ring", "ring allreduce with CuPy-kernel reductions and cached buffers, over "
+                     "CUDA-aware MPI or staged", "gpu_ring:GpuRingAllreduce")):
+    register(TransportSpec(_name, _summary, ("allreduce",), f"perfsuite.transports.{_cls}",
+                           device="gpu", check=need_gpu))
+
+
+# TensorFlow: tf-grpc for the allreduce kernel, and the training transports of tf-epoch (keyed
+# "tf-epoch:NAME" because mpi and nccl are also allreduce transports). tf_support imports only
+# the standard library at module level, so TensorFlow is never imported here.
+from . import tf_support as _tf  # noqa: E402
+
+register(TransportSpec("tf-grpc", "TensorFlow collective ring over gRPC (MultiWorkerMirroredStrategy RING)",
+                       ("allreduce",), "perfsuite.transports.tf_grpc:TfGrpcAllreduce",
+                       check=_tf.need_tf, needs_ports=True))
+for _name, _summary, _cls, _device, _check, _ports in (
+        ("plain", "no strategy, no gradient exchange: each worker trains alone", "PlainTraining",
+         "host", _tf.need_tf, False),
+        ("grpc", "MultiWorkerMirroredStrategy, RING collectives over gRPC", "GrpcTraining",
+         "host", _tf.need_tf, True),
+        ("mpi", "GradientTape gradients fused and averaged with mpi4py Allreduce (Horovod-style)",
+         "MpiTraining", "host", _tf.need_tf, False),
+        ("horovod", "hvd.DistributedGradientTape over MPI", "HorovodTraining",
+         "host", _tf.need_horovod, False),
+        ("grpc-nccl", "MultiWorkerMirroredStrategy, NCCL collectives", "GrpcNcclTraining",
+         "gpu", _tf.need_tf_gpu, True),
+        ("horovod-nccl", "hvd.DistributedGradientTape over NCCL", "HorovodNcclTraining",
+         "gpu", _tf.need_horovod_gpu, False),
+        ("nccl", "gradients allreduced with NCCL directly", "NcclTraining",
+         "gpu", _tf.need_tf_gpu, False)):
+    register(TransportSpec(_name, _summary, ("tf-epoch",), f"perfsuite.transports.tf_train:{_cls}",
+                           device=_device, check=_check, needs_ports=_ports), key=f"tf-epoch:{_name}")

@@ -1,0 +1,267 @@
+"""Baselines: versioned JSON data under ``baselines/<system>/<benchmark>.json``.
+
+``<system>`` names a kind of machine (``fingerprint.system_name``, or one the user picks, like
+ReFrame's system:partition). Each file holds, per case and metric, what ``model.Baseline`` holds:
+unit, direction, round values, a bounded set of raw samples and their summary, and optionally a
+tolerance and an expected-failure reason. A file may also set per-metric default tolerances::
+
+    {"format": "perfsuite-baseline", "version": 1, "system": "...", "benchmark": "allreduce",
+     "tolerances": {"latency_us": {"lower": -0.05, "upper": 0.05}},
+     "cases": {"allreduce[mpi-n2-1MiB]": {"busbw_GBps": {"unit": "GB/s", ...,
+                                                         "xfail": "known slow on this system"}}}}
+
+One of the rooms that write files. Nothing is written unless asked (``update``), and then
+atomically (a temporary file in the same folder, renamed over the old one), so a crash never
+leaves half a baseline. Hand-edited tolerances and xfail reasons survive an update.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from . import fingerprint as _fingerprint
+from . import regress
+from .errors import BaselineFormatError, ConfigError
+from .model import BASELINE_FORMAT, BASELINE_VERSION, Baseline, Sample, Tolerance
+
+DEFAULT_DIR = "baselines"
+_SYSTEM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
+_NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][-0-9.eE+,\s]*?)\s*\]")
+SIGNIFICANT_DIGITS = 7  # stored numbers: far finer than any timing noise, files stay small
+_HOW_TO_REFRESH = ("re-record it with `perfsuite baseline update --from results.json` "
+                   "or `pytest benchmarks --perf-baseline-update`")
+
+
+def system_for(fp: Mapping[str, Any] | None = None, name: str | None = None) -> str:
+    """The system name baselines are filed under: ``name`` if given (checked), else the
+    fingerprint's (``fp`` or this machine's)."""
+    if name:
+        if not _SYSTEM_RE.match(name) or ".." in name:
+            raise ConfigError(f"system name {name!r} is not allowed; use letters, digits and "
+                              "._:- (e.g. 'ci-2core' or 'cluster:gpu'), no slashes")
+        return name
+    return _fingerprint.system_name(dict(fp) if fp is not None else _fingerprint.collect())
+
+
+def path_for(root: str | os.PathLike, system: str, benchmark: str) -> Path:
+    return Path(root) / system_for(name=system) / f"{benchmark}.json"
+
+
+@dataclass
+class BaselineSet:
+    """The baselines of one benchmark on one system (one file)."""
+
+    system: str
+    benchmark: str
+    entries: dict[tuple[str, str], Baseline] = field(default_factory=dict)
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)  # per-metric defaults
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    updated: str = ""
+
+    def effective(self) -> dict[tuple[str, str], Baseline]:
+        """Entries with the file's per-metric tolerance filled in where an entry has none."""
+        return {k: (b if b.tolerance or k[1] not in self.tolerances
+                    else replace(b, tolerance=self.tolerances[k[1]]))
+                for k, b in self.entries.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        cases: dict[str, dict[str, Any]] = {}
+        for (case, metric), b in sorted(self.entries.items()):
+            cases.setdefault(case, {})[metric] = b.to_dict()
+        return {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "system": self.system,
+                "benchmark": self.benchmark, "updated": self.updated,
+                "tolerances": {m: t.to_dict() for m, t in sorted(self.tolerances.items())},
+                "fingerprint": self.fingerprint, "cases": cases}
+
+
+def from_dict(d: Any, source: str) -> BaselineSet:
+    """Check a parsed baseline file; every problem is one line saying what to do."""
+    if not isinstance(d, dict) or d.get("format") != BASELINE_FORMAT:
+        found = d.get("format") if isinstance(d, dict) else type(d).__name__
+        raise BaselineFormatError(f"{source}: not a {BASELINE_FORMAT} file (format {found!r}); "
+                                  f"move it away and {_HOW_TO_REFRESH}")
+    version = d.get("version")
+    if version != BASELINE_VERSION:
+        if isinstance(version, int) and version < BASELINE_VERSION:
+            hint = f"it is older than this perfsuite reads; {_HOW_TO_REFRESH}"
+        else:
+            hint = "it was written by a newer perfsuite; upgrade perfsuite to read it"
+        raise BaselineFormatError(f"{source}: baseline version {version!r} is not supported "
+                                  f"(this perfsuite reads version {BASELINE_VERSION}); {hint}")
+    try:
+        tolerances = {m: Tolerance.from_dict(t) for m, t in (d.get("tolerances") or {}).items()}
+        entries = {}
+        for case, metrics in d["cases"].items():
+            for metric, e in metrics.items():
+                b = Baseline.from_dict(case, metric, e)
+                if not b.rounds:
+                    raise ValueError(f"{case} {metric} has no round values")
+                entries[(case, metric)] = b
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise BaselineFormatError(f"{source}: malformed baseline ({what}); fix the entry by hand "
+                                  f"or move the file away and {_HOW_TO_REFRESH}") from None
+    return BaselineSet(system=str(d.get("system", "")), benchmark=str(d.get("benchmark", "")),
+                       entries=entries, tolerances=tolerances,
+                       fingerprint=dict(d.get("fingerprint") or {}), updated=str(d.get("updated", "")))
+
+
+def load(root: str | os.PathLike, system: str, benchmark: str) -> BaselineSet | None:
+    """The baselines of ``benchmark`` on ``system``, or None when none were recorded."""
+    path = path_for(root, system, benchmark)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BaselineFormatError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        d = json.loads(text)
+    except ValueError as exc:
+        raise BaselineFormatError(f"{path}: not valid JSON ({exc}); fix it or move it away and "
+                                  f"{_HOW_TO_REFRESH}") from None
+    return from_dict(d, str(path))
+
+
+def load_all(root: str | os.PathLike, system: str) -> dict[tuple[str, str], Baseline]:
+    """Every baseline of ``system`` (all benchmarks), keyed (case name, metric)."""
+    folder = Path(root) / system_for(name=system)
+    out: dict[tuple[str, str], Baseline] = {}
+    if not folder.is_dir():
+        return out
+    for f in sorted(folder.glob("*.json")):
+        bs = load(root, system, f.stem)
+        if bs is not None:
+            out.update(bs.effective())
+    return out
+
+
+def systems(root: str | os.PathLike) -> list[str]:
+    base = Path(root)
+    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def merge(old: BaselineSet | None, samples: Iterable[Sample], system: str, benchmark: str,
+          fp: Mapping[str, Any] | None = None, recorded: str = "") -> tuple[BaselineSet, list[str]]:
+    """The baseline set after recording ``samples`` of ``benchmark`` (pure: writes nothing), and
+    one line per change. Invalid samples are never recorded; hand-set tolerances and xfail
+    reasons of an existing entry are kept."""
+    recorded = recorded or _now()
+    new = BaselineSet(system, benchmark, dict(old.entries) if old else {},
+                      dict(old.tolerances) if old else {}, dict(fp or (old.fingerprint if old else {})),
+                      recorded)
+    changes: list[str] = []
+    for s in samples:
+        if s.case.benchmark != benchmark:
+            continue
+        if not s.valid:
+            changes.append(f"{s.case.name}: not recorded, the result failed validation")
+            continue
+        for metric in s.metrics:
+            prev = new.entries.get((s.case.name, metric))
+            b = regress.baseline_from_sample(s, metric, recorded,
+                                             tolerance=prev.tolerance if prev else None,
+                                             xfail=prev.xfail if prev else None)
+            new.entries[(s.case.name, metric)] = b
+            if prev is None:
+                changes.append(f"{s.case.name} {metric}: new {b.value:.4g} {b.unit} "
+                               f"({len(b.rounds)} round(s))")
+            else:
+                rel = b.value / prev.value - 1.0 if prev.value else 0.0
+                changes.append(f"{s.case.name} {metric}: {prev.value:.4g} -> {b.value:.4g} "
+                               f"{b.unit} ({rel:+.1%}, {len(b.rounds)} round(s))")
+    return new, changes
+
+
+def update(root: str | os.PathLike, system: str, samples: Iterable[Sample],
+           fp: Mapping[str, Any] | None = None) -> list[str]:
+    """Record ``samples`` as the baselines of their benchmarks on ``system``; atomic per file.
+
+    Only called when the user asked (``--perf-baseline-update``, ``perfsuite baseline update``).
+    Returns one line per change, each file's path first.
+    """
+    by_bench: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_bench.setdefault(s.case.benchmark, []).append(s)
+    lines: list[str] = []
+    for bench, ss in by_bench.items():
+        merged, changes = merge(load(root, system, bench), ss, system, bench, fp)
+        path = path_for(root, system, bench)
+        save(merged, path)
+        lines.append(f"{path}: {len(changes)} change(s)")
+        lines += [f"  {c}" for c in changes]
+    return lines
+
+
+def save(bs: BaselineSet, path: str | os.PathLike) -> None:
+    """Write atomically: a temporary file in the same folder, flushed, then renamed over."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = _dumps(bs.to_dict())
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _round(x: Any) -> Any:
+    if isinstance(x, float):
+        return float(f"{x:.{SIGNIFICANT_DIGITS}g}")
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_round(v) for v in x]
+    return x
+
+
+def _dumps(d: dict[str, Any]) -> str:
+    """Indented for readable diffs, but lists of numbers on one line (samples stay compact)."""
+    text = json.dumps(_round(d), indent=1, sort_keys=False)
+    return _NUMBER_LIST.sub(lambda m: "[" + re.sub(r"\s+", " ", m.group(1)) + "]", text) + "\n"
+
+
+def show(root: str | os.PathLike, system: str | None = None) -> str:
+    """A table of the stored baselines of one system (or of every system under ``root``)."""
+    names = [system_for(name=system)] if system else systems(root)
+    if not names:
+        return f"no baselines under {root}/ (record some with `perfsuite baseline update --from r.json`)"
+    lines: list[str] = []
+    for sysname in names:
+        folder = Path(root) / sysname
+        files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+        if not files:
+            lines.append(f"{sysname}: no baselines under {folder}/")
+            continue
+        for f in files:
+            bs = load(root, sysname, f.stem)
+            if bs is None:
+                continue
+            lines.append(f"# {f}  system={bs.system}  updated={bs.updated}")
+            lines.append(f"{'case':<34}{'metric':<12}{'value':>12} {'unit':<6}{'rounds':>7}"
+                         f"{'IQR/med':>9}{'tolerance':>14}  xfail")
+            for (case, metric), b in sorted(bs.effective().items()):
+                tol = b.tolerance or regress.default_tolerance(metric)
+                spread = b.iqr / abs(b.median) if b.iqr is not None and b.median else float("nan")
+                lines.append(f"{case:<34}{metric:<12}{b.value:>12.4g} {b.unit:<6}{len(b.rounds):>7}"
+                             f"{spread:>9.1%}{tol.lower:>+7.0%}/{tol.upper:<+6.0%}  {b.xfail or ''}")
+    return "\n".join(lines)

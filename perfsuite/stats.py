@@ -1,0 +1,146 @@
+"""Pure statistics over lists of numbers: robust summaries, confidence intervals, tests.
+
+Nothing here knows about cases, baselines or files (asv's ``_stats.py`` habit), so every
+function is tested on seeded synthetic data. Inputs are any sequence of floats; outputs are
+plain floats, so callers never hold numpy scalars in frozen records or JSON.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats as _sps
+
+#: Scale that turns a MAD into a standard-deviation estimate for normal data.
+MAD_TO_SIGMA = 1.4826
+
+
+def _array(values: Sequence[float], what: str = "values") -> np.ndarray:
+    a = np.asarray(list(values), dtype=float)
+    if a.size == 0:
+        raise ValueError(f"{what}: need at least one number, got none")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{what}: every number must be finite, got {a[~np.isfinite(a)][:3].tolist()}")
+    return a
+
+
+def median(values: Sequence[float]) -> float:
+    return float(np.median(_array(values)))
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1), linear interpolation (numpy's default)."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile {q!r} must be between 0 and 1")
+    return float(np.quantile(_array(values), q))
+
+
+def iqr(values: Sequence[float]) -> float:
+    """Interquartile range (p75 - p25)."""
+    a = _array(values)
+    q75, q25 = np.quantile(a, [0.75, 0.25])
+    return float(q75 - q25)
+
+
+def mad(values: Sequence[float]) -> float:
+    """Median absolute deviation from the median (unscaled)."""
+    a = _array(values)
+    return float(np.median(np.abs(a - np.median(a))))
+
+
+def relative_spread(values: Sequence[float]) -> float:
+    """Robust coefficient of variation: 1.4826 * MAD / |median| (0 when the median is 0)."""
+    m = median(values)
+    return MAD_TO_SIGMA * mad(values) / abs(m) if m else 0.0
+
+
+def summarize(values: Sequence[float]) -> dict[str, float | int]:
+    """median, IQR, MAD, min, max and n of ``values``, as plain numbers for JSON."""
+    a = _array(values)
+    return {"median": float(np.median(a)), "iqr": iqr(a), "mad": mad(a),
+            "min": float(a.min()), "max": float(a.max()), "n": int(a.size)}
+
+
+def median_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free CI of the median from order statistics (binomial, no bootstrap).
+
+    With too few values for the requested confidence the whole range is returned (the honest
+    answer: the data cannot pin the median any tighter).
+    """
+    _check_confidence(confidence)
+    a = np.sort(_array(values))
+    n = a.size
+    if n < 3:
+        return float(a[0]), float(a[-1])
+    # [a[k], a[n-1-k]] covers the median with probability P(k < B < n-k), B ~ Binomial(n, 1/2);
+    # take the narrowest such pair whose coverage is still >= confidence.
+    ks = np.arange(0, (n - 1) // 2)
+    coverage = _sps.binom.cdf(n - ks - 1, n, 0.5) - _sps.binom.cdf(ks, n, 0.5)
+    ok = ks[coverage >= confidence]
+    k = int(ok.max()) if ok.size else 0
+    lo, hi = k, n - 1 - k
+    return float(a[lo]), float(a[hi])
+
+
+def relative_ci_halfwidth(values: Sequence[float], confidence: float = 0.95) -> float:
+    """Half the width of ``median_ci`` relative to the median: what adaptive sampling watches."""
+    lo, hi = median_ci(values, confidence)
+    m = median(values)
+    return (hi - lo) / 2.0 / abs(m) if m else math.inf
+
+
+def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided Mann-Whitney U p-value that ``a`` and ``b`` come from the same distribution.
+
+    Exact for small tie-free samples, normal approximation otherwise (scipy's 'auto'). Two
+    identical constant samples give p = 1 (no evidence of a change), not a warning or NaN.
+    """
+    x, y = _array(a, "first sample"), _array(b, "second sample")
+    if np.ptp(np.concatenate([x, y])) == 0.0:
+        return 1.0
+    return float(_sps.mannwhitneyu(x, y, alternative="two-sided", method="auto").pvalue)
+
+
+def mann_whitney_min_p(n1: int, n2: int) -> float:
+    """The smallest two-sided p a Mann-Whitney test can give with n1 vs n2 values (no ties).
+
+    With 2 vs 2 it is 0.33: such a test can never be significant, which callers must know.
+    """
+    if n1 < 1 or n2 < 1:
+        return 1.0
+    return min(1.0, 2.0 / math.comb(n1 + n2, n1))
+
+
+def bootstrap_median_ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
+                              n_boot: int = 2000, seed: int | None = 0) -> tuple[float, float]:
+    """Percentile bootstrap CI of median(b) / median(a), resampling each sample independently."""
+    _check_confidence(confidence)
+    x, y = _array(a, "first sample"), _array(b, "second sample")
+    rng = np.random.default_rng(seed)
+    mx = np.median(rng.choice(x, size=(n_boot, x.size), replace=True), axis=1)
+    my = np.median(rng.choice(y, size=(n_boot, y.size), replace=True), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = my / mx
+    ratios = ratios[np.isfinite(ratios)]
+    if ratios.size == 0:
+        return math.nan, math.nan
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
+    return float(lo), float(hi)
+
+
+def rate_ci(hits: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson (exact) CI of a rate ``hits / n``: how sure a measured hit rate is."""
+    _check_confidence(confidence)
+    if n < 1 or not 0 <= hits <= n:
+        raise ValueError(f"rate needs 0 <= hits <= n and n >= 1, got hits={hits}, n={n}")
+    alpha = 1.0 - confidence
+    lo = 0.0 if hits == 0 else float(_sps.beta.ppf(alpha / 2, hits, n - hits + 1))
+    hi = 1.0 if hits == n else float(_sps.beta.ppf(1 - alpha / 2, hits + 1, n - hits))
+    return lo, hi
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence {confidence!r} must be between 0 and 1, e.g. 0.95")
