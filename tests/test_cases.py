@@ -72,3 +72,14 @@ def test_case_ids():
 def test_bad_suite_options(values, needle):
     with pytest.raises(ConfigError, match=needle):
         options.suite_config(values)
+
+
+def test_readme_documents_every_option():
+    from pathlib import Path
+
+    from perfsuite import asv_export
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    names = [o.name for o in options.OPTIONS] + [n for n, _ in asv_export.ASV_OPTIONS]
+    missing = [n for n in names if f"| `{n}` |" not in readme]
+    assert not missing, f"README's option table lacks {missing}"
