@@ -30,7 +30,7 @@ from ..model import Case, Metric, Sample
 from ..transports import load as load_transport
 from ..transports.tf_support import import_tf
 from ..transports.tf_train import plain_train_step
-from .context import RankContext
+from .context import RankContext, whole_option
 from .faults import slowdown_fraction, stretch
 from .tf_input import configure_threads, input_feed
 from .tf_models import build_model, check_batch, check_image_size, model_spec, synthetic_batch
@@ -42,13 +42,6 @@ SEED = 1234
 QUIET_POLL_S = 0.01  # idle ranks poll a non-blocking barrier instead of spinning in MPI
 
 
-def _int_option(options: dict, key: str, default: int, low: int, what: str) -> int:
-    raw = options.get(key)
-    if raw is None:
-        return default
-    if isinstance(raw, bool) or not str(raw).strip().isdigit() or int(raw) < low:
-        raise ConfigError(f"{what} {raw!r} must be a whole number >= {low}")
-    return int(raw)
 
 
 def epoch_options(options: dict) -> dict[str, Any]:
@@ -57,8 +50,8 @@ def epoch_options(options: dict) -> dict[str, Any]:
     if not isinstance(lr, (int, float)) or not lr > 0:
         raise ConfigError(f"learning rate {lr!r} must be a number > 0, e.g. 0.01")
     return {
-        "steps": _int_option(options, "iters", DEFAULT_STEPS, 1, "steps (iters)"),
-        "warmup": _int_option(options, "warmup", DEFAULT_WARMUP, 0, "warm-up steps"),
+        "steps": whole_option(options, "iters", DEFAULT_STEPS, 1, "steps (iters)"),
+        "warmup": whole_option(options, "warmup", DEFAULT_WARMUP, 0, "warm-up steps"),
         "image_size": options.get("image_size"),
         "classes": options.get("classes"),
         "learning_rate": float(lr),

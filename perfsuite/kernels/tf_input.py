@@ -19,19 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
+from .context import whole_option
 
 DATA_SOURCES = ("synthetic", "files")
 DEFAULT_PREP_THREADS = 2
 DEFAULT_PREFETCH = 2
 
 
-def _whole(options: dict, key: str, default: int | None, low: int, what: str) -> int | None:
-    raw = options.get(key)
-    if raw is None:
-        return default
-    if isinstance(raw, bool) or not str(raw).strip().isdigit() or int(raw) < low:
-        raise ConfigError(f"{what} {raw!r} must be a whole number >= {low}")
-    return int(raw)
 
 
 def input_options(options: dict) -> dict[str, Any]:
@@ -42,9 +36,9 @@ def input_options(options: dict) -> dict[str, Any]:
     if data == "files" and not options.get("data_dir"):
         raise ConfigError("data source 'files' needs data_dir (a folder written by perfsuite.dataset)")
     return {"data": data, "data_dir": options.get("data_dir"),
-            "prep_threads": _whole(options, "prep_threads", DEFAULT_PREP_THREADS, 1, "prep threads"),
-            "prefetch": _whole(options, "prefetch", DEFAULT_PREFETCH, 0, "prefetch batches"),
-            "tf_threads": _whole(options, "tf_threads", None, 1, "TensorFlow threads per rank")}
+            "prep_threads": whole_option(options, "prep_threads", DEFAULT_PREP_THREADS, 1, "prep threads"),
+            "prefetch": whole_option(options, "prefetch", DEFAULT_PREFETCH, 0, "prefetch batches"),
+            "tf_threads": whole_option(options, "tf_threads", None, 1, "TensorFlow threads per rank")}
 
 
 def configure_threads(tf: Any, options: dict) -> int | None:
