@@ -433,6 +433,9 @@ def add_stalls(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="JPEG dataset folder (written if missing) [default: a folder under the temp dir]")
     p.add_argument("--no-data", action="store_true", help="skip the real-data runs (no prep/fetch stall)")
+    p.add_argument("--emulated-disk", default=None, metavar="RATE",
+                   help="read bandwidth of an emulated slow disk for the file runs, e.g. 20MB/s "
+                        "(root, cgroup v1 blkio) [default: the real disk]")
     p.add_argument("--prep-threads", default="2", metavar="N", help="tf.data threads per worker [default: 2]")
     p.add_argument("--timeout", default="600", metavar="S", help="seconds one run may take [default: 600]")
     p.add_argument("--json", metavar="PATH", help="write the versioned results file (stall metrics) here")
@@ -465,8 +468,11 @@ def do_stalls(args: argparse.Namespace) -> int:
         data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), f"perfsuite-jpeg-{count}x{px}")
         m = dataset.ensure_dataset(data_dir, dataset.DatasetSpec(count=count, image_px=px))
         _print(f"# dataset {data_dir}: {m['count']} JPEG files of {px} px, {m['bytes'] / 1e6:.1f} MB")
+    from .launch.diskio import parse_disk_rate
+
+    disk = parse_disk_rate(args.emulated_disk) if args.emulated_disk else None
     sc = suite.StallConfig(model=args.model, transport=args.transport, world_size=n, batch=batch,
-                           network=shaping, data_dir=data_dir, prep_threads=threads,
+                           network=shaping, data_dir=data_dir, prep_threads=threads, disk=disk,
                            options={"iters": steps, "warmup": warmup, "image_size": image})
     cfg = suite.SuiteConfig(timeout=_options._timeout(args.timeout))
 

@@ -374,6 +374,7 @@ class StallConfig:
     data_dir: str | None = None  # JPEG dataset (perfsuite.dataset); None: no prep/fetch stall
     prep_threads: int = 2
     options: dict[str, Any] = field(default_factory=dict)  # iters, warmup, image_size, ...
+    disk: Any = None  # launch.diskio.DiskThrottle for the file runs (T2, T3); None: the real disk
 
 
 @dataclass
@@ -405,7 +406,8 @@ def run_stalls(sc: StallConfig, cfg: SuiteConfig,
     skipped: dict[str, str] = {}
     outcomes: dict[str, WorldOutcome] = {}
     times: dict[str, list[float]] = {}
-    info: dict[str, Any] = {"tf_threads": tf_threads, "prep_threads": sc.prep_threads}
+    info: dict[str, Any] = {"tf_threads": tf_threads, "prep_threads": sc.prep_threads,
+                            "emulated_disk": sc.disk.label if sc.disk is not None else None}
     for run in stalls.plan(sc.world_size, data=sc.data_dir is not None, network=sc.network is not None):
         if run.across_nodes:
             reason = netns.unavailable_reason(is_root)
@@ -415,6 +417,11 @@ def run_stalls(sc: StallConfig, cfg: SuiteConfig,
         if run.cache == "cold" and not is_root:
             skipped[run.key] = "not root (only root can drop the page cache for a cold run)"
             continue
+        if sc.disk is not None and run.data == "files":
+            from .launch.diskio import unavailable_reason as disk_reason
+
+            if disk_reason(is_root):
+                raise LaunchError(f"--emulated-disk {sc.disk.label}: {disk_reason(is_root)}")
         options = dict(base)
         if run.data == "files":
             options.update(data="files", data_dir=sc.data_dir)
@@ -422,8 +429,15 @@ def run_stalls(sc: StallConfig, cfg: SuiteConfig,
             from .dataset import warm
 
             warm(sc.data_dir)
-        if run.cache == "cold":
+        if run.cache == "cold" and sc.disk is None:
             run_command(DROP_CACHES, timeout=120)
+        elif run.cache == "cold":
+            from .dataset import evict
+
+            # On an emulated slow disk only the dataset goes cold: dropping every cache would
+            # make the throttled ranks read TensorFlow's libraries through it too, and the
+            # fetch stall would measure imports instead of the dataset.
+            evict(sc.data_dir)
         # T0 runs the same transport on one rank, so T1 - T0 is only what N workers add.
         case = Case("tf-epoch", sc.transport, run.world_size,
                     model=sc.model, batch=sc.batch)
@@ -431,7 +445,14 @@ def run_stalls(sc: StallConfig, cfg: SuiteConfig,
         run_cfg = _replace(cfg, network=sc.network if run.across_nodes else None)
         if on_run:
             on_run("start", run, None)
-        outcome = run_one(spec, run_cfg)
+        if sc.disk is not None and run.data == "files":
+            # Both file runs read through the same throttled disk; the warm one never reaches it.
+            from .launch.diskio import DiskThrottleSession
+
+            with DiskThrottleSession(sc.disk, sc.data_dir, run_command, tag=run.key) as cgroup:
+                outcome = run_one(spec, _replace(run_cfg, launch=_replace(run_cfg.launch, cgroup=cgroup)))
+        else:
+            outcome = run_one(spec, run_cfg)
         outcomes[run.key] = outcome
         if on_run:
             on_run("done", run, outcome)

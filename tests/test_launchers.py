@@ -67,3 +67,9 @@ def test_world_size_below_one(n):
 def test_unresolved_flavor_is_refused():
     with pytest.raises(ConfigError, match="resolved"):
         build(LaunchConfig(), 2, "/w/job.json")
+
+
+def test_a_cgroup_is_joined_by_the_launcher_before_it_starts():
+    cfg = LaunchConfig(flavor="mpich", python=PY, cgroup="/sys/fs/cgroup/blkio/psio-1-0")
+    assert argv(cfg) == ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"',
+                         "/sys/fs/cgroup/blkio/psio-1-0", "mpiexec", "-n", "2"] + TAIL

@@ -31,6 +31,7 @@ class LaunchConfig:
     env: Mapping[str, str] = field(default_factory=dict)  # passed to every rank explicitly
     extra_args: tuple[str, ...] = ()
     python: str = sys.executable
+    cgroup: str | None = None  # the launcher joins this cgroup first (an emulated slow disk)
 
     def __post_init__(self):
         if self.launcher not in LAUNCHERS:
@@ -65,12 +66,18 @@ def build(cfg: LaunchConfig, world_size: int, job_path: str, *, cpu_count: int =
         raise ConfigError(f"world size {world_size} is not allowed; world sizes are whole numbers >= 1")
     tail = list(command) if command else worker_argv(cfg, job_path)
     if cfg.launcher == "srun":
-        return _srun(cfg, world_size, tail)
-    if cfg.flavor == "openmpi":
-        return _openmpi(cfg, world_size, tail, cpu_count, is_root)
-    if cfg.flavor == "mpich":
-        return _mpich(cfg, world_size, tail)
-    raise ConfigError("MPI flavor must be resolved (mpich or openmpi) before building a command line")
+        launch = _srun(cfg, world_size, tail)
+    elif cfg.flavor == "openmpi":
+        launch = _openmpi(cfg, world_size, tail, cpu_count, is_root)
+    elif cfg.flavor == "mpich":
+        launch = _mpich(cfg, world_size, tail)
+    else:
+        raise ConfigError("MPI flavor must be resolved (mpich or openmpi) before building a command line")
+    if cfg.cgroup:
+        from .diskio import join_argv
+
+        launch = Launch(tuple(join_argv(cfg.cgroup, list(launch.argv))), launch.env)
+    return launch
 
 
 def _mpich(cfg: LaunchConfig, n: int, tail: list[str]) -> Launch:
