@@ -129,7 +129,9 @@ for _name, _summary, _cls, _device, _check, _ports in (
          "gpu", _tf.need_tf_gpu, True),
         ("horovod-nccl", "hvd.DistributedGradientTape over NCCL", "HorovodNcclTraining",
          "gpu", _tf.need_horovod_gpu, False),
-        ("nccl", "gradients allreduced with NCCL directly", "NcclTraining",
-         "gpu", _tf.need_tf_gpu, False)):
+        ("nccl", "fused gradients on the GPU, DLPack to CuPy, NCCL allreduce", "NcclTraining",
+         "gpu", _tf.need_tf_gpu, False),
+        ("mpi-cuda", "fused gradients on the GPU, DLPack to CuPy, CUDA-aware MPI Allreduce",
+         "MpiCudaTraining", "gpu", _tf.need_tf_gpu, False)):
     register(TransportSpec(_name, _summary, ("tf-epoch",), f"perfsuite.transports.tf_train:{_cls}",
                            device=_device, check=_check, needs_ports=_ports), key=f"tf-epoch:{_name}")

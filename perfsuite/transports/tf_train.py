@@ -17,7 +17,10 @@ Transports:
   buffers (a threshold in bytes; 0 = one allreduce per tensor), summed with mpi4py ``Allreduce``,
   averaged and applied. The exchange runs after the whole backward pass (Horovod overlaps it).
 - ``horovod``: ``hvd.DistributedGradientTape`` (Horovod over MPI; needs tf_keras).
-- ``grpc-nccl``, ``horovod-nccl``, ``nccl``: GPU variants (see each class).
+- ``grpc-nccl``, ``horovod-nccl``: GPU variants of ``grpc`` and ``horovod``.
+- ``nccl``, ``mpi-cuda``: ``mpi``'s fused step with the fusion buffers left on the GPU, handed
+  to CuPy by DLPack (zero copy) and summed by the allreduce kernel's ``nccl`` / ``mpi-cuda``
+  transport (``DeviceTraining``).
 """
 from __future__ import annotations
 
@@ -96,6 +99,50 @@ def plain_train_step(tf: Any, model: Any, optimizer: Any, loss_fn: Any) -> Calla
         return loss
 
     return train_step
+
+
+class FusionPlan:
+    """Which gradient goes into which fusion buffer, and where: tensors by index, in the order
+    of ``model.trainable_variables`` (every rank builds the same model, so the same plan)."""
+
+    def __init__(self, shapes: Sequence[tuple[int, ...]], threshold: int, itemsize: int = 4):
+        self.shapes = [tuple(int(d) for d in s) for s in shapes]
+        self.counts = [int(np.prod(s)) for s in self.shapes]
+        self.buckets = fusion_buckets([c * itemsize for c in self.counts], threshold)
+        self.bucket_counts = [sum(self.counts[i] for i in b) for b in self.buckets]
+
+    @classmethod
+    def of(cls, variables: Sequence[Any], threshold: int) -> FusionPlan:
+        return cls([tuple(v.shape) for v in variables], threshold)
+
+
+def fused_step_fns(tf: Any, model: Any, optimizer: Any, loss_fn: Any, plan: FusionPlan,
+                   scale: float) -> tuple[Callable, Callable]:
+    """(gradients, apply) as two tf.functions around a Python-side exchange.
+
+    ``gradients(x, y)`` returns the fusion buffers, packed inside the graph as Horovod packs
+    them on its side; ``apply(summed)`` unpacks the summed buffers, multiplies by ``scale``
+    (1/world size: the sum becomes the average) and applies them. Shared by the host (``mpi``)
+    and device (``nccl``, ``mpi-cuda``) transports, so all pack and average alike.
+    """
+    variables = model.trainable_variables
+
+    @tf.function
+    def gradients(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(loss_fn(y, model(x, training=True)))
+        grads = tape.gradient(loss, variables)
+        return [tf.concat([tf.reshape(grads[i], [-1]) for i in b], axis=0) for b in plan.buckets]
+
+    @tf.function
+    def apply(fused):
+        grads = [None] * len(variables)
+        for b, buf in zip(plan.buckets, fused):
+            for i, part in zip(b, tf.split(buf, [plan.counts[i] for i in b])):
+                grads[i] = tf.reshape(part * scale, plan.shapes[i])
+        optimizer.apply_gradients(zip(grads, variables))
+
+    return gradients, apply
 
 
 class TrainingTransport:
@@ -223,28 +270,10 @@ class MpiTraining(TrainingTransport):
 
         tf, comm = self.tf, self.comm
         variables = model.trainable_variables
-        shapes = [tuple(int(d) for d in v.shape) for v in variables]
-        counts = [int(np.prod(s)) for s in shapes]
-        buckets = fusion_buckets([c * 4 for c in counts], self.threshold)
-        recv = [aligned_empty(sum(counts[i] for i in b)) for b in buckets]
-        scale = 1.0 / self.n
-        self.buckets = [len(b) for b in buckets]
-
-        @tf.function
-        def gradients(x, y):
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(loss_fn(y, model(x, training=True)))
-            grads = tape.gradient(loss, variables)
-            # The fusion buffers are packed inside the graph, as Horovod packs them on its side.
-            return [tf.concat([tf.reshape(grads[i], [-1]) for i in b], axis=0) for b in buckets]
-
-        @tf.function
-        def apply(fused):
-            grads = [None] * len(variables)
-            for b, buf in zip(buckets, fused):
-                for i, part in zip(b, tf.split(buf, [counts[i] for i in b])):
-                    grads[i] = tf.reshape(part * scale, shapes[i])
-            optimizer.apply_gradients(zip(grads, variables))
+        plan = FusionPlan.of(variables, self.threshold)
+        recv = [aligned_empty(c) for c in plan.bucket_counts]
+        gradients, apply = fused_step_fns(tf, model, optimizer, loss_fn, plan, 1.0 / self.n)
+        self.buckets = [len(b) for b in plan.buckets]
 
         clock = time.perf_counter
 
@@ -327,12 +356,165 @@ class HorovodNcclTraining(HorovodTraining):
     needs_nccl = True
 
 
-class NcclTraining(TrainingTransport):
-    """Gradients allreduced with NCCL directly (no Horovod, no strategy). Its device side
-    (TF GPU tensors -> NCCL via DLPack) belongs to the GPU work; until then it says so."""
+# ---------------------------------------------------------------------------------------------
+# GPU: the fused gradients stay on the device (TF -> CuPy by DLPack, no copy)
 
-    name = "nccl"
+
+class HostDlpack:
+    """A bare DLPack capsule of host memory, given the protocol methods numpy's ``from_dlpack``
+    asks for (CuPy takes the bare capsule itself). Used on host arrays only (the suite's tests)."""
+
+    def __init__(self, capsule: Any):
+        self._capsule = capsule
+
+    def __dlpack__(self, **_: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU, device 0
+
+
+def tf_to_array(tf: Any, xp: Any, tensor: Any) -> Any:
+    """The tensor's own memory as an ``xp`` array (zero copy). ``to_dlpack`` returns only once
+    the tensor's data is ready, so the array can be read on any stream afterwards."""
+    capsule = tf.experimental.dlpack.to_dlpack(tensor)
+    if xp is np:
+        return np.from_dlpack(HostDlpack(capsule))
+    return xp.from_dlpack(capsule)  # cupy.from_dlpack accepts a bare capsule (documented)
+
+
+def array_to_tf(tf: Any, array: Any) -> Any:
+    """An eager tensor on the array's memory (zero copy). The caller must have synchronised the
+    array's stream: TF reads it on its own stream. Host memory must be 64-byte aligned (TF
+    aborts the process otherwise), which ``aligned_empty`` and CuPy's allocator both give."""
+    return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+
+
+def rank_visible_devices(local_rank: int, visible: str | None, gpu_count: int) -> str | None:
+    """Pure: the ``CUDA_VISIBLE_DEVICES`` value that leaves this rank only its own GPU, chosen
+    as ``gpu.pick_device`` chooses (local rank modulo the GPUs the rank may use, in CUDA's
+    order); None when there is nothing to choose from (no GPU, or every GPU hidden)."""
+    from .gpu import pick_device
+
+    if visible is not None:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        if not ids or ids == ["-1"]:
+            return None
+    else:
+        ids = [str(i) for i in range(gpu_count)]
+    if not ids:
+        return None
+    return ids[pick_device(local_rank, len(ids))]
+
+
+class DeviceTraining(TrainingTransport):
+    """``mpi``'s Horovod-style step with the fusion buffers kept on this rank's GPU.
+
+    Per step: ``gradients`` packs the fusion buffers inside the graph; each buffer's device
+    memory becomes a CuPy array through DLPack (no copy); ``allreduce`` (the allreduce kernel's
+    own transport, so its NCCL bootstrap or CUDA-aware check is the one used here) sums them
+    into receive buffers allocated once; the stream is synchronised before the host clock is
+    read; the sums return to TF through DLPack, are scaled by 1/n and applied.
+
+    One GPU per rank, seen as device 0 by both TF and CuPy: DLPack names TF's *logical* device
+    id (``GPU:0``), so a rank that saw several GPUs and pinned TF to the second one would hand
+    CuPy a buffer labelled device 0 that lives on device 1. ``configure`` therefore narrows
+    ``CUDA_VISIBLE_DEVICES`` to the rank's GPU before TF or CuPy touches CUDA, choosing it
+    as ``gpu.pick_device`` does.
+    """
+
+    allreduce_transport = ""  # the allreduce kernel's transport that moves the bytes
+
+    def configure(self) -> None:
+        self.threshold = fusion_threshold(self.options)
+        self.on_gpu = str(self.options.get("array_module", "cupy")) == "cupy"
+        self.visible_devices = None
+        if self.on_gpu:
+            self.visible_devices = self.pin_rank_gpu()
+
+    def pin_rank_gpu(self) -> str | None:
+        """Collective (node split). Must run before CUDA is initialised in this process: a
+        later change of CUDA_VISIBLE_DEVICES is ignored by the CUDA runtime."""
+        from .gpu import node_rank, nvml_gpu_count
+
+        local_rank, _ = node_rank(self.comm)
+        value = rank_visible_devices(local_rank, os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                     nvml_gpu_count()[0])
+        if value is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = value
+        return value
 
     def start(self, tf: Any) -> None:
-        raise TransportUnavailable("nccl training (TF GPU tensors to NCCL) is not implemented yet; "
-                                   "use grpc-nccl or horovod-nccl")
+        from . import load
+        from .gpu import agree
+
+        super().start(tf)
+        agree(self.comm, self.pin_tf_gpu(tf) if self.on_gpu else None)
+        # Collective: opens the device (CuPy on this rank's GPU), checks, agrees, bootstraps.
+        self.exchange = load(self.allreduce_transport)(self.comm, self.options)
+        self.ops = self.exchange.ops
+
+    @staticmethod
+    def pin_tf_gpu(tf: Any) -> str | None:
+        """Before TF initialises its devices: TF on the one GPU, growing its memory as needed
+        (by default TF takes nearly all of it, leaving none for CuPy's buffers and NCCL).
+        Returns the reason it cannot, or None."""
+        gpus = tf.config.list_physical_devices("GPU")
+        if len(gpus) != 1:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            return (f"TensorFlow sees {len(gpus)} GPUs with CUDA_VISIBLE_DEVICES={visible!r}; "
+                    "device training needs exactly one per rank (and TensorFlow built with CUDA)")
+        tf.config.set_visible_devices(gpus, "GPU")
+        tf.config.experimental.set_memory_growth(gpus[0], True)
+        return None
+
+    def receive_buffer(self, count: int) -> Any:
+        if self.ops.name == "numpy":
+            return aligned_empty(count)  # TF takes host memory only 64-byte aligned
+        return self.exchange.alloc(count, "float32")
+
+    def make_step(self, model, optimizer, loss_fn, x, y):
+        tf, xp, ops, exchange = self.tf, self.ops.xp, self.ops, self.exchange
+        plan = FusionPlan.of(model.trainable_variables, self.threshold)
+        gradients, apply = fused_step_fns(tf, model, optimizer, loss_fn, plan, 1.0 / self.n)
+        recv = [self.receive_buffer(c) for c in plan.bucket_counts]  # once: cached device memory
+        self.buckets = [len(b) for b in plan.buckets]
+        clock = time.perf_counter
+
+        def step() -> float:
+            sends = [tf_to_array(tf, xp, t) for t in gradients(x, y)]
+            t0 = clock()
+            for send, out in zip(sends, recv):
+                exchange.allreduce(send, out)
+            ops.synchronize()  # the sums are complete before the clock and before TF reads them
+            allreduce_s = clock() - t0
+            apply([array_to_tf(tf, out) for out in recv])
+            # TF reads ``recv`` on its own stream: the step ends when it has, so the next step's
+            # allreduce cannot overwrite a buffer still being read, and the step time is whole.
+            tf.test.experimental.sync_devices()
+            return allreduce_s
+
+        return step
+
+    def describe(self) -> dict:
+        facts = {k: v for k, v in self.exchange.describe().items() if k != "transport"} \
+            if getattr(self, "exchange", None) is not None else {}
+        return {"allreduce": self.allreduce_transport, "dlpack": "zero-copy TF <-> CuPy",
+                "fusion_threshold": self.threshold, "fusion_buffers": getattr(self, "buckets", []),
+                "cuda_visible_devices": self.visible_devices, **facts}
+
+
+class NcclTraining(DeviceTraining):
+    """Fused gradients allreduced with NCCL (``cupy.cuda.nccl``) straight from TF's GPU memory:
+    the ``nccl`` allreduce transport (unique id broadcast over MPI, one GPU per rank)."""
+
+    name = "nccl"
+    allreduce_transport = "nccl"
+
+
+class MpiCudaTraining(DeviceTraining):
+    """Fused gradients allreduced by mpi4py on the device buffers: the ``mpi-cuda`` allreduce
+    transport, which asks whether MPI is CUDA-aware and otherwise skips on every rank together."""
+
+    name = "mpi-cuda"
+    allreduce_transport = "mpi-cuda"
