@@ -58,8 +58,12 @@ def main(argv: list[str]) -> int:
         return _run(job, comm, rank, size, folder)
     except BaseException as exc:  # any rank failure must end the whole world, not hang it
         traceback.print_exc()
-        with open(os.path.join(folder, f"rank-{rank}.failed"), "w") as f:
+        # Written whole or not at all: another rank's Abort may kill this one mid-write, and a
+        # half-written file would name this rank with an empty message.
+        tmp = os.path.join(folder, f".rank-{rank}.failed.tmp")
+        with open(tmp, "w") as f:
             f.write(f"{type(exc).__name__}: {exc}\n")
+        os.replace(tmp, os.path.join(folder, f"rank-{rank}.failed"))
         err.flush()
         comm.Abort(1)
         return 1

@@ -15,7 +15,7 @@ from perfsuite.cases import allreduce_cases, group_worlds
 from perfsuite.errors import ConfigError, TransportUnavailable
 from perfsuite.kernels.allreduce import summarize
 from perfsuite.launch.launchers import LaunchConfig
-from perfsuite.launch.world import run_command
+from perfsuite.launch.world import default_program, run_command
 from perfsuite.model import Case, Result
 from perfsuite.transports import gpu
 from perfsuite.transports.gpu_ring import choose_path
@@ -345,7 +345,7 @@ def test_mpix_query_answers_inside_an_mpich_rank(tmp_path):
     script = tmp_path / "q.py"
     script.write_text("from mpi4py import MPI\nfrom perfsuite.transports import gpu\n"
                       "print('query', gpu.query_mpix_cuda_support(), MPI.Get_library_version()[:5])\n")
-    out = run_command(["mpiexec", "-n", "1", sys.executable, str(script)], timeout=60).stdout
+    out = run_command([default_program("mpiexec"), "-n", "1", sys.executable, str(script)], timeout=60).stdout
     if "MPICH" not in out:
         pytest.skip(f"not an MPICH world ({out.strip()})")
     # MPICH >= 4 exports MPIX_Query_cuda_support; the pip wheel is built without CUDA.

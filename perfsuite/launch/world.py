@@ -162,10 +162,11 @@ def _diagnose(spec: WorldSpec, folder: Path, rc: int | None, timed_out: bool, ti
               partial: list[Sample]) -> RankFailure:
     label = spec.label
     done = f" ({len(partial)} of {len(spec.cases)} cases measured before it)" if spec.cases else ""
-    failed = sorted(folder.glob("rank-*.failed"))
+    failed = [(int(p.stem.split("-")[1]), p.read_text(errors="replace").strip())
+              for p in sorted(folder.glob("rank-*.failed"))]
+    failed = [(r, what) for r, what in failed if what]
     if failed:
-        rank = int(failed[0].stem.split("-")[1])
-        what = failed[0].read_text().strip()
+        rank, what = failed[0]
         tail = _tail(folder / f"rank-{rank}.err")
         return RankFailure(f"{label}: rank {rank} raised {what}{done}", rank=rank, case=label,
                            stderr_tail=tail, partial=partial, kind="crash")
