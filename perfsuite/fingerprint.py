@@ -142,8 +142,11 @@ def mpi_facts() -> dict:
     from mpi4py import MPI
 
     lib = MPI.Get_library_version().strip().splitlines()
+    levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+              MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
     return {"mpi_library": lib[0].strip() if lib else "unknown",
-            "mpi_standard": "%d.%d" % MPI.Get_version(), "mpi4py": _version("mpi4py")}
+            "mpi_standard": "%d.%d" % MPI.Get_version(), "mpi4py": _version("mpi4py"),
+            "mpi_thread_level": levels.get(MPI.Query_thread(), "unknown")}
 
 
 def collect(mpi: bool = False) -> dict:

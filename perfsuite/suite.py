@@ -285,15 +285,22 @@ def overhead(cfg: SuiteConfig, world_size: int = 2, sizes: Sequence[int] = OVERH
             iters = int(cfg.options.get("iters") or iters)
             warmup = int(cfg.options.get("warmup", warmup))
             args.append(f"{s}:{iters}:{warmup}")
+        def rows(out: str) -> dict:
+            return {d["size_bytes"]: d for d in (json.loads(x) for x in out.splitlines() if x.startswith("{"))}
+
         c_rows = {}
         if rep.skipped is None:
-            out = run_program([binary, *args], world_size, cfg.launch, cfg.timeout)
-            c_rows = {d["size_bytes"]: d for d in (json.loads(x) for x in out.splitlines() if x.startswith("{"))}
+            c_rows = rows(run_program([binary, *args], world_size, cfg.launch, cfg.timeout))
+        # The same loop in plain Python: what the mpi4py binding costs, apart from the harness.
+        plain = importlib.resources.files("perfsuite.kernels").joinpath("c/plain_loop.py")
+        py_rows = rows(run_program([cfg.launch.python, str(plain), *args], world_size, cfg.launch, cfg.timeout))
     factor = busbw_factor(world_size)
     for sample in result.samples:
         size = sample.case.size_bytes or 0
         row = {"size_bytes": size, "suite_p50_us": sample.info["p50_us"],
                "suite_busbw_GBps": sample.info["busbw_GBps"]}
+        if size in py_rows:
+            row["plain_p50_us"] = py_rows[size]["p50_us"]
         c = c_rows.get(size)
         if c:
             c_busbw = size * factor / (c["p50_us"] * 1e-6) / 1e9
