@@ -18,7 +18,7 @@ import pytest
 
 from . import options as _options
 from . import asv_export, suite
-from .errors import ConfigError, PerfsuiteError, RankFailure
+from .errors import ConfigError, PerfsuiteError
 from .model import Case, Sample
 
 STASH_KEY = pytest.StashKey["PerfState"]()
