@@ -219,7 +219,17 @@ def run_rounds(spec: WorldSpec, cfg: SuiteConfig) -> Result:
     t0 = time.monotonic()
     while not results or policy.more(len(results), time.monotonic() - t0,
                                      regress.pool_results(results).samples):
-        results.append(run_world(spec, cfg.launch, cfg.timeout, cfg.workdir, keep=cfg.keep_worlds))
+        try:
+            result = run_world(spec, cfg.launch, cfg.timeout, cfg.workdir, keep=cfg.keep_worlds)
+        except RankFailure as exc:
+            if results:  # a later round failed: keep every case the finished rounds measured
+                exc.partial = list(regress.pool_results(results).samples)
+                exc.args = (f"{exc} (round {len(results) + 1}; the {len(results)} finished "
+                            f"round(s) are kept)",)
+            raise
+        results.append(result)
+        if result.extra.get("unavailable"):  # the ranks found they cannot run: once is enough
+            return result
     return regress.pool_results(results)
 
 
@@ -270,6 +280,8 @@ def overhead(cfg: SuiteConfig, world_size: int = 2, sizes: Sequence[int] = OVERH
     outcome = run_one(plan(cases, {**cfg.options, "copy_bw": True})[0], cfg)
     if outcome.failure is not None:
         raise outcome.failure
+    if outcome.skipped:
+        raise LaunchError(f"the suite's mpi loop cannot run here: {outcome.skipped}")
     result = outcome.result
     rep.world_start_s, rep.host_copy_GBps = result.world_start_s, result.extra.get("host_copy_GBps")
     with tempfile.TemporaryDirectory(prefix="perfsuite-c-") as tmp:
