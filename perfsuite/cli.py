@@ -255,14 +255,22 @@ COMMANDS["transports"] = (add_transports, do_transports, "list transports and wh
 
 # --- overhead ---------------------------------------------------------------------------------
 
+OVERHEAD_OPTIONS = ("world-sizes", "sizes", "launcher", "launcher-program", "mpi-flavor", "hostfile",
+                    "hosts", "ppn", "oversubscribe", "env", "timeout", "iters", "warmup", "workdir")
+
+
 def add_overhead(p: argparse.ArgumentParser) -> None:
-    _options.add_options(p.add_argument)
+    # Only what applies: the comparison is always the mpi transport, float32, out of place, once.
+    _options.add_options(p.add_argument, names=OVERHEAD_OPTIONS)
 
 
 def do_overhead(args: argparse.Namespace) -> int:
-    cfg = _options.suite_config(vars(args))
-    (n,) = _options.selection(vars(args)).world_sizes[:1]
-    rep = suite.overhead(cfg, world_size=n)
+    values = vars(args)
+    cfg = _options.suite_config(values)
+    sel = _options.selection({**values, "transports": "mpi"})
+    n = sel.world_sizes[0]
+    rep = suite.overhead(cfg, world_size=n,
+                         sizes=sel.sizes if args.sizes is not None else suite.OVERHEAD_SIZES)
     _print(f"# harness overhead: perfsuite mpi loop vs the same MPI_Allreduce loop in C, "
            f"world_size={n}, p50 of the slowest rank per iteration")
     _print("# C: the loop in C; mpi4py: the same loop as a plain Python script (the binding's cost);"

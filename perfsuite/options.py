@@ -6,7 +6,7 @@ value raises ConfigError naming it, which each face reports its own way (UsageEr
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,9 +71,13 @@ OPTIONS: list[Opt] = [
 ]
 
 
-def add_options(addoption: Callable[..., Any], prefix: str = "") -> None:
-    """Add every option through ``addoption`` (argparse's add_argument or pytest's group.addoption)."""
+def add_options(addoption: Callable[..., Any], prefix: str = "",
+                names: Collection[str] | None = None) -> None:
+    """Add every option (or only ``names``) through ``addoption`` (argparse's add_argument or
+    pytest's group.addoption)."""
     for o in OPTIONS:
+        if names is not None and o.name not in names:
+            continue
         flag = f"--{prefix}{o.name}"
         dest = f"{prefix.replace('-', '_')}{o.dest}"
         text = o.help.replace("%", "%%")  # argparse %-formats help: '95% CI' would crash --help

@@ -141,3 +141,60 @@ def test_ring_schedule_covers_every_chunk(n):
     expected = sum(np.arange(count, dtype=float) + r for r in range(n))
     for b in bufs:
         assert np.array_equal(b, expected)
+
+
+# --- rounds: a fake world runner, so the policy is tested without MPI --------------------------
+
+def _fake_result(case, value_us, extra=None):
+    from perfsuite.model import Metric, Result, Sample
+
+    m = Metric("latency_us", value_us, "us", False, (value_us,) * 5)
+    return Result("allreduce", "mpi", 2, (Sample(case, {"latency_us": m}, True, (value_us * 1e-6,) * 5,
+                                                 {"size_bytes": 4}),), extra=extra or {})
+
+
+def test_a_later_round_failing_keeps_the_finished_rounds(monkeypatch):
+    from perfsuite.regress import RoundsPolicy
+
+    (spec,) = group_worlds(allreduce_cases(["mpi"], [2], [4]))
+    calls = []
+
+    def fake_run_world(spec_, *a, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RankFailure("allreduce[mpi-n2]: rank 1 raised X", rank=1, partial=[])
+        return _fake_result(spec.cases[0], 10.0 + len(calls))
+
+    monkeypatch.setattr(suite, "run_world", fake_run_world)
+    outcome = suite.run_one(spec, suite.SuiteConfig(rounds=RoundsPolicy(rounds=4)))
+    assert len(calls) == 3 and outcome.failure is not None
+    assert "2 finished round(s) are kept" in str(outcome.failure)
+    (kept,) = outcome.samples()
+    assert kept.case == spec.cases[0] and sorted(kept.info["round_values"]["latency_us"]) == [11.0, 12.0]
+
+
+def test_a_world_found_unavailable_is_not_rerun_every_round(monkeypatch):
+    from perfsuite.regress import RoundsPolicy
+
+    (spec,) = group_worlds(allreduce_cases(["mpi"], [2], [4]))
+    calls = []
+
+    def fake_run_world(spec_, *a, **kw):
+        calls.append(1)
+        return _fake_result(spec.cases[0], 10.0, {"unavailable": "MPI is not CUDA-aware"})
+
+    monkeypatch.setattr(suite, "run_world", fake_run_world)
+    outcome = suite.run_one(spec, suite.SuiteConfig(rounds=RoundsPolicy(rounds=5)))
+    assert calls == [1] and outcome.skipped == "MPI is not CUDA-aware"
+
+
+def test_overhead_honours_sizes_and_refuses_options_it_would_ignore(capsys, no_leftover_ranks):
+    from perfsuite import cli
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["overhead", "--transports", "ring"])
+    assert info.value.code == 2
+    capsys.readouterr()
+    assert cli.main(["overhead", "--sizes", "16", "--iters", "20", "--warmup", "2"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    assert [r[0] for r in rows] == ["16"]  # the one size asked for, not the default three
