@@ -247,12 +247,24 @@ def _busy() -> str | None:
             "idle cores for the extra prep thread") if load > cores + 0.5 else None
 
 
+@pytest.fixture(scope="module")
+def heavy_jpegs(tmp_path_factory):
+    """Large JPEGs, so decoding (the prep) outweighs the 32 px model's compute: at 384 px the
+    prep of a step was about the size of the step-to-step noise (CI saw 1 thread 11.8 ms vs
+    2 threads 9.6 ms of stall); at 768 px it measured 80 vs 45 ms here."""
+    folder = tmp_path_factory.mktemp("heavy") / "d"
+    dataset.ensure_dataset(folder, dataset.DatasetSpec(count=(2 + 8) * 16, image_px=768))
+    return str(folder)
+
+
 @needs_root_tf
-def test_prep_stall_grows_when_prep_threads_are_cut(big_jpegs, no_leftover_ranks):
+def test_prep_stall_grows_when_prep_threads_are_cut(heavy_jpegs, no_leftover_ranks):
+    """Compute runs on one TensorFlow thread (SMALL's tf_threads), so a second prep thread has
+    a core of its own on a 2-core machine and halves the decode time the step waits for."""
     if _busy():
         pytest.skip(_busy())
 
-    common = {"data": "files", "data_dir": big_jpegs, "image_size": 32}
+    common = {"data": "files", "data_dir": heavy_jpegs, "image_size": 32}
     t1, _ = _epoch_ms(1, {"image_size": 32}, batch=16)
     # Alternate the two settings and pool them, so a neighbour's burst hits both alike.
     t3_two, t3_one = [], []
