@@ -65,6 +65,7 @@ def extra_axes(args: argparse.Namespace, benchmark: str) -> dict:
 
 def do_run(args: argparse.Namespace) -> int:
     cases, cfg = run_cases_from_args(args)
+    _alpha(args), _tolerance(args)  # the gate's settings: a bad one is refused before any world runs
     asv_to = asv_export.prepare(asv_export.target(vars(args)))  # bad --asv* is a usage error now
     from .progress import SweepProgress
 
@@ -98,6 +99,12 @@ def _tolerance(args: argparse.Namespace):
     return parse_tolerance(args.tolerance) if getattr(args, "tolerance", None) else None
 
 
+def _alpha(args: argparse.Namespace) -> float:
+    from .regress import parse_alpha
+
+    return parse_alpha(getattr(args, "alpha", None))
+
+
 def _print_verdicts(verdicts: list, strict: bool) -> int:
     from .regress import failing, verdict_table
 
@@ -122,7 +129,8 @@ def gate_run(run: suite.SuiteRun, args: argparse.Namespace) -> int:
         judged = {c.name for o in run.outcomes for c in o.spec.cases if not o.skipped}
         _print(f"# verdicts on {system} against {_baseline_dir(args)}/{system}/")
         verdicts = regress.compare(samples, baselines.load_all(_baseline_dir(args), system),
-                                   tolerance=_tolerance(args), system=system, cases=judged)
+                                   tolerance=_tolerance(args), alpha=_alpha(args), system=system,
+                                   cases=judged)
         code = _print_verdicts(verdicts, bool(getattr(args, "strict", False)))
     if getattr(args, "baseline_update", False):
         for line in baselines.update(_baseline_dir(args), system, [s for s in samples if s.valid], fp):
@@ -168,6 +176,7 @@ def add_compare(p: argparse.ArgumentParser) -> None:
     p.add_argument("new", metavar="NEW.json", help="results file judged against it")
     p.add_argument("--tolerance", metavar="TOL", help="0.05 or LOWER:UPPER [default: per metric]")
     p.add_argument("--strict", action="store_true", help="also fail improvements")
+    p.add_argument("--alpha", metavar="P", help="significance level of the U test [default: 0.01]")
 
 
 def do_compare(args: argparse.Namespace) -> int:
@@ -177,7 +186,8 @@ def do_compare(args: argparse.Namespace) -> int:
     ref = {(s.case.name, m): regress.baseline_from_sample(s, m)
            for s in old.samples() if s.valid for m in s.metrics}
     new_samples = new.samples()
-    verdicts = regress.compare(new_samples, ref, tolerance=_tolerance(args), system=args.old)
+    verdicts = regress.compare(new_samples, ref, tolerance=_tolerance(args), alpha=_alpha(args),
+                               system=args.old)
     _print(f"# {args.new} against {args.old}")
     return _print_verdicts(verdicts, args.strict)
 
@@ -212,10 +222,9 @@ def do_detection_power(args: argparse.Namespace) -> int:
 
     try:
         slowdowns = tuple(float(x) for x in args.slowdowns.split(",") if x.strip())
-        alpha = float(args.alpha)
     except ValueError:
-        raise ConfigError(f"--slowdowns {args.slowdowns!r} and --alpha {args.alpha!r} take fractions, "
-                          "e.g. 0.05,0.1 and 0.01") from None
+        raise ConfigError(f"--slowdowns {args.slowdowns!r} takes fractions, e.g. 0.05,0.1") from None
+    alpha = _alpha(args)
     cfg = d.DetectionConfig(small=parse_size(args.small), large=parse_size(args.large),
                             transport=args.transport, worlds=_options._int(args.worlds, "worlds"),
                             rounds=_options._int(args.rounds, "rounds"), slowdowns=slowdowns,

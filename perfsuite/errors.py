@@ -21,17 +21,21 @@ class LaunchError(PerfsuiteError):
 class RankFailure(PerfsuiteError):
     """A rank crashed, hung, was killed or returned a wrong result.
 
-    ``partial`` keeps what the world measured before it failed, so nothing measured is lost.
+    ``partial`` keeps what the world measured before it failed, so nothing measured is lost;
+    ``logs`` keeps every rank's stderr (its last lines) and the launcher's output, by source
+    ("rank 0", ..., "launcher"), because the rank that failed is not always the one that explains it.
     """
 
     def __init__(self, message: str, *, rank: int | None = None, case: str = "",
-                 stderr_tail: str = "", partial: object | None = None, kind: str = "crash"):
+                 stderr_tail: str = "", partial: object | None = None, kind: str = "crash",
+                 logs: dict[str, str] | None = None):
         super().__init__(message)
         self.rank = rank
         self.case = case
         self.stderr_tail = stderr_tail
         self.partial = partial
         self.kind = kind  # crash | signal | timeout | invalid
+        self.logs = dict(logs or {})
 
 
 class ValidationError(PerfsuiteError):

@@ -57,6 +57,8 @@ OPTIONS: list[Opt] = [
     Opt("baseline-dir", "baselines", "folder of baselines/<system>/<benchmark>.json", metavar="DIR"),
     Opt("baseline-update", False, "record this run as the baselines (atomic; prints what changed)", kind="flag"),
     Opt("strict", False, "also fail improvements beyond tolerance (a prompt to refresh the baseline)", kind="flag"),
+    Opt("alpha", None, "significance level of the gate's Mann-Whitney U test: a change beyond tolerance "
+        "counts only when p < alpha [default: 0.01]", metavar="P"),
     Opt("tolerance", None, "override every tolerance: 0.05 or LOWER:UPPER like -0.10:0.05 [default: per metric]", metavar="TOL"),
     Opt("emulated-network", None, "run every world with one rank per emulated node (network namespaces, "
         "tbf-shaped veth links; root): 1gbit, 10gbit, 25gbit", metavar="RATE"),

@@ -117,6 +117,11 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         state = PerfState(config)
         state.selection("allreduce")  # check every shared option now: a bad one is a usage error
+        from . import regress
+
+        regress.parse_alpha(state.values.get("alpha"))
+        if state.values.get("tolerance"):
+            regress.parse_tolerance(state.values["tolerance"])
         config.stash[STASH_KEY] = state
         to = asv_export.prepare(asv_export.target(vars(config.option), prefix="perf-"))
         if to is not None:  # --perf-asv: record every world's samples when the session ends
@@ -178,13 +183,17 @@ def perf_state(request: pytest.FixtureRequest) -> PerfState:
     return _state(request.config)
 
 
-def _sample_or_fail(state: PerfState, case: Case) -> Sample:
+def _sample_or_fail(state: PerfState, case: Case, node: pytest.Item | None = None) -> Sample:
     outcome = state.outcome_for(case)
     if outcome.skipped:
         pytest.skip(f"{case.transport}: {outcome.skipped}")
     sample = outcome.sample_for(case)
     if sample is None:
         failure = outcome.failure
+        if node is not None:
+            # Every rank's log, as pytest shows captured output: under the failure, per source.
+            for source, text in getattr(failure, "logs", {}).items():
+                node.add_report_section("call", f"{source} log", text or "(empty)")
         tail = getattr(failure, "stderr_tail", "")
         detail = f"\n--- stderr tail ---\n{tail}" if tail else ""
         pytest.fail(f"{case.name}: {failure}{detail}" if failure else f"{case.name}: no result",
@@ -205,12 +214,12 @@ def record(benchmark: Any, sample: Sample, fingerprint: dict | None = None) -> N
 
 
 @pytest.fixture
-def perf_measure(perf_state: PerfState, perf_case: Case):
+def perf_measure(perf_state: PerfState, perf_case: Case, request: pytest.FixtureRequest):
     """Call with the ``benchmark`` fixture: measures (or reuses) this case's world, records it,
     and fails the test if the world failed or the result was wrong."""
 
     def measure(benchmark: Any) -> Sample:
-        sample = _sample_or_fail(perf_state, perf_case)
+        sample = _sample_or_fail(perf_state, perf_case, request.node)
         outcome = perf_state.outcome_for(perf_case)
         fp = outcome.result.fingerprint if outcome.result is not None else None
         record(benchmark, sample, fp)
@@ -284,10 +293,11 @@ def _gate(state: PerfState, sample: Sample, fingerprint: dict | None) -> None:
         if state.baselines is None:
             state.baselines = baselines.load_all(_baseline_root(state), system)
         tol = regress.parse_tolerance(v["tolerance"]) if v.get("tolerance") else None
+        alpha = regress.parse_alpha(v.get("alpha"))
     except (ConfigError, BaselineFormatError) as exc:
         pytest.fail(str(exc), pytrace=False)
     state.system = system
-    verdicts = regress.compare([sample], state.baselines, tolerance=tol, system=system,
+    verdicts = regress.compare([sample], state.baselines, tolerance=tol, alpha=alpha, system=system,
                                cases=[sample.case.name])
     state.verdicts += verdicts
     if v.get("baseline_update"):

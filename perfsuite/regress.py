@@ -57,6 +57,21 @@ def default_tolerance(metric: str) -> Tolerance:
     return DEFAULT_TOLERANCES.get(metric, DEFAULT_TOLERANCE)
 
 
+def parse_alpha(text: str | float | None) -> float:
+    """The gate's significance level: a fraction strictly between 0 and 1 (None: the default).
+    A smaller alpha trades missed regressions for fewer false alarms; see detection-power."""
+    if text is None or text == "":
+        return DEFAULT_ALPHA
+    try:
+        alpha = float(text)
+    except (TypeError, ValueError):
+        alpha = float("nan")
+    if not 0.0 < alpha < 1.0:
+        raise ConfigError(f"significance level (alpha) {text!r} must be a fraction between 0 and 1, "
+                          "e.g. 0.01 or 0.05")
+    return alpha
+
+
 def parse_tolerance(text: str) -> Tolerance:
     """'0.05' -> (-0.05, +0.05); '-0.10:0.02' -> (-0.10, +0.02). Fractions, not percents."""
     try:

@@ -382,24 +382,27 @@ def summary_markdown(runs: Sequence[ReportRun], plots: Sequence[Any] = (),
     problems = _problems(runs)
     if problems:
         out += ["", "## Skipped and failed worlds", ""]
-        for kind, world, text, tail in problems:
+        for kind, world, text, tail, logs in problems:
             out.append(f"- **{kind}** `{world}`: {text}")
             if tail:
                 out += ["", "  ```", *("  " + line for line in tail.splitlines()), "  ```"]
+            if logs:
+                out.append(f"  (logs of {', '.join(logs)}: in index.html)")
     return "\n".join(out) + "\n"
 
 
-def _problems(runs: Sequence[ReportRun]) -> list[tuple[str, str, str, str]]:
+def _problems(runs: Sequence[ReportRun]) -> list[tuple[str, str, str, str, dict[str, str]]]:
     """(kind, world, message, stderr tail) of every skipped and failed world."""
     out = []
     for run in runs:
         for s in run.skipped:
-            out.append(("skipped", s.get("world", "?"), s.get("reason", ""), ""))
+            out.append(("skipped", s.get("world", "?"), s.get("reason", ""), "", {}))
         for f in run.failures:
-            out.append(("FAILED", f.get("world", "?"), f.get("message", ""), f.get("stderr_tail") or ""))
+            out.append(("FAILED", f.get("world", "?"), f.get("message", ""), f.get("stderr_tail") or "",
+                        f.get("logs") or {}))
         bad = [s.case.name for r in run.results for s in r.samples if not s.valid]
         if bad:
-            out.append(("FAILED", "validation", "wrong sum in " + ", ".join(bad), ""))
+            out.append(("FAILED", "validation", "wrong sum in " + ", ".join(bad), "", {}))
     return out
 
 
@@ -460,10 +463,13 @@ def html_page(runs: Sequence[ReportRun], plots: Sequence[Any] = (),
     problems = _problems(runs)
     if problems:
         parts.append("<h2>Skipped and failed worlds</h2><ul>")
-        for kind, world, text, tail in problems:
+        for kind, world, text, tail, logs in problems:
             tail_html = f"<details open><summary>stderr tail</summary><pre>{_h(tail)}</pre></details>" if tail else ""
+            # Every rank's log, folded: the failed rank's tail above usually says enough.
+            logs_html = "".join(f"<details class='rank-log'><summary>{_h(source)} log</summary>"
+                                f"<pre>{_h(text or '(empty)')}</pre></details>" for source, text in logs.items())
             parts.append(f"<li class='{'bad' if kind == 'FAILED' else 'note'}'><b>{_h(kind)}</b> "
-                         f"<code>{_h(world)}</code>: {_h(text)}{tail_html}</li>")
+                         f"<code>{_h(world)}</code>: {_h(text)}{tail_html}{logs_html}</li>")
         parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -142,7 +142,7 @@ def failure_dict(o: WorldOutcome) -> dict[str, Any]:
     f = o.failure
     d = {"world": o.spec.label, "message": str(f), "type": type(f).__name__}
     if isinstance(f, RankFailure):
-        d.update(kind=f.kind, rank=f.rank, stderr_tail=f.stderr_tail)
+        d.update(kind=f.kind, rank=f.rank, stderr_tail=f.stderr_tail, logs=f.logs)
     return d
 
 

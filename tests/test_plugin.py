@@ -51,6 +51,8 @@ def test_skipped_transports_show_their_reason(pytester):
     (["--perf-transports", "carrier-pigeon"], "*transport 'carrier-pigeon' is unknown*"),
     (["--perf-timeout", "soon"], "*timeout 'soon' must be a number*"),
     (["--perf-launcher", "qsub"], "*launcher 'qsub' is unknown*"),
+    (["--perf-alpha", "5%"], "*significance level (alpha) '5%' must be a fraction between 0 and 1*"),
+    (["--perf-tolerance", "lots"], "*tolerance*lots*"),
 ])
 def test_bad_options_are_usage_errors(pytester, args, needle):
     pytester.makepyfile(test_bench=BENCH)
@@ -74,6 +76,9 @@ def test_rank_failure_fails_later_cases_and_keeps_earlier(pytester, monkeypatch,
                                       "--benchmark-disable", *QUICK)
     r.assert_outcomes(passed=1, failed=1)
     r.stdout.fnmatch_lines(["*allreduce?mpi-n2-1KiB?: allreduce?mpi-n2?: rank 1 raised InjectedFault*"])
+    # Every rank's log under the failure, the way pytest shows captured output.
+    r.stdout.fnmatch_lines(["*Captured rank 0 log call*", "*Captured rank 1 log call*",
+                            "*InjectedFault: injected fault on rank 1*"])
 
 
 def test_k_selects_sizes_inside_one_world(pytester, no_leftover_ranks):

@@ -165,6 +165,34 @@ def test_parse_tolerance():
             regress.parse_tolerance(bad)
 
 
+def _pooled_latency(centres: list[float]) -> Sample:
+    """Rounds at exactly these centres (a tiny fixed ripple inside each), pooled."""
+    out = []
+    for c in centres:
+        raw = tuple(float(x) for x in c * (1 + 0.001 * np.sin(np.arange(50))))
+        out.append(Sample(SMALL, {"latency_us": Metric("latency_us", float(np.median(raw)), "us", False, raw)}))
+    return regress.pool_rounds(out)
+
+
+def test_alpha_decides_a_change_that_is_large_but_only_fairly_sure():
+    """+14 % median latency, but one new round sits inside the baseline's range (U = 4 of 36,
+    p = 0.026): at the default alpha 0.01 it is not called, at 0.05 it is."""
+    base = base_of(_pooled_latency([10.0, 10.1, 10.2, 10.3, 10.4, 10.5]), "latency_us")
+    new = _pooled_latency([10.15, 11.5, 11.6, 11.7, 11.8, 11.9])
+    strict = regress.verdict(SMALL.name, "latency_us", new, base, tolerance=TOL)
+    loose = regress.verdict(SMALL.name, "latency_us", new, base, tolerance=TOL, alpha=0.05)
+    assert strict.p_value == loose.p_value == pytest.approx(0.026, abs=0.001)
+    assert (strict.status, loose.status) == ("unchanged", "regression")
+
+
+def test_parse_alpha():
+    assert regress.parse_alpha(None) == regress.DEFAULT_ALPHA == 0.01
+    assert regress.parse_alpha("0.05") == 0.05
+    for bad in ("5%", "0", "1", "nan", "-0.1"):
+        with pytest.raises(ConfigError, match=f"alpha.*{bad}.*between 0 and 1"):
+            regress.parse_alpha(bad)
+
+
 def test_precise_enough_stops_only_when_the_median_is_pinned():
     tight = rounds(LARGE, "busbw_GBps", 1.0, 12, seed=1, between=0.001)
     loose = rounds(LARGE, "busbw_GBps", 1.0, 12, seed=1, between=0.2)

@@ -200,6 +200,7 @@ def test_a_failed_world_shows_its_partial_results_and_stderr_tail(tmp_path, monk
     assert "InjectedFault: injected fault on rank 1" in md  # the rank's own stderr, in the report
     page = (out / "index.html").read_text()
     assert "<details open><summary>stderr tail</summary>" in page and "PARTIAL: allreduce[ring-n2]" in page
+    assert "<summary>rank 0 log</summary>" in page and "<summary>rank 1 log</summary>" in page
 
 
 # --- pure: synthetic results, no MPI -------------------------------------------------------------

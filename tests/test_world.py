@@ -53,6 +53,8 @@ def test_raising_rank_is_named_and_earlier_sizes_kept(monkeypatch, no_leftover_r
     assert "rank 1 raised InjectedFault" in str(err) and "allreduce[mpi-n2]" in str(err)
     assert "InjectedFault" in err.stderr_tail
     assert [s.case.size_bytes for s in err.partial] == [4]
+    # Every rank's log is kept with the failure, not only the failed rank's tail.
+    assert {"rank 0", "rank 1"} <= set(err.logs) and "InjectedFault" in err.logs["rank 1"]
 
 
 def test_rank_killed_by_signal_is_named(monkeypatch, no_leftover_ranks):

@@ -27,6 +27,7 @@ from .launchers import LaunchConfig
 JOB_FORMAT, JOB_VERSION = "perfsuite-job", 1
 STACK_DUMP_WAIT_S = 0.5
 TAIL_LINES = 12
+LOG_LINES = 200  # per rank, kept with a failure for the report and pytest's failure section
 # How launchers report a rank that died (MPICH Hydra; Open MPI / PRRTE).
 # Hydra names the PID, not the rank; the rank comes from the PID files the ranks wrote.
 _HYDRA_PID = re.compile(r"PID\s+(\d+)\s+RUNNING AT\s+(\S+)\s*\n=\s+EXIT CODE:\s*(\d+)")
@@ -99,6 +100,20 @@ def _tail(path: Path, n: int = TAIL_LINES) -> str:
     except OSError:
         return ""
     return "\n".join(lines[-n:])
+
+
+def _world_logs(folder: Path) -> dict[str, str]:
+    """Every rank's stderr and the launcher's output, each cut to its last LOG_LINES lines; a
+    rank that wrote nothing keeps an empty entry (that it said nothing is itself a clue)."""
+    logs = {}
+    ranks = sorted(int(p.stem.split("-")[1]) for p in folder.glob("rank-*.err"))
+    for rank in ranks:
+        logs[f"rank {rank}"] = _tail(folder / f"rank-{rank}.err", LOG_LINES)
+    launcher = "\n".join(t for t in (_tail(folder / "launcher.out", LOG_LINES),
+                                     _tail(folder / "launcher.err", LOG_LINES)) if t)
+    if launcher:
+        logs["launcher"] = launcher
+    return logs
 
 
 def _rank_pids(folder: Path) -> dict[int, tuple[int, str]]:
@@ -253,7 +268,9 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
     if not timed_out and rc == 0 and out_path.exists():
         # Invalid samples come back as such: the suite fails those cases, not the world.
         return Result.from_dict(json.loads(out_path.read_text()), source=spec.label)
-    raise _diagnose(spec, folder, rc, timed_out, timeout, partial)
+    failure = _diagnose(spec, folder, rc, timed_out, timeout, partial)
+    failure.logs = _world_logs(folder)
+    raise failure
 
 
 def run_program(command: list[str], world_size: int, cfg: LaunchConfig, timeout: float) -> str:
