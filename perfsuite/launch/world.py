@@ -32,7 +32,9 @@ LOG_LINES = 200  # per rank, kept with a failure for the report and pytest's fai
 # Hydra names the PID, not the rank; the rank comes from the PID files the ranks wrote.
 _HYDRA_PID = re.compile(r"PID\s+(\d+)\s+RUNNING AT\s+(\S+)\s*\n=\s+EXIT CODE:\s*(\d+)")
 _HYDRA_STRING = re.compile(r"EXIT STRING:\s*(.+)")
-_OMPI_RANK = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?")
+# Open MPI 5's prterun wraps this message at ~70 columns, so any space may be a line break.
+_OMPI_RANK = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+(\S+)\s+exited\s+on\s+"
+                        r"signal\s+(\d+)(?:\s+\(([^)]*)\))?")
 
 
 def run_command(argv: list[str], timeout: float = 60.0, env: dict | None = None,
@@ -213,8 +215,10 @@ def _diagnose(spec: WorldSpec, folder: Path, rc: int | None, timed_out: bool, ti
                            + ("; ".join(where) or "no rank started"), case=label,
                            stderr_tail=launcher_err.strip(), partial=partial, kind="timeout")
     tail = launcher_err.strip()
+    # The last line that says something: Open MPI frames its messages in rows of dashes.
+    said = [line.strip() for line in tail.splitlines() if line.strip(" -=\t")]
     return RankFailure(f"{label}: world exited with status {rc} and wrote no result{done}: "
-                       f"{tail.splitlines()[-1] if tail else 'no output'}", case=label,
+                       f"{said[-1] if said else 'no output'}", case=label,
                        stderr_tail=tail, partial=partial, kind="crash")
 
 
