@@ -10,7 +10,9 @@ then ``iters`` timed steps on every rank. Reported, from the slowest rank of eac
 - step_ms p50 and p99;
 - scaling_efficiency = img_per_s / (world_size * plain_img_per_s), where plain_img_per_s is one
   worker training alone on a plain loop with no strategy, measured in the same world on rank 0
-  after the epoch while the other ranks wait without spinning;
+  while the other ranks wait without spinning, before the transport starts (a started transport's
+  own threads share the cores: Horovod's background loop halved the plain loop on 2 cores) or,
+  where the transport must start before TensorFlow runs any op (MWMS), after the epoch;
 - allreduce_share = gradient-allreduce time / step time, when the transport lets Python see it.
 
 After the epoch the trainable weights are compared across ranks (bitwise): a synchronous
@@ -172,15 +174,20 @@ def run(ctx: RankContext) -> dict:
     tf = import_tf(legacy_keras=transport.legacy_keras)
     tf_import_s = time.perf_counter() - t0
     configure_threads(tf, ctx.options)  # before TF runs an op: per-rank thread budget
+    baselines: dict[str, list[float] | None] = {}
+    if opts["baseline"] and transport.baseline_before_start:
+        for case in ctx.cases:
+            image, classes = _image_classes(case, opts)
+            baselines[case.name] = _root_baseline(
+                ctx, lambda: _plain_baseline(tf, case.model, image, classes, opts, _loss(tf),
+                                             *synthetic_batch(tf, int(case.batch), image, classes, seed=SEED)))
     t0 = time.perf_counter()
     transport.start(tf)
     start_s = time.perf_counter() - t0
     slow = slowdown_fraction()
     loss_fn = _loss(tf)
     for case in ctx.cases:
-        spec = model_spec(case.model)
-        image = int(opts["image_size"] or spec.image_size)
-        classes = int(opts["classes"] or spec.classes)
+        image, classes = _image_classes(case, opts)
         batch = int(case.batch)
         x, y = synthetic_batch(tf, batch, image, classes, seed=SEED + ctx.rank)
         feed = input_feed(tf, ctx.options, ctx.rank, ctx.world_size, batch, image, classes,
@@ -207,11 +214,10 @@ def run(ctx: RankContext) -> dict:
             identical, max_diff = weights_agree(comm, model.trainable_variables)
         else:
             identical, max_diff = True, None
-        baseline = None
-        if opts["baseline"]:
-            if ctx.is_root:
-                baseline = _plain_baseline(tf, case.model, image, classes, opts, loss_fn, x, y)
-            quiet_barrier(comm)
+        baseline = baselines.get(case.name)
+        if opts["baseline"] and case.name not in baselines:
+            baseline = _root_baseline(
+                ctx, lambda: _plain_baseline(tf, case.model, image, classes, opts, loss_fn, x, y))
         gathered = comm.gather((times, allreduce), root=0)
         if ctx.is_root:
             info = {"image_size": image, "classes": classes, "warmup": opts["warmup"],
@@ -228,6 +234,18 @@ def run(ctx: RankContext) -> dict:
     return {"tensorflow": tf.__version__, "keras": _keras_version(tf), "tf_import_s": tf_import_s,
             "transport_start_s": start_s, "slowdown_injected": slow,
             "transport_facts": transport.describe()}
+
+
+def _image_classes(case: Case, opts: dict) -> tuple[int, int]:
+    spec = model_spec(case.model)
+    return int(opts["image_size"] or spec.image_size), int(opts["classes"] or spec.classes)
+
+
+def _root_baseline(ctx: RankContext, measure: Callable[[], list[float]]) -> list[float] | None:
+    """Rank 0 measures the plain loop; the others wait in a sleeping barrier (None there)."""
+    baseline = measure() if ctx.is_root else None
+    quiet_barrier(ctx.comm)
+    return baseline
 
 
 def _plain_baseline(tf: Any, model_name: str, image: int, classes: int, opts: dict, loss_fn: Any,

@@ -65,16 +65,19 @@ def build_model(tf: Any, name: str, image_size: int, classes: int):
     keras = tf.keras
     shape = (image_size, image_size, 3)
     if spec.name == "small-cnn":
+        # Every layer named, as keras.applications name theirs: auto names count the layers built
+        # so far in the process, and Horovod matches collectives across ranks by tensor name, so
+        # rank 0 building one extra model (the plain baseline) made every name differ and hung.
         layers = keras.layers
         return keras.Sequential([
             keras.Input(shape),
-            layers.Conv2D(32, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Conv2D(64, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Flatten(),
-            layers.Dense(128, activation="relu"),
-            layers.Dense(classes),
+            layers.Conv2D(32, 3, activation="relu", name="conv1"),
+            layers.MaxPooling2D(name="pool1"),
+            layers.Conv2D(64, 3, activation="relu", name="conv2"),
+            layers.MaxPooling2D(name="pool2"),
+            layers.Flatten(name="flatten"),
+            layers.Dense(128, activation="relu", name="fc1"),
+            layers.Dense(classes, name="logits"),
         ], name="small_cnn")
     if spec.name == "mobilenet":
         return keras.applications.MobileNet(weights=None, input_shape=shape, classes=classes,

@@ -149,6 +149,9 @@ class TrainingTransport:
     name = "base"
     legacy_keras = False  # True: tf.keras must be tf_keras (Horovod's hooks need Keras 2)
     synchronous = True  # weights must be identical on every rank after the epoch
+    # The plain-loop baseline runs before start(): once started, a transport's own threads
+    # (Horovod's background loop polling MPI) take cores from it.
+    baseline_before_start = True
     implementation = ""
 
     def __init__(self, comm, options: dict | None = None):
@@ -200,6 +203,9 @@ class PlainTraining(TrainingTransport):
 class GrpcTraining(TrainingTransport):
     name = "grpc"
     implementation = "RING"
+    # MultiWorkerMirroredStrategy must be created before TensorFlow runs any op, so the plain
+    # loop runs after the epoch; gRPC's threads sleep while rank 0 measures it.
+    baseline_before_start = False
 
     def configure(self) -> None:
         self.addresses = cluster_addresses(self.comm, self.options)
