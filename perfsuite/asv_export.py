@@ -373,10 +373,28 @@ def results_lock(results_dir: str, timeout: float = LOCK_TIMEOUT_S,
 
 
 def machine_info(fp: Mapping[str, Any], name: str) -> dict[str, str]:
-    """asv's machine.json fields from the fingerprint."""
+    """asv's machine.json fields: the ones ``asv run --machine NAME`` would use (its own
+    ~/.asv-machine.json entry) when asv knows the machine, else from the fingerprint. The
+    graph line of a benchmark is keyed by these fields, so a recorded run and an ``asv run``
+    land on one line only when they agree."""
+    from asv.machine import MachineCollection
+    from asv.util import UserError
+
+    try:
+        known = MachineCollection.load(name)
+    except (UserError, OSError, ValueError):
+        known = None
+    if known:
+        return {str(k): str(v) for k, v in known.items() if k != "version"}
     return {"machine": name, "os": str(fp.get("os", "")), "arch": str(fp.get("machine", "")),
             "cpu": str(fp.get("cpu_model", "")), "num_cpu": str(fp.get("cpu_count", "")),
             "ram": str(fp.get("memory_bytes", "") or "")}
+
+
+def python_param() -> str:
+    """What ``asv run --environment existing:same`` records as ``python`` from this interpreter:
+    the absolute path of the executable (not the version), so the two share graph lines."""
+    return os.path.abspath(sys.executable)
 
 
 def describe(layout: AsvLayout, m: AsvMetric, params: list[list[str]]) -> dict[str, Any]:
@@ -448,7 +466,7 @@ def record(samples: Iterable[Sample], to: RecordTarget, fp: Mapping[str, Any] | 
     machine = to.machine or _fingerprint.system_name(fp)
     commit = resolve_commit(project, to.commit)
     date = commit_date_ms(project, commit)
-    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    python = python_param()
 
     # name -> (layout, metric, {param ids: samples}); invalid results carry no timing meaning
     grouped: dict[str, tuple[AsvLayout, AsvMetric, dict[tuple[str, ...], list[float]]]] = {}

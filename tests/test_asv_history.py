@@ -371,3 +371,33 @@ def test_allreduce(benchmark, perf_case, perf_measure):
     assert sorted(res.get_all_result_keys()) == ["allreduce.Allreduce.track_inv_busbw",
                                                  "allreduce.Allreduce.track_latency"]
     assert res.get_result_params("allreduce.Allreduce.track_latency")[2] == ["'4B'", "'1MiB'"]
+
+
+@pytest.mark.world
+def test_recorded_runs_and_asv_run_share_one_graph_line(tmp_path, monkeypatch):
+    """A graph line is keyed by machine fields and ``python``. The recorder once wrote the
+    Python version and fingerprint fields while ``asv run --environment existing:same`` writes
+    the interpreter's path and its own machine entry, so one benchmark drew two lines. Now the
+    recorder takes both from asv: one line, holding both runners' points."""
+    conf, (commit,) = make_project(tmp_path, 1)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # asv's ~/.asv-machine.json, for both runners
+    env = {"PERFSUITE_ASV_SIZES": "4", "PERFSUITE_ASV_TRANSPORTS": "mpi",
+           "PERFSUITE_ASV_ITERS": "20", "PERFSUITE_ASV_WARMUP": "2"}
+    asv = [sys.executable, "-m", "asv"]
+    run_command([*asv, "machine", "--yes", "--machine", "shared-box", "--config", conf], timeout=60)
+    assert cli.main(["run", "--transports", "mpi", "--sizes", "4", "--iters", "20", "--warmup", "2",
+                     "--asv", "--asv-config", conf, "--asv-commit", commit,
+                     "--asv-machine", "shared-box"]) == 0
+    run_command([*asv, "run", "--config", conf, "--environment", "existing:same", "--set-commit-hash",
+                 commit, "--machine", "shared-box", "--quick"], timeout=300, env=env)
+    from asv.results import Results
+
+    files = sorted((tmp_path / "results" / "shared-box").glob(f"{commit[:8]}-*.json"))
+    assert len(files) == 2, files  # perfsuite's and asv run's own
+    params = [Results.load(str(f)).params for f in files]
+    assert params[0] == params[1], params
+    run_command([*asv, "publish", "--config", conf], timeout=120)
+    lines = sorted((tmp_path / "html" / "graphs" / "branch-main" / "machine-shared-box").iterdir())
+    assert len(lines) == 1, lines
