@@ -264,7 +264,7 @@ COMMANDS["transports"] = (add_transports, do_transports, "list transports and wh
 
 # --- overhead ---------------------------------------------------------------------------------
 
-OVERHEAD_OPTIONS = ("world-sizes", "sizes", "launcher", "launcher-program", "mpi-flavor", "hostfile",
+OVERHEAD_OPTIONS = ("world-sizes", "sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor", "hostfile",
                     "hosts", "ppn", "oversubscribe", "env", "timeout", "iters", "warmup", "workdir")
 
 

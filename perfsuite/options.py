@@ -6,6 +6,7 @@ value raises ConfigError naming it, which each face reports its own way (UsageEr
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,8 @@ OPTIONS: list[Opt] = [
     Opt("dtypes", _cases.DEFAULT_DTYPE, "comma list of float32, float64, float16, int32", metavar="LIST"),
     Opt("launcher", "mpiexec", f"how worlds start: {', '.join(LAUNCHERS)}", metavar="NAME"),
     Opt("launcher-program", None, "path of mpiexec/srun if not the one on PATH", metavar="PATH"),
+    Opt("launcher-args", None, "extra launcher arguments, split like a shell: srun '--mpi=pmi2' "
+        "(where Slurm's MpiDefault is none), mpiexec '-bind-to core'", metavar="ARGS"),
     Opt("mpi-flavor", "auto", f"mpiexec's MPI: {', '.join(FLAVORS)} (auto asks mpiexec --version)", metavar="NAME"),
     Opt("hostfile", None, "hostfile for multi-node worlds (MPICH -f, Open MPI --hostfile, srun SLURM_HOSTFILE)", metavar="PATH"),
     Opt("hosts", None, "comma list of hosts instead of a hostfile", metavar="LIST"),
@@ -129,6 +132,16 @@ def selection(values: Mapping[str, Any], benchmark: str = "allreduce", **extra: 
                      sizes=sizes, dtypes=dtypes, extra=extra)
 
 
+def _launcher_args(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(shlex.split(str(text)))
+    except ValueError as exc:
+        raise ConfigError(f"launcher args {text!r} cannot be split like a shell ({exc}); "
+                          "quote them as a shell would, e.g. '--mpi=pmi2'") from None
+
+
 def suite_config(values: Mapping[str, Any]) -> SuiteConfig:
     v = {o.dest: o.default for o in OPTIONS} | {k: x for k, x in values.items() if x is not None}
     over = str(v["oversubscribe"]).lower()
@@ -141,7 +154,8 @@ def suite_config(values: Mapping[str, Any]) -> SuiteConfig:
                           program=v["launcher_program"], hostfile=v["hostfile"], hosts=hosts,
                           ranks_per_node=_int(v["ppn"], "ranks per node (ppn)"),
                           oversubscribe=None if over == "auto" else over == "yes",
-                          env=parse_env(v["env"] or []))
+                          env=parse_env(v["env"] or []),
+                          extra_args=_launcher_args(v["launcher_args"]))
     options: dict[str, Any] = {"inplace": bool(v["inplace"]), "validate": not v["no_validate"]}
     if (it := _int(v["iters"], "iterations")) is not None:
         options["iters"] = it

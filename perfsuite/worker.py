@@ -93,7 +93,12 @@ def _run(job: dict, comm, rank: int, size: int, folder: str) -> int:
     comm.Barrier()  # every rank is up: the world has started
     ready_at = time.time()
     if size != job["world_size"]:
-        raise RuntimeError(f"launcher started {size} ranks, the job wants {job['world_size']}")
+        hint = ""
+        if size == 1 and os.environ.get("SLURM_STEP_ID") is not None:
+            # srun without a PMI plugin starts every task as its own 1-rank MPI world.
+            hint = ("; srun started each task as a singleton: name the PMI, e.g. "
+                    "--launcher-args=--mpi=pmi2 (MPICH) or --mpi=pmix (Open MPI)")
+        raise RuntimeError(f"launcher started {size} ranks, the job wants {job['world_size']}{hint}")
     cases = [Case.from_dict(c) for c in job["cases"]]
     partial = open(os.path.join(folder, "partial.jsonl"), "a") if rank == 0 else None
 

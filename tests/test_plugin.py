@@ -53,6 +53,7 @@ def test_skipped_transports_show_their_reason(pytester):
     (["--perf-launcher", "qsub"], "*launcher 'qsub' is unknown*"),
     (["--perf-alpha", "5%"], "*significance level (alpha) '5%' must be a fraction between 0 and 1*"),
     (["--perf-tolerance", "lots"], "*tolerance*lots*"),
+    (["--perf-launcher-args", "'--mpi=pmi2"], "*launcher args \"'--mpi=pmi2\" cannot be split like a shell*"),
 ])
 def test_bad_options_are_usage_errors(pytester, args, needle):
     pytester.makepyfile(test_bench=BENCH)

@@ -85,6 +85,17 @@ def test_open_mpi_names_the_killed_rank_however_it_wraps_the_line(tmp_path, laun
     assert str(err).startswith("allreduce[mpi-n2]: rank 1 on n7 died: signal 9 (Killed)"), str(err)
 
 
+def test_srun_names_the_first_task_it_reports_dead(tmp_path):
+    """srun reports the cause first, then the tasks it terminated because of it."""
+    from perfsuite.launch.world import _diagnose
+
+    (tmp_path / "launcher.err").write_text(
+        "srun: error: n7: task 1: Killed\nsrun: launch/slurm: _step_signal: Terminating StepId=8.0\n"
+        "srun: error: n7: task 0: Terminated\n")
+    err = _diagnose(world("mpi", 2, [4]), tmp_path, 137, False, 60, [])
+    assert (err.rank, err.kind) == (1, "signal") and "rank 1 on n7 died: Killed" in str(err)
+
+
 def test_hung_rank_is_killed_at_the_timeout(monkeypatch, no_leftover_ranks):
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "hang@1")
     t0 = time.monotonic()
@@ -95,6 +106,71 @@ def test_hung_rank_is_killed_at_the_timeout(monkeypatch, no_leftover_ranks):
     msg = str(info.value)
     assert info.value.kind == "timeout" and "4 s timeout" in msg
     assert "rank 1 in faults.py" in msg  # the stack dump shows where the hung rank sat
+
+
+def _slurm_unavailable() -> str | None:
+    import shutil
+    import subprocess
+
+    if shutil.which("srun") is None or shutil.which("sinfo") is None:
+        return "no Slurm here (srun, sinfo not on PATH; .ci/slurm-up starts a one-node cluster)"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"no Slurm controller answers ({exc})"
+    if out.returncode != 0 or not any(s.strip() in ("idle", "mix", "alloc") for s in out.stdout.split()):
+        return f"no Slurm node is up (sinfo: {(out.stderr or out.stdout).strip()[:120]!r})"
+    from perfsuite.launch.world import default_program, detect_flavor
+
+    flavor = detect_flavor(default_program("mpiexec"))
+    if flavor != "mpich":
+        # Open MPI 5 joins srun tasks only through PMIx, which Debian's Slurm cannot load here.
+        return f"the srun test joins ranks with --mpi=pmi2, an MPICH path; this MPI is {flavor}"
+    return None
+
+
+def _slurm_jobs() -> set[str]:
+    import subprocess
+
+    out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, timeout=15)
+    return set(out.stdout.split())
+
+
+SLURM = _slurm_unavailable()
+
+
+@pytest.mark.skipif(SLURM is not None, reason=SLURM or "")
+def test_srun_worlds_measure_name_a_killed_rank_and_leave_no_job(monkeypatch, no_leftover_ranks):
+    """The srun launcher on a real (one-node) Slurm: a world measures; a SIGKILLed rank is named
+    from srun's 'task N: Killed'; a hung world is killed at the timeout without leaving its job
+    RUNNING (a SIGKILLed srun did: the allocation held its node until scancel)."""
+    import subprocess
+
+    cfg = LaunchConfig(launcher="srun", extra_args=("--mpi=pmi2",))
+    before = _slurm_jobs()
+    res = run_world(world("mpi", 2, [4, 1024]), cfg, timeout=60)
+    assert [s.case.size_bytes for s in res.samples] == [4, 1024] and all(s.valid for s in res.samples)
+
+    monkeypatch.setenv("PERFSUITE_TEST_FAULT", "kill@1@1024")
+    with pytest.raises(RankFailure) as info:
+        run_world(world("ring", 2, [4, 1024]), cfg, timeout=60)
+    assert (info.value.rank, info.value.kind) == (1, "signal") and "Killed" in str(info.value)
+    assert [s.case.size_bytes for s in info.value.partial] == [4]
+
+    monkeypatch.setenv("PERFSUITE_TEST_FAULT", "hang@1")
+    with pytest.raises(RankFailure) as info:
+        run_world(world("mpi", 2, [4]), cfg, timeout=8)
+    assert info.value.kind == "timeout" and "rank 1 in faults.py" in str(info.value)
+    time.sleep(1)
+    assert _slurm_jobs() - before == set(), "a Slurm job outlived its world"
+
+    monkeypatch.delenv("PERFSUITE_TEST_FAULT")
+    mpi_default = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                                 timeout=15).stdout
+    if "MpiDefault              = none" in mpi_default:
+        # Without a PMI every task is its own 1-rank world: say what to pass.
+        with pytest.raises(RankFailure, match=r"singleton.*--launcher-args=--mpi=pmi2"):
+            run_world(world("mpi", 2, [4]), LaunchConfig(launcher="srun"), timeout=60)
 
 
 def test_corrupted_sum_fails_the_case_not_silently(monkeypatch, no_leftover_ranks):

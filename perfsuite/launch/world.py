@@ -27,11 +27,15 @@ from .launchers import LaunchConfig
 JOB_FORMAT, JOB_VERSION = "perfsuite-job", 1
 STACK_DUMP_WAIT_S = 0.5
 TAIL_LINES = 12
+TERM_GRACE_S = 5.0  # a launcher's time to take its world down after SIGTERM
 LOG_LINES = 200  # per rank, kept with a failure for the report and pytest's failure section
 # How launchers report a rank that died (MPICH Hydra; Open MPI / PRRTE).
 # Hydra names the PID, not the rank; the rank comes from the PID files the ranks wrote.
 _HYDRA_PID = re.compile(r"PID\s+(\d+)\s+RUNNING AT\s+(\S+)\s*\n=\s+EXIT CODE:\s*(\d+)")
 _HYDRA_STRING = re.compile(r"EXIT STRING:\s*(.+)")
+# srun: "srun: error: node7: task 1: Killed" (the first such line is the cause; later ones are
+# the tasks srun then terminated).
+_SRUN_TASK = re.compile(r"srun: error: (\S+): task (\d+): (.+)")
 # Open MPI 5's prterun wraps this message at ~70 columns, so any space may be a line break.
 _OMPI_RANK = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+(\S+)\s+exited\s+on\s+"
                         r"signal\s+(\d+)(?:\s+\(([^)]*)\))?")
@@ -96,11 +100,14 @@ def resolve(cfg: LaunchConfig) -> LaunchConfig:
     return cfg
 
 
-def _tail(path: Path, n: int = TAIL_LINES) -> str:
+def _tail(path: Path, n: int = TAIL_LINES, upto: int | None = None) -> str:
+    """The last ``n`` lines of a file (of its first ``upto`` bytes, when given)."""
     try:
-        lines = path.read_text(errors="replace").strip().splitlines()
+        with open(path, "rb") as f:
+            data = f.read() if upto is None else f.read(upto)
     except OSError:
         return ""
+    lines = data.decode(errors="replace").strip().splitlines()
     return "\n".join(lines[-n:])
 
 
@@ -137,7 +144,19 @@ def _local_pids(folder: Path) -> dict[int, int]:
 
 
 def _kill_group(proc: subprocess.Popen, folder: Path) -> None:
-    """Kill the launcher's whole session, then any local rank that escaped it."""
+    """Ask a launcher that is still running to stop its world, then kill its whole session and
+    any local rank that escaped it.
+
+    SIGTERM first because only the launcher can reach what it started elsewhere: Hydra's
+    mpiexec kills its proxies and their ranks on every node, and srun cancels its job step and
+    the job it allocated (SIGKILLed, srun left that job RUNNING, holding its nodes, until
+    scancel). SIGKILL follows for whatever did not go within TERM_GRACE_S."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=TERM_GRACE_S)
+        except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -175,8 +194,20 @@ def _innermost_frame(stack_text: str) -> str:
     return f"{Path(f.group(1)).name}:{f.group(2)} in {f.group(3)}" if f else first.strip()
 
 
+def _sizes(folder: Path, names: tuple[str, ...]) -> dict[str, int]:
+    out = {}
+    for name in names:
+        try:
+            out[name] = (folder / name).stat().st_size
+        except OSError:
+            out[name] = 0
+    return out
+
+
 def _diagnose(spec: WorldSpec, folder: Path, rc: int | None, timed_out: bool, timeout: float,
-              partial: list[Sample]) -> RankFailure:
+              partial: list[Sample], before_kill: dict[str, int] | None = None) -> RankFailure:
+    """Name the failed rank and why. ``before_kill``: the launcher logs' sizes when the timeout
+    struck; only what was written before then can name a cause, the rest answers our own kill."""
     label = spec.label
     done = f" ({len(partial)} of {len(spec.cases)} cases measured before it)" if spec.cases else ""
     failed = [(int(p.stem.split("-")[1]), p.read_text(errors="replace").strip())
@@ -187,7 +218,9 @@ def _diagnose(spec: WorldSpec, folder: Path, rc: int | None, timed_out: bool, ti
         tail = _tail(folder / f"rank-{rank}.err")
         return RankFailure(f"{label}: rank {rank} raised {what}{done}", rank=rank, case=label,
                            stderr_tail=tail, partial=partial, kind="crash")
-    launcher_err = _tail(folder / "launcher.err", 40) + "\n" + _tail(folder / "launcher.out", 40)
+    cut = before_kill or {}
+    launcher_err = (_tail(folder / "launcher.err", 40, cut.get("launcher.err")) + "\n"
+                    + _tail(folder / "launcher.out", 40, cut.get("launcher.out")))
     by_pid = {pid: rank for rank, (pid, _host) in _rank_pids(folder).items()}
     found = None
     m = _HYDRA_PID.search(launcher_err)
@@ -199,6 +232,9 @@ def _diagnose(spec: WorldSpec, folder: Path, rc: int | None, timed_out: bool, ti
     if m and found is None:
         found = (int(m.group(1)), m.group(2), int(m.group(3)),
                  f"signal {m.group(3)}" + (f" ({m.group(4)})" if m.group(4) else ""))
+    m = _SRUN_TASK.search(launcher_err)
+    if m and found is None:
+        found = (int(m.group(2)), m.group(1), 0, m.group(3).strip())
     if found is not None:
         rank, host, _code, how = found
         tail = _tail(folder / f"rank-{rank}.err") or launcher_err.strip()
@@ -248,7 +284,7 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
            "folder": str(folder), "out": str(out_path), "spawned_at": time.time()}
     job_path.write_text(json.dumps(job))
     env = {**os.environ, **launch.env}
-    timed_out = False
+    timed_out, before_kill = False, None
     with open(folder / "launcher.out", "w") as out, open(folder / "launcher.err", "w") as err:
         try:
             proc = subprocess.Popen(launch.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
@@ -260,6 +296,7 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out, rc = True, None
+            before_kill = _sizes(folder, ("launcher.err", "launcher.out"))
             for pid in _local_pids(folder).values():  # ask every rank where it is stuck
                 try:
                     os.kill(pid, signal.SIGUSR1)
@@ -272,7 +309,7 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
     if not timed_out and rc == 0 and out_path.exists():
         # Invalid samples come back as such: the suite fails those cases, not the world.
         return Result.from_dict(json.loads(out_path.read_text()), source=spec.label)
-    failure = _diagnose(spec, folder, rc, timed_out, timeout, partial)
+    failure = _diagnose(spec, folder, rc, timed_out, timeout, partial, before_kill)
     failure.logs = _world_logs(folder)
     raise failure
 
