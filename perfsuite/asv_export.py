@@ -384,7 +384,9 @@ def machine_info(fp: Mapping[str, Any], name: str) -> dict[str, str]:
         known = MachineCollection.load(name)
     except (UserError, OSError, ValueError):
         known = None
-    if known:
+    # asv hands back its only entry for the host's own name even when that entry is named
+    # otherwise; only an entry for this very name describes this machine.
+    if known and known.get("machine") == name:
         return {str(k): str(v) for k, v in known.items() if k != "version"}
     return {"machine": name, "os": str(fp.get("os", "")), "arch": str(fp.get("machine", "")),
             "cpu": str(fp.get("cpu_model", "")), "num_cpu": str(fp.get("cpu_count", "")),

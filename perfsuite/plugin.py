@@ -72,6 +72,7 @@ class PerfState:
         self.verdicts: list = []  # regress.Verdict per metric of each measured case (issue 3)
         self.baselines: dict | None = None  # (case, metric) -> Baseline, loaded on first use
         self.system: str | None = None  # baseline system, set when the first case is judged
+        self.logs_shown: dict[tuple, str] = {}  # world key -> the failed case that shows its logs
 
     def selection(self, benchmark: str, **extra: Any) -> suite.Selection:
         return _options.selection(self.values, benchmark, **extra)
@@ -190,12 +191,17 @@ def _sample_or_fail(state: PerfState, case: Case, node: pytest.Item | None = Non
     sample = outcome.sample_for(case)
     if sample is None:
         failure = outcome.failure
-        if node is not None:
-            # Every rank's log, as pytest shows captured output: under the failure, per source.
-            for source, text in getattr(failure, "logs", {}).items():
+        logs = getattr(failure, "logs", {})
+        shown_by = state.logs_shown.setdefault(case.world_key, case.name)
+        if node is not None and shown_by == case.name:
+            # Every rank's log, as pytest shows captured output: under the world's first failed
+            # case only (a 13-size sweep would otherwise print them 12 times over).
+            for source, text in logs.items():
                 node.add_report_section("call", f"{source} log", text or "(empty)")
         tail = getattr(failure, "stderr_tail", "")
         detail = f"\n--- stderr tail ---\n{tail}" if tail else ""
+        if logs and shown_by != case.name:
+            detail += f"\n(every rank's log: under {shown_by})"
         pytest.fail(f"{case.name}: {failure}{detail}" if failure else f"{case.name}: no result",
                     pytrace=False)
     return sample

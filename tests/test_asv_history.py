@@ -401,3 +401,18 @@ def test_recorded_runs_and_asv_run_share_one_graph_line(tmp_path, monkeypatch):
     run_command([*asv, "publish", "--config", conf], timeout=120)
     lines = sorted((tmp_path / "html" / "graphs" / "branch-main" / "machine-shared-box").iterdir())
     assert len(lines) == 1, lines
+
+
+def test_machine_fields_come_from_asv_only_for_that_very_machine(tmp_path, monkeypatch):
+    """asv returns its only machine entry for the host's own name whatever that entry is
+    called; the recorder must not file this host's results under another machine's fields."""
+    import platform
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".asv-machine.json").write_text(json.dumps(
+        {"other-box": {"machine": "other-box", "cpu": "elsewhere"}, "version": 1}))
+    fp = {"os": "Linux", "machine": "x86_64", "cpu_model": "here", "cpu_count": 2, "memory_bytes": 1}
+    host = platform.node()
+    assert asv_export.machine_info(fp, host) == {"machine": host, "os": "Linux", "arch": "x86_64",
+                                                 "cpu": "here", "num_cpu": "2", "ram": "1"}
+    assert asv_export.machine_info(fp, "other-box") == {"machine": "other-box", "cpu": "elsewhere"}

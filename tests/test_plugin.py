@@ -73,13 +73,16 @@ def test_ini_twin(pytester):
 def test_rank_failure_fails_later_cases_and_keeps_earlier(pytester, monkeypatch, no_leftover_ranks):
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "raise@1@1024")
     pytester.makepyfile(test_bench=BENCH)
-    r = pytester.runpytest_subprocess("--perf-transports", "mpi", "--perf-sizes", "4,1024",
+    r = pytester.runpytest_subprocess("--perf-transports", "mpi", "--perf-sizes", "4,1024,4096",
                                       "--benchmark-disable", *QUICK)
-    r.assert_outcomes(passed=1, failed=1)
+    r.assert_outcomes(passed=1, failed=2)
     r.stdout.fnmatch_lines(["*allreduce?mpi-n2-1KiB?: allreduce?mpi-n2?: rank 1 raised InjectedFault*"])
-    # Every rank's log under the failure, the way pytest shows captured output.
+    # Every rank's log under the world's first failure, the way pytest shows captured output;
+    # the later failures of the same world point there instead of repeating them.
     r.stdout.fnmatch_lines(["*Captured rank 0 log call*", "*Captured rank 1 log call*",
                             "*InjectedFault: injected fault on rank 1*"])
+    assert r.stdout.str().count("Captured rank 1 log call") == 1
+    r.stdout.fnmatch_lines(["*(every rank's log: under allreduce[[]mpi-n2-1KiB[]])*"])
 
 
 def test_k_selects_sizes_inside_one_world(pytester, no_leftover_ranks):
