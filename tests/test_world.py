@@ -44,6 +44,18 @@ def test_ring_in_place_float64(no_leftover_ranks):
     assert all(s.valid for s in res.samples) and res.extra["inplace"] is True
 
 
+@pytest.fixture
+def no_shm_left():
+    """A killed rank never reaches MPI_Finalize, which would unlink its shared memory: the
+    runner must, or every killed world leaves a 16 MB segment in /dev/shm."""
+    from perfsuite.launch.world import _shm_in_use, _shm_names
+
+    before = _shm_names()
+    yield
+    left = _shm_names() - before - _shm_in_use()
+    assert not left, f"shared memory left behind: {sorted(left)}"
+
+
 def test_raising_rank_is_named_and_earlier_sizes_kept(monkeypatch, no_leftover_ranks):
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "raise@1@1024")
     with pytest.raises(RankFailure) as info:
@@ -57,7 +69,7 @@ def test_raising_rank_is_named_and_earlier_sizes_kept(monkeypatch, no_leftover_r
     assert {"rank 0", "rank 1"} <= set(err.logs) and "InjectedFault" in err.logs["rank 1"]
 
 
-def test_rank_killed_by_signal_is_named(monkeypatch, no_leftover_ranks):
+def test_rank_killed_by_signal_is_named(monkeypatch, no_leftover_ranks, no_shm_left):
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "kill@1@1024")
     t0 = time.monotonic()
     with pytest.raises(RankFailure) as info:
@@ -96,7 +108,7 @@ def test_srun_names_the_first_task_it_reports_dead(tmp_path):
     assert (err.rank, err.kind) == (1, "signal") and "rank 1 on n7 died: Killed" in str(err)
 
 
-def test_hung_rank_is_killed_at_the_timeout(monkeypatch, no_leftover_ranks):
+def test_hung_rank_is_killed_at_the_timeout(monkeypatch, no_leftover_ranks, no_shm_left):
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "hang@1")
     t0 = time.monotonic()
     with pytest.raises(RankFailure) as info:
@@ -140,7 +152,8 @@ SLURM = _slurm_unavailable()
 
 
 @pytest.mark.skipif(SLURM is not None, reason=SLURM or "")
-def test_srun_worlds_measure_name_a_killed_rank_and_leave_no_job(monkeypatch, no_leftover_ranks):
+def test_srun_worlds_measure_name_a_killed_rank_and_leave_no_job(monkeypatch, no_leftover_ranks,
+                                                                 no_shm_left):
     """The srun launcher on a real (one-node) Slurm: a world measures; a SIGKILLed rank is named
     from srun's 'task N: Killed'; a hung world is killed at the timeout without leaving its job
     RUNNING (a SIGKILLed srun did: the allocation held its node until scancel)."""

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -123,6 +124,70 @@ def _world_logs(folder: Path) -> dict[str, str]:
     if launcher:
         logs["launcher"] = launcher
     return logs
+
+
+SHM_DIR = Path("/dev/shm")
+
+
+def _shm_names() -> set[str]:
+    try:
+        return set(os.listdir(SHM_DIR))
+    except OSError:
+        return set()
+
+
+def _shm_in_use() -> set[str]:
+    """Names under /dev/shm that some live process maps or holds open."""
+    used = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            maps = (proc / "maps").read_text(errors="replace")
+        except OSError:
+            maps = ""
+        for line in maps.splitlines():
+            at = line.find(f"{SHM_DIR}/")
+            if at >= 0:
+                used.add(line[at + len(str(SHM_DIR)) + 1:].split(" (deleted)")[0].strip())
+        try:
+            fds = list((proc / "fd").iterdir())
+        except OSError:
+            fds = []
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith(f"{SHM_DIR}/"):
+                used.add(target[len(str(SHM_DIR)) + 1:])
+    return used
+
+
+def _remove_orphan_shm(before: set[str], pids: Iterable[int]) -> list[str]:
+    """Unlink the shared-memory segments that appeared while a killed world ran and that no
+    live process uses. MPICH (mpich_shm_*) and Open MPI (sm_segment.*) unlink them at
+    MPI_Finalize, which a killed rank never reaches: each killed world left 16 MB behind, and
+    under srun, whose job ids restart with a fresh controller, a later world that hashed to a
+    stale segment's name failed in MPI_Init ("Message truncated")."""
+    new = _shm_names() - before
+    if not new:
+        return []
+    deadline = time.monotonic() + TERM_GRACE_S
+    for pid in pids:  # a SIGKILLed rank releases its mappings only once it is gone
+        while time.monotonic() < deadline and Path(f"/proc/{pid}/maps").exists():
+            try:
+                if not Path(f"/proc/{pid}/maps").read_text():
+                    break  # a zombie maps nothing
+            except OSError:
+                break
+            time.sleep(0.05)
+    removed = []
+    for name in sorted(new - _shm_in_use()):
+        try:
+            (SHM_DIR / name).unlink()
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
 
 
 def _rank_pids(folder: Path) -> dict[int, tuple[int, str]]:
@@ -284,6 +349,7 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
            "folder": str(folder), "out": str(out_path), "spawned_at": time.time()}
     job_path.write_text(json.dumps(job))
     env = {**os.environ, **launch.env}
+    shm_before = _shm_names()
     timed_out, before_kill = False, None
     with open(folder / "launcher.out", "w") as out, open(folder / "launcher.err", "w") as err:
         try:
@@ -309,6 +375,7 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
     if not timed_out and rc == 0 and out_path.exists():
         # Invalid samples come back as such: the suite fails those cases, not the world.
         return Result.from_dict(json.loads(out_path.read_text()), source=spec.label)
+    _remove_orphan_shm(shm_before, _local_pids(folder).values())
     failure = _diagnose(spec, folder, rc, timed_out, timeout, partial, before_kill)
     failure.logs = _world_logs(folder)
     raise failure
