@@ -347,11 +347,21 @@ def test_horovod_sweeps_batches_and_its_baseline_runs_at_full_speed(no_leftover_
     layer names, and Horovod matches tensors across ranks by name: the second batch hung. And
     the plain loop, timed while Horovod's background thread polled MPI, ran at about half speed
     (534 vs ~1200 img/s), inflating scaling efficiency from ~0.4 to ~0.8. The yardstick is the
-    same plain loop in an ``mpi`` world, which starts no threads of its own."""
+    same plain loop in an ``mpi`` world, which starts no threads of its own.
+
+    Ten steps of a few ms are at the mercy of a shared machine (CI once read 604 vs 1172 img/s
+    while this machine read ~3500 for both), so the worlds alternate for up to three rounds and
+    each transport keeps its best baseline: the fault halved every Horovod round, noise does not."""
     opts = {"iters": 10, "warmup": 2, "baseline": True}
-    hvd = run_world(tf_world("horovod", 2, batches=(16, 32), **opts), LaunchConfig(), timeout=180)
-    mpi = run_world(tf_world("mpi", 2, batches=(16, 32), **opts), LaunchConfig(), timeout=180)
-    assert [s.case.batch for s in hvd.samples] == [16, 32] and all(s.valid for s in hvd.samples)
-    for h, m in zip(hvd.samples, mpi.samples):
-        ratio = h.info["plain_img_per_s"] / m.info["plain_img_per_s"]
-        assert ratio > 0.75, (h.case.batch, h.info["plain_img_per_s"], m.info["plain_img_per_s"])
+    best: dict[str, dict[int, float]] = {"horovod": {}, "mpi": {}}
+    for _ in range(3):
+        for transport in best:
+            res = run_world(tf_world(transport, 2, batches=(16, 32), **opts), LaunchConfig(), timeout=180)
+            assert [s.case.batch for s in res.samples] == [16, 32] and all(s.valid for s in res.samples)
+            for s in res.samples:
+                best[transport][s.case.batch] = max(best[transport].get(s.case.batch, 0.0),
+                                                    s.info["plain_img_per_s"])
+        ratios = {b: best["horovod"][b] / best["mpi"][b] for b in (16, 32)}
+        if min(ratios.values()) > 0.75:
+            break
+    assert min(ratios.values()) > 0.75, (ratios, best)
