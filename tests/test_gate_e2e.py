@@ -5,9 +5,14 @@ must fail naming the cases; a clean rerun must pass. Once through the CLI, once 
 
 The machine these run on is shared, and a world can run at half speed when a neighbour takes a
 core, so the tests use what the README recommends there: several rounds per world (a median of
-rounds ignores one contended round) and a slowdown (x5) far beyond a wide tolerance (50%), so
-that they prove the plumbing without depending on how quiet the machine is. How small a
-slowdown the gate catches here is what ``perfsuite detection-power`` measures.
+rounds ignores one contended round) and a slowdown (x11) far beyond a wide tolerance, so that
+they prove the plumbing without depending on how quiet the machine is. The tolerance is wide
+because a neighbour can hold a core for all three rounds of a world: clean reruns here read
+4 B latency up to +111% and 1 MiB latency up to +266% against their own baseline (a world in
+which the two ranks take turns on one core). For the same reason a clean rerun that is flagged
+runs again, up to three times: a gate that flags clean reruns flags all three, a slow spell
+passes. How small a slowdown the gate catches here is what ``perfsuite detection-power``
+measures.
 """
 from __future__ import annotations
 
@@ -22,9 +27,22 @@ import pytest
 pytestmark = pytest.mark.world
 
 REPO = Path(__file__).resolve().parents[1]
-SLOWDOWN = "4.0"  # the timed call takes 5x as long: busbw -80%, latency +400%
-GATE = ["--tolerance", "0.5", "--rounds", "3", "--system", "e2e-box"]
+SLOWDOWN = "10.0"  # the most it takes: the timed call lasts 11x as long, busbw -91%, latency +1000%
+# busbw may fall 75% and latency rise 300% before a clean rerun counts as a regression; the
+# slowdown stays beyond both unless the baseline world was itself ~3x slow.
+TOLERANCE = "-0.75:3.0"
+CLEAN_TRIES = 3
+GATE = [f"--tolerance={TOLERANCE}", "--rounds", "3", "--system", "e2e-box"]
 WORLD = ["--transports", "mpi", "--sizes", "4,1MiB", "--world-sizes", "2", "--timeout", "120"]
+
+
+def until_clean(run) -> subprocess.CompletedProcess:
+    """A clean rerun, repeated while the gate flags it (see the module docstring)."""
+    for _ in range(CLEAN_TRIES):
+        r = run()
+        if r.returncode == 0:
+            break
+    return r
 
 
 def cli(*args: str, slowdown: str | None = None, cwd: Path) -> subprocess.CompletedProcess:
@@ -58,12 +76,13 @@ def test_cli_gate_fails_a_slowdown_and_passes_a_clean_rerun(tmp_path):
         assert f"REGRESSION: {case} " in slow.stdout, slow.stdout
     assert "on e2e-box (" in slow.stdout and "tolerance" in slow.stdout
 
-    clean = cli("run", *WORLD, *GATE, "--compare", "--baseline-dir", str(base), cwd=tmp_path)
+    clean = until_clean(lambda: cli("run", *WORLD, *GATE, "--compare", "--baseline-dir", str(base),
+                                    cwd=tmp_path))
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "REGRESSION" not in clean.stdout and "4 unchanged" in clean.stdout
 
     # Two results files, same verdict logic: the slowed run against the baseline run.
-    r = cli("compare", "a.json", "slow.json", "--tolerance", "0.5", cwd=tmp_path)
+    r = cli("compare", "a.json", "slow.json", f"--tolerance={TOLERANCE}", cwd=tmp_path)
     assert r.returncode == 1 and "REGRESSION: allreduce[mpi-n2-1MiB] busbw" in r.stdout, r.stdout
 
 
@@ -72,7 +91,7 @@ def test_pytest_gate_fails_a_regressed_case_and_passes_a_clean_one(tmp_path):
     args = [sys.executable, "-m", "pytest", str(REPO / "benchmarks" / "test_allreduce.py"),
             "--benchmark-disable", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
             "--perf-transports", "mpi", "--perf-sizes", "4,1MiB", "--perf-world-sizes", "2",
-            "--perf-rounds", "3", "--perf-tolerance", "0.5", "--perf-system", "e2e-box",
+            "--perf-rounds", "3", f"--perf-tolerance={TOLERANCE}", "--perf-system", "e2e-box",
             "--perf-baseline-dir", str(base)]
 
     def pytest_run(*extra: str, slowdown: str | None = None) -> subprocess.CompletedProcess:
@@ -94,6 +113,6 @@ def test_pytest_gate_fails_a_regressed_case_and_passes_a_clean_one(tmp_path):
     assert "Failed: allreduce[mpi-n2-1MiB] " in r.stdout and "vs baseline" in r.stdout
     assert "REGRESSION" in r.stdout  # the summary table
 
-    r = pytest_run()
+    r = until_clean(pytest_run)
     assert r.returncode == 0, r.stdout[-3000:]
     assert "2 passed" in r.stdout and "4 unchanged" in r.stdout
