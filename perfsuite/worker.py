@@ -69,7 +69,11 @@ def main(argv: list[str]) -> int:
     with open(os.path.join(folder, f"rank-{rank}.pid"), "w") as f:
         f.write(f"{os.getpid()} {socket.gethostname()}\n")
     try:
-        return _run(job, comm, rank, size, folder)
+        code = _run(job, comm, rank, size, folder)
+        # This rank ended cleanly: if it exits before a failing peer, the runner's death watch
+        # must not take it for the rank that died first.
+        open(os.path.join(folder, f"rank-{rank}.done"), "w").close()
+        return code
     except BaseException as exc:  # any rank failure must end the whole world, not hang it
         traceback.print_exc()
         # Written whole or not at all: another rank's Abort may kill this one mid-write, and a

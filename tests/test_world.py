@@ -97,6 +97,66 @@ def test_open_mpi_names_the_killed_rank_however_it_wraps_the_line(tmp_path, laun
     assert str(err).startswith("allreduce[mpi-n2]: rank 1 on n7 died: signal 9 (Killed)"), str(err)
 
 
+HYDRA_SAYS_RANK0 = """
+===================================================================================
+=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+=   PID 4100 RUNNING AT vm
+=   EXIT CODE: 9
+=   CLEANING UP REMAINING PROCESSES
+=   YOU CAN IGNORE THE BELOW CLEANUP MESSAGES
+===================================================================================
+YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)
+"""
+
+
+@pytest.mark.parametrize("rank1_done, named", [(False, 1), (True, 0)])
+def test_the_rank_seen_dying_first_outranks_hydras_lowest_nonzero_rank(tmp_path, rank1_done, named):
+    """Hydra names the lowest rank with a non-zero status, and its proxy may SIGKILL rank 0
+    before marking it clean after rank 1 died (CI once read 'rank 0 died' for a rank-1 kill).
+    The death watch's first rank wins, unless that rank had ended cleanly (rank-1.done)."""
+    from perfsuite.launch.world import _diagnose
+
+    (tmp_path / "launcher.out").write_text(HYDRA_SAYS_RANK0)
+    (tmp_path / "launcher.err").write_text("")
+    for rank, pid in ((0, 4100), (1, 4101)):
+        (tmp_path / f"rank-{rank}.pid").write_text(f"{pid} vm\n")
+    if rank1_done:
+        (tmp_path / "rank-1.done").write_text("")
+    err = _diagnose(world("ring", 2, [4]), tmp_path, 9, False, 60, [], first_dead=1)
+    assert (err.rank, err.kind) == (named, "signal")
+    assert str(err).startswith(f"allreduce[ring-n2]: rank {named} on vm died: Killed (signal 9)"), str(err)
+
+
+def test_death_watch_names_the_one_process_that_died_first(tmp_path):
+    """Real processes, watched through pidfds from the PID files they would have written."""
+    import socket
+    import subprocess
+    import sys
+
+    from perfsuite.launch.deathwatch import DeathWatch
+
+    if not hasattr(__import__("os"), "pidfd_open"):
+        pytest.skip("no pidfd_open on this platform: the launcher's word stands there")
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(3)]
+    try:
+        with DeathWatch(tmp_path, 3) as watch:
+            for rank, p in enumerate(procs):
+                (tmp_path / f"rank-{rank}.pid").write_text(f"{p.pid} {socket.gethostname()}\n")
+            time.sleep(0.3)  # the watch finds the PID files
+            procs[2].kill()
+            procs[2].wait()
+            deadline = time.monotonic() + 5
+            while watch.first is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            killing_at = time.monotonic()
+        assert watch.first_before(killing_at) == 2
+        assert watch.first_before(watch.at) is None  # a death at or after our own kill is ours
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def test_srun_names_the_first_task_it_reports_dead(tmp_path):
     """srun reports the cause first, then the tasks it terminated because of it."""
     from perfsuite.launch.world import _diagnose

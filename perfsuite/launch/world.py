@@ -23,6 +23,7 @@ from pathlib import Path
 from ..errors import LaunchError, RankFailure
 from ..model import Result, Sample, WorldSpec
 from . import launchers
+from .deathwatch import DeathWatch
 from .launchers import LaunchConfig
 
 JOB_FORMAT, JOB_VERSION = "perfsuite-job", 1
@@ -270,9 +271,12 @@ def _sizes(folder: Path, names: tuple[str, ...]) -> dict[str, int]:
 
 
 def _diagnose(spec: WorldSpec, folder: Path, rc: int | None, timed_out: bool, timeout: float,
-              partial: list[Sample], before_kill: dict[str, int] | None = None) -> RankFailure:
+              partial: list[Sample], before_kill: dict[str, int] | None = None,
+              first_dead: int | None = None) -> RankFailure:
     """Name the failed rank and why. ``before_kill``: the launcher logs' sizes when the timeout
-    struck; only what was written before then can name a cause, the rest answers our own kill."""
+    struck; only what was written before then can name a cause, the rest answers our own kill.
+    ``first_dead``: the local rank the death watch saw die first, alone; it outranks the
+    launcher's choice (see deathwatch.py) unless that rank had finished cleanly."""
     label = spec.label
     done = f" ({len(partial)} of {len(spec.cases)} cases measured before it)" if spec.cases else ""
     failed = [(int(p.stem.split("-")[1]), p.read_text(errors="replace").strip())
@@ -302,6 +306,9 @@ def _diagnose(spec: WorldSpec, folder: Path, rc: int | None, timed_out: bool, ti
         found = (int(m.group(2)), m.group(1), 0, m.group(3).strip())
     if found is not None:
         rank, host, _code, how = found
+        if (first_dead is not None and first_dead != rank
+                and not (folder / f"rank-{first_dead}.done").exists()):
+            rank, host = first_dead, _rank_pids(folder).get(first_dead, (0, host))[1]
         tail = _tail(folder / f"rank-{rank}.err") or launcher_err.strip()
         return RankFailure(f"{label}: rank {rank} on {host} died: {how}{done}", rank=rank,
                            case=label, stderr_tail=tail, partial=partial, kind="signal")
@@ -351,17 +358,19 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
     env = {**os.environ, **launch.env}
     shm_before = _shm_names()
     timed_out, before_kill = False, None
-    with open(folder / "launcher.out", "w") as out, open(folder / "launcher.err", "w") as err:
+    with open(folder / "launcher.out", "w") as out, open(folder / "launcher.err", "w") as err, \
+            DeathWatch(folder, spec.world_size) as watch:
         try:
             proc = subprocess.Popen(launch.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     env=env, start_new_session=True)
         except FileNotFoundError:
             raise LaunchError(f"MPI launcher {launch.argv[0]!r} not found; install an MPI "
                               "(pip install mpich) or name one with --perf-launcher") from None
+        killing_at = None  # deaths from here on are ours, not the failure's
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            timed_out, rc = True, None
+            timed_out, rc, killing_at = True, None, time.monotonic()
             before_kill = _sizes(folder, ("launcher.err", "launcher.out"))
             for pid in _local_pids(folder).values():  # ask every rank where it is stuck
                 try:
@@ -376,7 +385,8 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
         # Invalid samples come back as such: the suite fails those cases, not the world.
         return Result.from_dict(json.loads(out_path.read_text()), source=spec.label)
     _remove_orphan_shm(shm_before, _local_pids(folder).values())
-    failure = _diagnose(spec, folder, rc, timed_out, timeout, partial, before_kill)
+    failure = _diagnose(spec, folder, rc, timed_out, timeout, partial, before_kill,
+                        first_dead=watch.first_before(killing_at))
     failure.logs = _world_logs(folder)
     raise failure
 
