@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from . import options as _options
 from . import asv_export, history, report, suite, transports
@@ -74,7 +75,7 @@ def do_run(args: argparse.Namespace) -> int:
     _print(report.run_summary(run))
     if getattr(args, "report", None):
         report.write_report(args.report, [report.ReportRun.from_suite_run(run, args.json or "this run")])
-        _print(f"# report written to {args.report}/index.html")
+        _print(f"# report written to {Path(args.report) / 'index.html'}")
     if args.json:
         report.write_run_json(args.json, run)
         _print(f"# results written to {args.json}")
@@ -360,7 +361,7 @@ def do_report(args: argparse.Namespace) -> int:
     if out:
         written = report.write_report(out, runs, verdicts=verdicts, asv_url=args.asv_url)
         drawn = [p.file.name for p in written["plots"] if p.file]
-        print(f"# report written to {out}/index.html (plots: {', '.join(drawn) or 'none'})",
+        print(f"# report written to {Path(out) / 'index.html'} (plots: {', '.join(drawn) or 'none'})",
               file=sys.stderr if args.print_format else sys.stdout, flush=True)
         for p in written["plots"]:
             if p.skipped:

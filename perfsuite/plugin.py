@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -270,13 +271,14 @@ def _write_report(state: PerfState, tr) -> None:
                          created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     out = state.values["report"]
     try:
-        report.write_run_json(f"{out}/results.json", run)
+        report.write_run_json(str(Path(out) / "results.json"), run)
         report.write_report(out, [report.ReportRun.from_suite_run(run, "pytest session")],
                             verdicts=getattr(state, "verdicts", None))
     except (OSError, PerfsuiteError) as exc:  # the tests ran; say why the page is missing
         tr.write_line(f"perfsuite report not written to {out}: {exc}", red=True)
         return
-    tr.write_line(f"perfsuite report written to {out}/index.html (results in {out}/results.json)")
+    tr.write_line(f"perfsuite report written to {Path(out) / 'index.html'} "
+                  f"(results in {Path(out) / 'results.json'})")
 
 
 # --- baselines and verdicts (issue 3) -----------------------------------------------------------
