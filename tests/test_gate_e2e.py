@@ -8,8 +8,8 @@ core, so the tests use what the README recommends there: several rounds per worl
 rounds ignores one contended round) and a slowdown (x11) far beyond a wide tolerance, so that
 they prove the plumbing without depending on how quiet the machine is. The tolerance is wide
 because a neighbour can hold a core for all three rounds of a world: clean reruns here read
-4 B latency up to +111% and 1 MiB latency up to +266% against their own baseline (a world in
-which the two ranks take turns on one core). For the same reason a clean rerun that is flagged
+4 B latency up to +111% and 1 MiB latency up to +266% against their own baseline. For the
+same reason a clean rerun that is flagged
 runs again, up to three times: a gate that flags clean reruns flags all three, a slow spell
 passes. How small a slowdown the gate catches here is what ``perfsuite detection-power``
 measures.

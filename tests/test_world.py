@@ -134,12 +134,13 @@ def test_death_watch_names_the_one_process_that_died_first(tmp_path):
     import sys
 
     from perfsuite.launch.deathwatch import DeathWatch
+    from perfsuite.launch.world import _local_pids
 
     if not hasattr(__import__("os"), "pidfd_open"):
         pytest.skip("no pidfd_open on this platform: the launcher's word stands there")
     procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(3)]
     try:
-        with DeathWatch(tmp_path, 3) as watch:
+        with DeathWatch(lambda: _local_pids(tmp_path), 3) as watch:
             for rank, p in enumerate(procs):
                 (tmp_path / f"rank-{rank}.pid").write_text(f"{p.pid} {socket.gethostname()}\n")
             time.sleep(0.3)  # the watch finds the PID files

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import os
 import select
-import socket
 import threading
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 DISCOVER_S = 0.05  # how often to look for the PID files of ranks still starting
 
 
 class DeathWatch:
-    def __init__(self, folder: Path, world_size: int):
-        self.folder, self.world_size = folder, world_size
+    def __init__(self, local_pids: Callable[[], dict[int, int]], world_size: int):
+        """``local_pids``: rank -> PID of the ranks on this host that have started so far."""
+        self.local_pids, self.world_size = local_pids, world_size
         self.first: int | None = None  # the rank that died alone, first
         self.at: float | None = None  # time.monotonic() of that observation
         self._stop_r, self._stop_w = os.pipe()
@@ -51,12 +51,13 @@ class DeathWatch:
         poller.register(self._stop_r, select.POLLIN)
         fds: dict[int, int] = {}  # pidfd -> rank
         seen: set[int] = set()
-        me = socket.gethostname()
         try:
             while True:
                 gone = []  # ranks already dead when we first looked: they count as seen now
                 if len(seen) < self.world_size:
-                    for rank, pid in _local_pids(self.folder, me, seen):
+                    for rank, pid in self.local_pids().items():
+                        if rank in seen:
+                            continue
                         seen.add(rank)
                         try:
                             fd = os.pidfd_open(pid)
@@ -83,15 +84,3 @@ class DeathWatch:
             for fd in fds:
                 os.close(fd)
 
-
-def _local_pids(folder: Path, host: str, skip: set[int]):
-    for p in folder.glob("rank-*.pid"):
-        try:
-            rank = int(p.stem.split("-")[1])
-            if rank in skip:
-                continue
-            pid, where = p.read_text().split()
-        except (OSError, ValueError):
-            continue  # written half-way; read again next round
-        if where == host:
-            yield rank, int(pid)

@@ -358,7 +358,7 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
     shm_before = _shm_names()
     timed_out, before_kill = False, None
     with open(folder / "launcher.out", "w") as out, open(folder / "launcher.err", "w") as err, \
-            DeathWatch(folder, spec.world_size) as watch:
+            DeathWatch(lambda: _local_pids(folder), spec.world_size) as watch:
         try:
             proc = subprocess.Popen(launch.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     env=env, start_new_session=True)
