@@ -11,8 +11,8 @@ tolerance and an expected-failure reason. A file may also set per-metric default
                                                          "xfail": "known slow on this system"}}}}
 
 One of the rooms that write files. Nothing is written unless asked (``update``), and then
-atomically (a temporary file in the same folder, renamed over the old one), so a crash never
-leaves half a baseline. Hand-edited tolerances and xfail reasons survive an update.
+through ``formats.atomic_write``, so a crash never leaves half a baseline. Hand-edited
+tolerances and xfail reasons survive an update.
 """
 from __future__ import annotations
 
@@ -20,23 +20,20 @@ import datetime as _dt
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from . import fingerprint as _fingerprint
-from . import regress
+from . import formats, regress
 from .errors import BaselineFormatError, ConfigError
-from .model import BASELINE_FORMAT, BASELINE_VERSION, Baseline, Sample, Tolerance
+from .model import Baseline, Sample, Tolerance
 
-DEFAULT_DIR = "baselines"
 _SYSTEM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
 _NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][-0-9.eE+,\s]*?)\s*\]")
 SIGNIFICANT_DIGITS = 7  # stored numbers: far finer than any timing noise, files stay small
-_HOW_TO_REFRESH = ("re-record it with `perfsuite baseline update --from results.json` "
-                   "or `pytest benchmarks --perf-baseline-update`")
+_HOW_TO_REFRESH = formats.REFRESH_BASELINE
 
 
 def system_for(fp: Mapping[str, Any] | None = None, name: str | None = None) -> str:
@@ -75,26 +72,15 @@ class BaselineSet:
         cases: dict[str, dict[str, Any]] = {}
         for (case, metric), b in sorted(self.entries.items()):
             cases.setdefault(case, {})[metric] = b.to_dict()
-        return {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "system": self.system,
-                "benchmark": self.benchmark, "updated": self.updated,
-                "tolerances": {m: t.to_dict() for m, t in sorted(self.tolerances.items())},
-                "fingerprint": self.fingerprint, "cases": cases}
+        return formats.stamp(formats.BASELINE, {
+            "system": self.system, "benchmark": self.benchmark, "updated": self.updated,
+            "tolerances": {m: t.to_dict() for m, t in sorted(self.tolerances.items())},
+            "fingerprint": self.fingerprint, "cases": cases})
 
 
 def from_dict(d: Any, source: str) -> BaselineSet:
     """Check a parsed baseline file; every problem is one line saying what to do."""
-    if not isinstance(d, dict) or d.get("format") != BASELINE_FORMAT:
-        found = d.get("format") if isinstance(d, dict) else type(d).__name__
-        raise BaselineFormatError(f"{source}: not a {BASELINE_FORMAT} file (format {found!r}); "
-                                  f"move it away and {_HOW_TO_REFRESH}")
-    version = d.get("version")
-    if version != BASELINE_VERSION:
-        if isinstance(version, int) and version < BASELINE_VERSION:
-            hint = f"it is older than this perfsuite reads; {_HOW_TO_REFRESH}"
-        else:
-            hint = "it was written by a newer perfsuite; upgrade perfsuite to read it"
-        raise BaselineFormatError(f"{source}: baseline version {version!r} is not supported "
-                                  f"(this perfsuite reads version {BASELINE_VERSION}); {hint}")
+    d = formats.check_format(d, formats.BASELINE, source, BaselineFormatError)
     try:
         tolerances = {m: Tolerance.from_dict(t) for m, t in (d.get("tolerances") or {}).items()}
         entries = {}
@@ -122,6 +108,8 @@ def load(root: str | os.PathLike, system: str, benchmark: str) -> BaselineSet | 
         return None
     except OSError as exc:
         raise BaselineFormatError(f"{path}: cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise BaselineFormatError(f"{path}: not a text file; move it away and {_HOW_TO_REFRESH}") from None
     try:
         d = json.loads(text)
     except ValueError as exc:
@@ -205,23 +193,7 @@ def update(root: str | os.PathLike, system: str, samples: Iterable[Sample],
 
 
 def save(bs: BaselineSet, path: str | os.PathLike) -> None:
-    """Write atomically: a temporary file in the same folder, flushed, then renamed over."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = _dumps(bs.to_dict())
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    formats.atomic_write(path, _dumps(bs.to_dict()))
 
 
 def _round(x: Any) -> Any:

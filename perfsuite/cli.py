@@ -1,140 +1,124 @@
-"""``perfsuite``: the command-line face. Thin: parse, call suite, print with report.
+"""``perfsuite``: the command-line face. Thin: parse, call the suite or an experiment, print
+what ``report`` formats.
 
-Exit status: 0 when everything that could run here ran and validated, 1 when a world failed or
-a result was wrong (or a gate tripped), 2 on bad usage.
+Each command is a pair in ``COMMANDS``: ``add_<name>(parser)`` declares its arguments and
+``do_<name>(args) -> exit status`` runs it, so tests call a command as a function (asv's
+``commands/*.py`` habit). Exit status: 0 when everything that could run here ran and
+validated, 1 when a world failed or a result was wrong (or a gate tripped), 2 on bad usage.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from . import options as _options
-from . import asv_export, history, report, suite, transports
+from . import bench, formats, options, regress, report, suite, transports
+from .asv import project as asv_project
 from .errors import ConfigError, PerfsuiteError
+from .model import parse_size, whole_number
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
-#: name -> (add_arguments, handler, help); each subcommand registers itself here.
+#: name -> (add_arguments, handler, help)
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
                           Callable[[argparse.Namespace], int], str]] = {}
-
-
 
 
 def _print(text: str = "") -> None:
     print(text, flush=True)
 
 
+def _gate_settings(args: argparse.Namespace):
+    """(tolerance or None, alpha): the gate's settings, refused before any world runs."""
+    tol = regress.parse_tolerance(args.tolerance) if getattr(args, "tolerance", None) else None
+    return tol, regress.parse_alpha(getattr(args, "alpha", None))
+
+
 # --- run --------------------------------------------------------------------------------------
 
 def add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default="allreduce", metavar="LIST",
-                   help=f"comma list of benchmarks: {', '.join(suite.CASE_BUILDERS)} [default: allreduce]")
-    _options.add_options(p.add_argument)
+                   help=f"comma list of benchmarks: {', '.join(bench.names())} [default: allreduce]")
+    options.add_options(p.add_argument)
     p.add_argument("--json", metavar="PATH", help="write the versioned results file here")
     p.add_argument("--compare", action="store_true", help="judge every case against the baselines "
                    "of this system and exit 1 on any regression (see --baseline-dir, --system)")
     p.add_argument("--keep-worlds", action="store_true", help="keep each world's scratch folder (debugging)")
-    asv_export.add_options(p.add_argument)
+    asv_project.add_options(p.add_argument)
 
 
 def run_cases_from_args(args: argparse.Namespace) -> tuple[list, suite.SuiteConfig]:
     values = vars(args)
-    benchmarks = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
     cases = []
-    for b in benchmarks:
-        if b not in suite.CASE_BUILDERS:
-            raise ConfigError(f"benchmark {b!r} is unknown; choose from {', '.join(suite.CASE_BUILDERS)}")
-        sel = _options.selection(values, b, **extra_axes(args, b))
+    for b in (b.strip() for b in args.benchmarks.split(",") if b.strip()):
+        if b not in bench.names():
+            raise ConfigError(f"benchmark {b!r} is unknown; choose from {', '.join(bench.names())}")
+        sel = options.selection(values, b)
         if not sel.transports:
             raise ConfigError(f"none of the transports {args.transports!r} runs {b}; "
-                              f"{b} runs {', '.join(transports.names(b))}")
+                              f"{b} runs {', '.join(transports.names(bench.get(b).transports))}")
         cases += suite.select_cases(sel)
-    cfg = _options.suite_config(values)
-    if args.keep_worlds:
-        cfg = suite.SuiteConfig(cfg.launch, cfg.timeout, cfg.options, cfg.workdir, keep_worlds=True,
-                                network=cfg.network, rounds=cfg.rounds)
-    return cases, cfg
-
-
-def extra_axes(args: argparse.Namespace, benchmark: str) -> dict:
-    """Per-benchmark axes beyond the shared options (models, batches, ...); kernels add theirs."""
-    return {}
+    cfg = options.suite_config(values)
+    return cases, replace(cfg, keep_worlds=bool(args.keep_worlds))
 
 
 def do_run(args: argparse.Namespace) -> int:
-    cases, cfg = run_cases_from_args(args)
-    _alpha(args), _tolerance(args)  # the gate's settings: a bad one is refused before any world runs
-    asv_to = asv_export.prepare(asv_export.target(vars(args)))  # bad --asv* is a usage error now
+    from .asv.record import record_run
     from .progress import SweepProgress
 
+    cases, cfg = run_cases_from_args(args)
+    _gate_settings(args)
+    asv_to = asv_project.prepare(asv_project.target(vars(args)))  # bad --asv* is a usage error now
     with SweepProgress(suite.plan(cases, cfg.options)) as on_world:
         run = suite.run(cases, cfg, on_world=on_world)
     _print(report.run_summary(run))
-    if getattr(args, "report", None):
+    if args.report:
         report.write_report(args.report, [report.ReportRun.from_suite_run(run, args.json or "this run")])
         _print(f"# report written to {Path(args.report) / 'index.html'}")
     if args.json:
-        report.write_run_json(args.json, run)
+        formats.write_run(args.json, run)
         _print(f"# results written to {args.json}")
     if asv_to is not None:
-        _print(asv_export.record_run(run, asv_to).line())
-    gate = gate_run(run, args)  # --compare / --baseline-update (issue 3)
+        _print(record_run(run, asv_to).line())
+    gate = gate_run(run, args)
     return EXIT_OK if run.ok and gate == EXIT_OK else EXIT_FAIL
 
 
 COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster) and print tables")
 
 
-# --- baselines and verdicts (issue 3) ---------------------------------------------------------
-
-def _baseline_dir(args: argparse.Namespace) -> str:
-    return getattr(args, "baseline_dir", None) or "baselines"
-
-
-def _tolerance(args: argparse.Namespace):
-    from .regress import parse_tolerance
-
-    return parse_tolerance(args.tolerance) if getattr(args, "tolerance", None) else None
-
-
-def _alpha(args: argparse.Namespace) -> float:
-    from .regress import parse_alpha
-
-    return parse_alpha(getattr(args, "alpha", None))
-
+# --- baselines and verdicts -------------------------------------------------------------------
 
 def _print_verdicts(verdicts: list, strict: bool) -> int:
-    from .regress import failing, verdict_table
-
-    _print(verdict_table(verdicts))
-    bad = failing(verdicts, strict)
+    _print(regress.verdict_table(verdicts))
+    bad = regress.failing(verdicts, strict)
     for v in bad:
         _print(f"{v.status.upper()}: {v.note}")
     return EXIT_FAIL if bad else EXIT_OK
 
 
-def gate_run(run: suite.SuiteRun, args: argparse.Namespace) -> int:
+def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
     """``run --compare``: verdicts against this system's baselines; ``--baseline-update``: record."""
-    from . import baselines, regress
+    from . import baselines
 
-    if not (getattr(args, "compare", False) or getattr(args, "baseline_update", False)):
+    if not (args.compare or args.baseline_update):
         return EXIT_OK
-    fp = next((r.fingerprint for r in run.results), None) or run.fingerprint
-    system = baselines.system_for(fp, getattr(args, "system", None))
-    samples = run.samples()
+    system = baselines.system_for(run.machine, args.system)
+    root = args.baseline_dir or "baselines"
     code = EXIT_OK
-    if getattr(args, "compare", False):
+    if args.compare:
+        tol, alpha = _gate_settings(args)
         judged = {c.name for o in run.outcomes for c in o.spec.cases if not o.skipped}
-        _print(f"# verdicts on {system} against {_baseline_dir(args)}/{system}/")
-        verdicts = regress.compare(samples, baselines.load_all(_baseline_dir(args), system),
-                                   tolerance=_tolerance(args), alpha=_alpha(args), system=system,
-                                   cases=judged)
-        code = _print_verdicts(verdicts, bool(getattr(args, "strict", False)))
-    if getattr(args, "baseline_update", False):
-        for line in baselines.update(_baseline_dir(args), system, [s for s in samples if s.valid], fp):
+        _print(f"# verdicts on {system} against {root}/{system}/")
+        verdicts = regress.compare(run.samples(), baselines.load_all(root, system), tolerance=tol,
+                                   alpha=alpha, system=system, cases=judged)
+        code = _print_verdicts(verdicts, bool(args.strict))
+    if args.baseline_update:
+        for line in baselines.update(root, system, [s for s in run.samples() if s.valid], run.machine):
             _print(line)
     return code
 
@@ -157,13 +141,12 @@ def do_baseline(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.source:
         raise ConfigError("baseline update needs --from RESULTS.json (written by perfsuite run --json)")
-    run = suite.load_run(args.source)
-    fp = next((r.fingerprint for r in run.results), None) or run.fingerprint
-    system = baselines.system_for(fp, args.system)
+    run = formats.load_run(args.source)
     samples = [s for r in run.results for s in r.samples if s.valid]
     if not samples:
         raise ConfigError(f"{args.source} holds no valid sample to record")
-    for line in baselines.update(args.baseline_dir, system, samples, fp):
+    for line in baselines.update(args.baseline_dir, baselines.system_for(run.machine, args.system),
+                                 samples, run.machine):
         _print(line)
     return EXIT_OK
 
@@ -181,14 +164,11 @@ def add_compare(p: argparse.ArgumentParser) -> None:
 
 
 def do_compare(args: argparse.Namespace) -> int:
-    from . import regress
-
-    old, new = suite.load_run(args.old), suite.load_run(args.new)
+    old, new = formats.load_run(args.old), formats.load_run(args.new)
+    tol, alpha = _gate_settings(args)
     ref = {(s.case.name, m): regress.baseline_from_sample(s, m)
            for s in old.samples() if s.valid for m in s.metrics}
-    new_samples = new.samples()
-    verdicts = regress.compare(new_samples, ref, tolerance=_tolerance(args), alpha=_alpha(args),
-                               system=args.old)
+    verdicts = regress.compare(new.samples(), ref, tolerance=tol, alpha=alpha, system=args.old)
     _print(f"# {args.new} against {args.old}")
     return _print_verdicts(verdicts, args.strict)
 
@@ -198,9 +178,10 @@ COMMANDS["compare"] = (add_compare, do_compare,
 
 
 def add_detection_power(p: argparse.ArgumentParser) -> None:
-    from . import detection as d
+    from .experiments.detection import DetectionConfig
 
-    c = d.DetectionConfig()
+    c = DetectionConfig()
+    slowdowns = ",".join(f"{s:g}" for s in c.slowdowns)
     p.add_argument("--small", default=str(c.small), metavar="SIZE", help=f"latency size [default: {c.small}]")
     p.add_argument("--large", default="16MiB", metavar="SIZE", help="busbw size [default: 16MiB]")
     p.add_argument("--transport", default=c.transport, help=f"[default: {c.transport}]")
@@ -208,8 +189,8 @@ def add_detection_power(p: argparse.ArgumentParser) -> None:
                    help=f"worlds measured per condition (clean and each slowdown) [default: {c.worlds}]")
     p.add_argument("--rounds", default=str(c.rounds), metavar="N",
                    help=f"rounds pooled on each side of a comparison [default: {c.rounds}]")
-    p.add_argument("--slowdowns", default=",".join(f"{s:g}" for s in c.slowdowns), metavar="LIST",
-                   help=f"injected slowdowns as fractions [default: {','.join(f'{s:g}' for s in c.slowdowns)}]")
+    p.add_argument("--slowdowns", default=slowdowns, metavar="LIST",
+                   help=f"injected slowdowns as fractions [default: {slowdowns}]")
     p.add_argument("--comparisons", default=str(c.comparisons), metavar="N",
                    help=f"comparisons drawn per row [default: {c.comparisons}]")
     p.add_argument("--tolerance", metavar="TOL", help="0.05 or LOWER:UPPER [default: per metric]")
@@ -218,23 +199,22 @@ def add_detection_power(p: argparse.ArgumentParser) -> None:
 
 
 def do_detection_power(args: argparse.Namespace) -> int:
-    from . import detection as d
-    from .cases import parse_size
+    from .experiments import detection as d
 
     try:
         slowdowns = tuple(float(x) for x in args.slowdowns.split(",") if x.strip())
     except ValueError:
         raise ConfigError(f"--slowdowns {args.slowdowns!r} takes fractions, e.g. 0.05,0.1") from None
-    alpha = _alpha(args)
+    tol, alpha = _gate_settings(args)
     cfg = d.DetectionConfig(small=parse_size(args.small), large=parse_size(args.large),
-                            transport=args.transport, worlds=_options._int(args.worlds, "worlds"),
-                            rounds=_options._int(args.rounds, "rounds"), slowdowns=slowdowns,
-                            comparisons=_options._int(args.comparisons, "comparisons"),
-                            tolerance=_tolerance(args), alpha=alpha)
+                            transport=args.transport, worlds=whole_number(args.worlds, "worlds"),
+                            rounds=whole_number(args.rounds, "rounds"), slowdowns=slowdowns,
+                            comparisons=whole_number(args.comparisons, "comparisons"),
+                            tolerance=tol, alpha=alpha)
     transports.spec(cfg.transport, "allreduce")
-    runner = d.world_runner(suite.SuiteConfig(), _options._timeout(args.timeout))
-    n = cfg.worlds * (1 + len(cfg.slowdowns))
-    _print(f"# detection power: {n} worlds ({cfg.worlds} per condition, interleaved) ...")
+    runner = d.world_runner(suite.SuiteConfig(timeout=options.seconds(args.timeout)))
+    _print(f"# detection power: {cfg.worlds * (1 + len(cfg.slowdowns))} worlds "
+           f"({cfg.worlds} per condition, interleaved) ...")
     rep = d.run(cfg, runner, progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
     _print(d.format_report(rep))
     return EXIT_OK
@@ -244,14 +224,14 @@ COMMANDS["detection-power"] = (add_detection_power, do_detection_power,
                                "measure how often the gate flags an injected 5/10/20%% slowdown and a clean rerun")
 
 
-# --- transports -------------------------------------------------------------------------------
+# --- transports, overhead ---------------------------------------------------------------------
 
 def add_transports(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmark", default=None, help="only transports of this benchmark")
 
 
 def do_transports(args: argparse.Namespace) -> int:
-    for name, spec in transports.REGISTRY.items():
+    for spec in transports.REGISTRY.values():
         if args.benchmark and args.benchmark not in spec.benchmarks:
             continue
         reason = spec.unavailable_reason()
@@ -262,45 +242,23 @@ def do_transports(args: argparse.Namespace) -> int:
 
 COMMANDS["transports"] = (add_transports, do_transports, "list transports and whether they can run here")
 
-
-# --- overhead ---------------------------------------------------------------------------------
-
-OVERHEAD_OPTIONS = ("world-sizes", "sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor", "hostfile",
-                    "hosts", "ppn", "oversubscribe", "env", "timeout", "iters", "warmup", "workdir")
+OVERHEAD_OPTIONS = ("world-sizes", "sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor",
+                    "hostfile", "hosts", "ppn", "oversubscribe", "env", "timeout", "iters", "warmup", "workdir")
 
 
 def add_overhead(p: argparse.ArgumentParser) -> None:
     # Only what applies: the comparison is always the mpi transport, float32, out of place, once.
-    _options.add_options(p.add_argument, names=OVERHEAD_OPTIONS)
+    options.add_options(p.add_argument, names=OVERHEAD_OPTIONS)
 
 
 def do_overhead(args: argparse.Namespace) -> int:
+    from .experiments.overhead import SIZES, overhead
+
     values = vars(args)
-    cfg = _options.suite_config(values)
-    sel = _options.selection({**values, "transports": "mpi"})
-    n = sel.world_sizes[0]
-    rep = suite.overhead(cfg, world_size=n,
-                         sizes=sel.sizes if args.sizes is not None else suite.OVERHEAD_SIZES)
-    _print(f"# harness overhead: perfsuite mpi loop vs the same MPI_Allreduce loop in C, "
-           f"world_size={n}, p50 of the slowest rank per iteration")
-    _print("# C: the loop in C; mpi4py: the same loop as a plain Python script (the binding's cost);"
-           " suite: perfsuite's kernel; diff = suite - C")
-    _print(f"#{'size':>11} {'C(us)':>10} {'mpi4py(us)':>11} {'suite(us)':>10} {'diff(us)':>10} "
-           f"{'C busbw':>10} {'suite busbw':>12} {'ratio':>7}")
-    for r in rep.rows:
-        plain = f"{r['plain_p50_us']:>11.2f}" if "plain_p50_us" in r else f"{'-':>11}"
-        if "c_p50_us" in r:
-            _print(f"{r['size_bytes']:>12} {r['c_p50_us']:>10.2f} {plain} {r['suite_p50_us']:>10.2f} "
-                   f"{r['overhead_us']:>10.2f} {r['c_busbw_GBps']:>10.3f} {r['suite_busbw_GBps']:>12.3f} "
-                   f"{r['busbw_ratio']:>7.3f}")
-        else:
-            _print(f"{r['size_bytes']:>12} {'-':>10} {plain} {r['suite_p50_us']:>10.2f}")
-    if rep.skipped:
-        _print(f"# SKIPPED C reference: {rep.skipped}")
-    _print(f"# world start {rep.world_start_s:.3f} s (target <= 0.5 s with MPICH)")
-    if rep.host_copy_GBps and rep.busbw_64MiB_GBps:
-        _print(f"# host memory-copy bandwidth {rep.host_copy_GBps:.2f} GB/s; busbw at 64MiB "
-               f"{rep.busbw_64MiB_GBps:.3f} GB/s = {rep.busbw_64MiB_GBps / rep.host_copy_GBps:.2f} of it")
+    sel = options.selection({**values, "transports": "mpi"})
+    rep = overhead(options.suite_config(values), world_size=sel.world_sizes[0],
+                   sizes=sel.values["sizes"] if args.sizes is not None else SIZES)
+    _print(report.overhead_table(rep))
     return EXIT_OK
 
 
@@ -330,7 +288,7 @@ def add_report(p: argparse.ArgumentParser) -> None:
 
 def report_verdicts(runs: list, root: str, system: str | None) -> list:
     """Each results file against the baselines of the system it ran on."""
-    from . import baselines, regress
+    from . import baselines
 
     verdicts = []
     for run in runs:
@@ -357,21 +315,20 @@ def do_report(args: argparse.Namespace) -> int:
             for r in run.results:
                 _print(report.omb_table(r) if args.print_format == "omb" and r.benchmark == "allreduce"
                        else report.result_table(r))
+    notes = sys.stderr if args.print_format else sys.stdout  # stdout holds the printed results
     out = args.out or (None if args.print_format else "report")
     if out:
         written = report.write_report(out, runs, verdicts=verdicts, asv_url=args.asv_url)
         drawn = [p.file.name for p in written["plots"] if p.file]
         print(f"# report written to {Path(out) / 'index.html'} (plots: {', '.join(drawn) or 'none'})",
-              file=sys.stderr if args.print_format else sys.stdout, flush=True)
+              file=notes, flush=True)
         for p in written["plots"]:
             if p.skipped:
-                print(f"# not drawn: {p.title}: {p.skipped}", file=sys.stderr if args.print_format else sys.stdout)
+                print(f"# not drawn: {p.title}: {p.skipped}", file=notes)
     if verdicts is not None:
-        from .regress import failing
-
-        bad = failing(verdicts)
+        bad = regress.failing(verdicts)
         print(f"# {len(verdicts)} verdicts against {args.baselines}: {len(bad)} failing"
-              + "".join(f"\n#   {v.note}" for v in bad), file=sys.stderr if args.print_format else sys.stdout)
+              + "".join(f"\n#   {v.note}" for v in bad), file=notes)
         if bad and args.fail_on_regression:
             return EXIT_FAIL
     return EXIT_OK
@@ -383,8 +340,8 @@ COMMANDS["report"] = (add_report, do_report, "turn results files into index.html
 # --- history (asv) ----------------------------------------------------------------------------
 
 def add_history(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--asv-config", default=asv_export.DEFAULT_CONFIG, metavar="PATH",
-                   help=f"asv config whose results to read [default: {asv_export.DEFAULT_CONFIG}]")
+    p.add_argument("--asv-config", default=asv_project.DEFAULT_CONFIG, metavar="PATH",
+                   help=f"asv config whose results to read [default: {asv_project.DEFAULT_CONFIG}]")
     p.add_argument("--asv-machine", metavar="NAME", help="only this asv machine [default: every machine]")
     p.add_argument("-k", dest="pattern", metavar="REGEX",
                    help="only entries matching REGEX, e.g. \"inv_busbw\\('mpi'\"")
@@ -397,7 +354,10 @@ def add_history(p: argparse.ArgumentParser) -> None:
 
 
 def do_history(args: argparse.Namespace) -> int:
-    project = asv_export.load_project(args.asv_config)
+    from . import history
+    from .asv.read import read_history
+
+    project = asv_project.load_project(args.asv_config)
     thresholds = project.thresholds
     if args.threshold is not None:
         try:
@@ -407,7 +367,7 @@ def do_history(args: argparse.Namespace) -> int:
         if not 0 <= t < 10:
             raise ConfigError(f"threshold {args.threshold!r} must be a fraction >= 0, e.g. 0.05 for 5%")
         thresholds = {".*": t}
-    series, order = asv_export.read_history(project, args.asv_machine, args.pattern)
+    series, order = read_history(project, args.asv_machine, args.pattern)
     try:
         since = history.resolve_since(order, args.since)
     except ValueError as exc:
@@ -422,14 +382,16 @@ COMMANDS["history"] = (add_history, do_history,
 
 
 def add_asv_offline(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--asv-config", default=asv_export.DEFAULT_CONFIG, metavar="PATH",
-                   help=f"asv config whose html_dir to rewrite [default: {asv_export.DEFAULT_CONFIG}]")
+    p.add_argument("--asv-config", default=asv_project.DEFAULT_CONFIG, metavar="PATH",
+                   help=f"asv config whose html_dir to rewrite [default: {asv_project.DEFAULT_CONFIG}]")
     p.add_argument("--html-dir", metavar="DIR", help="the published site [default: html_dir of the config]")
 
 
 def do_asv_offline(args: argparse.Namespace) -> int:
-    html_dir = args.html_dir or asv_export.load_project(args.asv_config).html_dir
-    names = asv_export.make_offline(html_dir)
+    from .asv.offline import make_offline
+
+    html_dir = args.html_dir or asv_project.load_project(args.asv_config).html_dir
+    names = make_offline(html_dir)
     _print(f"# {html_dir}/index.html now loads {len(names)} CDN files from vendor/: {', '.join(names)}")
     return EXIT_OK
 
@@ -464,20 +426,17 @@ def add_stalls(p: argparse.ArgumentParser) -> None:
 
 
 def do_stalls(args: argparse.Namespace) -> int:
-    import os
-    import tempfile
-
     from . import dataset, stalls
+    from .experiments.stalls import StallConfig, run_stalls
     from .kernels.tf_models import check_image_size, model_spec
     from .launch import netns
-    from .model import Result, WorldSpec
+    from .launch.diskio import parse_disk_rate
 
     spec = model_spec(args.model)
     transports.spec(args.transport, "tf-epoch")
-    n = _options._int(args.world_size, "world size", low=2)
-    batch, steps = _options._int(args.batch, "batch"), _options._int(args.steps, "steps")
-    warmup = _options._int(args.warmup, "warm-up steps", low=0)
-    threads = _options._int(args.prep_threads, "prep threads")
+    n = whole_number(args.world_size, "world size", low=2)
+    batch, steps = whole_number(args.batch, "batch"), whole_number(args.steps, "steps")
+    warmup = whole_number(args.warmup, "warm-up steps", low=0)
     image = check_image_size(args.model, args.image_size) if args.image_size else spec.image_size
     shaping = netns.parse_shaping(args.emulated_network) if args.emulated_network else None
     if shaping is not None and shaping.delay:
@@ -489,13 +448,10 @@ def do_stalls(args: argparse.Namespace) -> int:
         data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), f"perfsuite-jpeg-{count}x{px}")
         m = dataset.ensure_dataset(data_dir, dataset.DatasetSpec(count=count, image_px=px))
         _print(f"# dataset {data_dir}: {m['count']} JPEG files of {px} px, {m['bytes'] / 1e6:.1f} MB")
-    from .launch.diskio import parse_disk_rate
-
-    disk = parse_disk_rate(args.emulated_disk) if args.emulated_disk else None
-    sc = suite.StallConfig(model=args.model, transport=args.transport, world_size=n, batch=batch,
-                           network=shaping, data_dir=data_dir, prep_threads=threads, disk=disk,
-                           options={"iters": steps, "warmup": warmup, "image_size": image})
-    cfg = suite.SuiteConfig(timeout=_options._timeout(args.timeout))
+    sc = StallConfig(model=args.model, transport=args.transport, world_size=n, batch=batch,
+                     network=shaping, data_dir=data_dir, prep_threads=whole_number(args.prep_threads, "prep threads"),
+                     disk=parse_disk_rate(args.emulated_disk) if args.emulated_disk else None,
+                     options={"iters": steps, "warmup": warmup, "image_size": image})
 
     def on_run(event, run, outcome):
         if event == "start":
@@ -503,7 +459,7 @@ def do_stalls(args: argparse.Namespace) -> int:
         elif outcome is not None and (outcome.skipped or outcome.failure):
             _print(f"#   {run.key}: {outcome.skipped or outcome.failure}")
 
-    out = suite.run_stalls(sc, cfg, on_run)
+    out = run_stalls(sc, suite.SuiteConfig(timeout=options.seconds(args.timeout)), on_run)
     for key, why in out.skipped.items():
         _print(f"# {key} skipped: {why}")
     title = f"{args.model} b{batch} {args.transport} n{n}" + (f" {shaping.label}" if shaping else "")
@@ -512,11 +468,8 @@ def do_stalls(args: argparse.Namespace) -> int:
     if bound is not None:
         _print(f"# network bound: gradients {out.sample.info['gradient_bytes']} B x 2(n-1)/n / "
                f"{shaping.label} = {bound:.2f} ms/step")
-    result = Result("stalls", args.transport, n, (out.sample,), fingerprint=suite.fingerprint.collect())
-    run = suite.SuiteRun([suite.WorldOutcome(WorldSpec("stalls", args.transport, n, (out.sample.case,)),
-                                             result)], result.fingerprint)
     if args.json:
-        report.write_run_json(args.json, run)
+        formats.write_run(args.json, out.suite_run())
         _print(f"# results written to {args.json}")
     png = args.png or (os.path.splitext(args.json)[0] + ".png" if args.json else "stalls.png")
     report.write_stall_png(png, out.breakdown, title)
@@ -532,8 +485,7 @@ COMMANDS["stalls"] = (add_stalls, do_stalls,
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfsuite", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (add, handler, help) in COMMANDS.items():
         p = sub.add_parser(name, help=help, description=help)
         add(p)
@@ -542,7 +494,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # registers PERFSUITE_BENCHMARKS: a bad one is a usage error
+    except ConfigError as exc:
+        print(f"perfsuite: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     try:
         return args.handler(args)

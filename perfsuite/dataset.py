@@ -1,25 +1,26 @@
 """The real-data input of the stall runs: a folder of JPEG files of a chosen count and size.
 
-A room of its own, and one of the rooms allowed to write files, because a dataset is the
-*input* of a measurement, not a record of one: ``report.py`` writes what people read,
-``baselines.py``/``asv_export.py`` what the suite remembers; neither should learn JPEG encoding,
-and the kernel (inside a rank) must only read. Nothing is downloaded: images are generated from
+A room of its own, because a dataset is the *input* of a measurement, not a record of one:
+``report`` writes what people read, ``baselines``/``asv`` what the suite remembers; neither
+should learn JPEG encoding, and the kernel (inside a rank) only reads, through the naming of
+``kernels/tf_input.py``. Its manifest is a versioned format written through ``formats``. Nothing is downloaded: images are generated from
 a seed (smooth colour fields plus noise, so they compress like photographs, not like flat
 colour), encoded with Pillow (installed with matplotlib), and described by a versioned manifest.
 A folder whose manifest matches is reused, so repeated stall runs do not rewrite it.
 
-File names carry the label: ``img-<index>-<label>.jpg``; the tf.data pipeline reads it back.
+File names carry the label (``tf_input.file_name``); the tf.data pipeline reads it back.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .errors import ConfigError, FormatError
+from . import formats
+from .errors import ConfigError
+from .kernels.tf_input import file_name, list_images
 
-DATASET_FORMAT, DATASET_VERSION = "perfsuite-dataset", 1
+DATASET_FORMAT = formats.DATASET
 MANIFEST = "perfsuite-dataset.json"
 JPEG_QUALITY = 90
 
@@ -40,31 +41,12 @@ class DatasetSpec:
             raise ConfigError(f"dataset classes {self.classes} must be >= 1")
 
 
-def file_name(index: int, label: int) -> str:
-    return f"img-{index:06d}-{label}.jpg"
-
-
-def list_images(folder: str | os.PathLike) -> list[str]:
-    """The dataset's JPEG paths in index order; a missing or empty folder is a ConfigError."""
-    root = Path(folder)
-    files = sorted(str(p) for p in root.glob("img-*.jpg")) if root.is_dir() else []
-    if not files:
-        raise ConfigError(f"no dataset in {str(folder)!r}: write one with perfsuite.dataset.ensure_dataset")
-    return files
-
-
 def read_manifest(folder: str | os.PathLike) -> dict | None:
     path = Path(folder) / MANIFEST
     if not path.exists():
         return None
-    try:
-        d = json.loads(path.read_text())
-    except ValueError as exc:
-        raise FormatError(f"{path}: not JSON ({exc}); delete the folder and let the suite rewrite it") from None
-    if d.get("format") != DATASET_FORMAT or d.get("version") != DATASET_VERSION:
-        raise FormatError(f"{path}: not a {DATASET_FORMAT} v{DATASET_VERSION} manifest "
-                          f"(found {d.get('format')!r} v{d.get('version')!r}); delete the folder to rewrite it")
-    return d
+    d = formats.read_json(path, "dataset manifest", "delete the folder and let the suite rewrite it")
+    return formats.check_format(d, DATASET_FORMAT, str(path))
 
 
 def _image(rng, px: int):
@@ -89,7 +71,7 @@ def ensure_dataset(folder: str | os.PathLike, spec: DatasetSpec) -> dict:
 
     root = Path(folder)
     found = read_manifest(root)
-    want = {"format": DATASET_FORMAT, "version": DATASET_VERSION, **asdict(spec)}
+    want = formats.stamp(DATASET_FORMAT, asdict(spec))
     if found is not None:
         if all(found.get(k) == v for k, v in want.items()):
             return found
@@ -106,9 +88,7 @@ def ensure_dataset(folder: str | os.PathLike, spec: DatasetSpec) -> dict:
         Image.fromarray(_image(rng, spec.image_px)).save(path, format="JPEG", quality=JPEG_QUALITY)
         total += path.stat().st_size
     manifest = {**want, "bytes": total, "mean_file_bytes": total / spec.count}
-    tmp = root / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, root / MANIFEST)  # written last: a half-written dataset has no manifest
+    formats.write_json(root / MANIFEST, manifest)  # last: a half-written dataset has no manifest
     return manifest
 
 

@@ -38,10 +38,6 @@ class RankFailure(PerfsuiteError):
         self.logs = dict(logs or {})
 
 
-class ValidationError(PerfsuiteError):
-    """A collective returned a result different from the exact expected one."""
-
-
 class FormatError(PerfsuiteError):
     """A stored file (result, baseline, job) is malformed or of an unknown version."""
 
@@ -50,5 +46,10 @@ class BaselineFormatError(FormatError):
     """A baseline file is malformed or of a version this suite cannot read."""
 
 
-class TransportUnavailable(PerfsuiteError):
-    """A transport cannot run here; the message is the reason shown as the skip reason."""
+class Unavailable(PerfsuiteError):
+    """Something a world needs cannot be had here (a device, root, a tool); the message is the
+    reason shown where the world is skipped."""
+
+
+class TransportUnavailable(Unavailable):
+    """A transport cannot run here."""

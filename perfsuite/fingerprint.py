@@ -79,7 +79,7 @@ def gpus() -> list[dict]:
         return []
     try:
         pynvml.nvmlInit()
-    except Exception:  # NVMLError_LibraryNotFound / DriverNotLoaded: no GPU here
+    except pynvml.NVMLError:  # LibraryNotFound / DriverNotLoaded: no GPU here
         return []
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -171,6 +171,11 @@ def collect(mpi: bool = False) -> dict:
     if mpi:
         fp.update(mpi_facts())
     return fp
+
+
+def is_root() -> bool:
+    """Whether this process may make namespaces, throttle disks and drop the page cache."""
+    return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
 def system_name(fp: dict) -> str:

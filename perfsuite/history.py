@@ -1,7 +1,7 @@
 """History verdicts: the steps asv's own step detection finds in a recorded series.
 
 Pure functions over lists of ``Point`` (commit, value, weight), tested with seeded synthetic
-series. Values are time-like (lower is better, see ``asv_export``), so an upward step is a
+series. Values are time-like (lower is better, see ``asv.layout``), so an upward step is a
 regression and a downward step an improvement. ``detect_steps`` fits asv's piecewise-constant
 (Potts) model; ``detect_regressions`` is what asv's regressions page lists: regressions still
 present at the latest commit.
@@ -92,7 +92,7 @@ class Finding:
     entry: str
     unit: str
     steps: list[Step]
-    metric: Any = None  # asv_export.AsvMetric: to say the change in the original metric's terms
+    metric: Any = None  # asv.layout.AsvMetric: to say the change in the original metric's terms
 
 
 @dataclass

@@ -1,21 +1,36 @@
-"""Frozen records that flow between the rooms.
+"""Frozen records that flow between the rooms, and the checked values they are built from.
 
 ``Case`` is one thing a user can select (one pytest test id, one asv parameter combination).
 ``WorldSpec`` is one MPI world: a benchmark, a transport, a world size and every case it sweeps.
 ``Sample`` is one measured case with its metrics; ``Result`` is what one world returned.
-Results travel as versioned JSON (see ``RESULT_FORMAT``); the dataclasses are their checked form.
+``Opt`` is one user-facing option (both faces add it; ``options`` parses it).
+Records know nothing of files: ``formats`` stores them, with a version per format.
 """
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import FormatError
+from .errors import ConfigError
 
-#: Version of the per-world result file written by rank 0 and of the results file of a run.
-RESULT_VERSION = 1
-RESULT_FORMAT = "perfsuite-result"
-RUN_FORMAT = "perfsuite-run"
+# --- checked values: user strings become these at the boundary --------------------------------
+
+#: Element types an allreduce buffer can hold, and their size in bytes.
+DTYPES = {"float32": 4, "float64": 8, "float16": 2, "int32": 4}
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """'4' -> 4, '1MiB' -> 1048576, '64M' -> 67108864 (binary units, as OMB and nccl-tests)."""
+    m = _SIZE_RE.match(str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ConfigError(f"{what} {text!r} is not a byte count; use e.g. 4, 1024, 1KiB, 1MiB, 64MiB")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
 def format_size(nbytes: int) -> str:
@@ -25,6 +40,51 @@ def format_size(nbytes: int) -> str:
             return f"{nbytes // factor}{unit}"
     return f"{nbytes}B"
 
+
+def whole_number(value: Any, what: str, low: int = 1) -> int | None:
+    """A whole number >= ``low`` from an option or a kernel knob; None when not given."""
+    if value is None or value == "":
+        return None
+    s = str(value).strip()
+    if isinstance(value, bool) or not s.isdigit() or int(s) < low:
+        raise ConfigError(f"{what} {value!r} must be a whole number >= {low}")
+    return int(s)
+
+
+def parse_names(text: str | Sequence[str], known: Iterable[str], what: str) -> tuple[str, ...]:
+    """Comma list checked against ``known``; 'all' selects every known name."""
+    known = list(known)
+    parts = [p.strip() for p in (text.split(",") if isinstance(text, str) else text) if p.strip()]
+    if parts == ["all"]:
+        return tuple(known)
+    for p in parts:
+        if p not in known:
+            raise ConfigError(f"{what} {p!r} is unknown; choose from {', '.join(known)} (or all)")
+    if not parts:
+        raise ConfigError(f"no {what} given; choose from {', '.join(known)}")
+    return tuple(dict.fromkeys(parts))
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One option of both faces: ``--perf-<name>`` (and ini ``perf_<dest>``) in pytest,
+    ``--<name>`` in the CLI. ``parse`` turns the raw value into a checked one (raising
+    ConfigError); ``knob`` names the kernel option the checked value is passed as."""
+
+    name: str  # dashed, without prefix
+    default: Any
+    help: str
+    kind: str = "str"  # str | flag | list
+    metavar: str | None = None
+    parse: Callable[[Any], Any] | None = field(default=None, compare=False)
+    knob: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+
+# --- what is measured ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Case:
@@ -49,7 +109,19 @@ class Case:
             parts.append(self.model)
         if self.batch is not None:
             parts.append(f"b{self.batch}")
-        if self.dtype != "float32" and self.benchmark == "allreduce":
+        if self.dtype != "float32":
+            parts.append(self.dtype)
+        if self.variant:
+            parts.append(self.variant)
+        return "-".join(parts)
+
+    @property
+    def world_id(self) -> str:
+        """The id of the world this case runs in: every axis but the swept ones (size, batch)."""
+        parts = [self.transport, f"n{self.world_size}"]
+        if self.model is not None:
+            parts.append(self.model)
+        if self.dtype != "float32":
             parts.append(self.dtype)
         if self.variant:
             parts.append(self.variant)
@@ -62,9 +134,8 @@ class Case:
 
     @property
     def world_key(self) -> tuple:
-        """Cases with the same key run in one world (one world per transport and world size)."""
-        return (self.benchmark, self.transport, self.world_size, self.dtype, self.variant,
-                self.model if self.benchmark != "allreduce" else None)
+        """Cases with the same key run in one world: they differ only in size or batch."""
+        return (self.benchmark, self.transport, self.world_size, self.dtype, self.variant, self.model)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,12 +202,14 @@ class WorldSpec:
     world_size: int
     cases: tuple[Case, ...]
     options: dict[str, Any] = field(default_factory=dict)  # kernel knobs: iters, warmup, inplace, ...
+    kernel: str = ""  # module whose run(ctx) each rank calls; "" = the benchmark's registered one
 
     @property
     def label(self) -> str:
-        variant = self.cases[0].variant if self.cases else ""
-        tail = f"-{variant}" if variant else ""
-        return f"{self.benchmark}[{self.transport}-n{self.world_size}{tail}]"
+        """'allreduce[mpi-n2]', 'allreduce[ring-n4-float64]', 'tf-epoch[grpc-n2-small-cnn]':
+        every axis the world is keyed on, so two different worlds never share a label."""
+        wid = self.cases[0].world_id if self.cases else f"{self.transport}-n{self.world_size}"
+        return f"{self.benchmark}[{wid}]"
 
 
 @dataclass(frozen=True)
@@ -154,15 +227,15 @@ class Result:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": RESULT_FORMAT, "version": RESULT_VERSION,
-                "benchmark": self.benchmark, "transport": self.transport,
+        """The record's fields; ``formats.dump_result`` adds the format and version."""
+        return {"benchmark": self.benchmark, "transport": self.transport,
                 "world_size": self.world_size, "fingerprint": self.fingerprint,
                 "world_start_s": self.world_start_s, "wall_s": self.wall_s, "error": self.error,
                 "extra": self.extra, "samples": [s.to_dict() for s in self.samples]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str = "result") -> "Result":
-        check_format(d, RESULT_FORMAT, source)
+    def from_dict(cls, d: dict[str, Any]) -> "Result":
+        """From ``to_dict``'s fields (``formats.load_result`` checks the version first)."""
         return cls(benchmark=d["benchmark"], transport=d["transport"],
                    world_size=int(d["world_size"]),
                    samples=tuple(Sample.from_dict(s) for s in d.get("samples", [])),
@@ -170,28 +243,11 @@ class Result:
                    wall_s=d.get("wall_s"), error=d.get("error"), extra=d.get("extra", {}))
 
 
-def check_format(d: Any, fmt: str, source: str) -> None:
-    """Raise a FormatError that says what to do when ``d`` is not a ``fmt`` of our version."""
-    if not isinstance(d, dict) or d.get("format") != fmt:
-        found = d.get("format") if isinstance(d, dict) else type(d).__name__
-        raise FormatError(f"{source}: expected a '{fmt}' file, found format {found!r}")
-    version = d.get("version")
-    if version != RESULT_VERSION:
-        hint = ("re-run the suite with this perfsuite to regenerate it"
-                if isinstance(version, int) and version < RESULT_VERSION
-                else "upgrade perfsuite to read it")
-        raise FormatError(f"{source}: {fmt} version {version!r} is not supported "
-                          f"(this perfsuite reads version {RESULT_VERSION}); {hint}")
+# --- baselines and verdicts (regress decides, baselines stores) ---------------------------------
 
-
-# --- baselines and verdicts (regress.py decides, baselines.py stores) ---------------------------
-
-#: Version of a baseline file (``baselines/<system>/<benchmark>.json``).
-BASELINE_VERSION = 1
-BASELINE_FORMAT = "perfsuite-baseline"
-
-#: Verdict statuses. A change counts only when beyond the tolerance AND significant.
-VERDICT_STATUSES = ("regression", "improvement", "unchanged", "new", "missing", "invalid")
+#: Every verdict status, in the order a reader needs them: what got worse first. Tables, reports
+#: and the one-line summary of a case all sort by it.
+VERDICT_ORDER = ("regression", "invalid", "improvement", "missing", "new", "unchanged")
 
 
 @dataclass(frozen=True)
@@ -207,8 +263,6 @@ class Tolerance:
 
     def __post_init__(self):
         if not (-1.0 < self.lower <= 0.0 <= self.upper):
-            from .errors import ConfigError  # appended block: the module's imports stay as they were
-
             raise ConfigError(f"tolerance ({self.lower}, {self.upper}) must satisfy "
                              "-1 < lower <= 0 <= upper, e.g. (-0.05, 0.05)")
 

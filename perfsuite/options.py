@@ -1,41 +1,62 @@
-"""The option group, defined once and added to both faces (pytest-benchmark's habit):
-``--perf-<name>`` plus an ini twin ``perf_<name>`` in the pytest plugin, ``--<name>`` in the CLI.
-Values are turned into checked objects (``Selection``, ``SuiteConfig``) at this boundary; a bad
-value raises ConfigError naming it, which each face reports its own way (UsageError, exit 2).
+"""Every option once, for both faces (pytest-benchmark's habit): ``--perf-<name>`` plus an ini
+twin ``perf_<name>`` in the pytest plugin, ``--<name>`` in the CLI, ``PERFSUITE_ASV_<NAME>``
+under ``asv run``. The shared options are listed here; each benchmark adds its own from its
+record (``perfsuite/bench``). Values become checked objects (``Selection``, ``SuiteConfig``)
+at this boundary; a bad value raises ConfigError naming it, which each face reports its own way
+(pytest's UsageError, exit 2).
+
+``python -m perfsuite.options`` prints the option reference (docs/options.md is that output).
 """
 from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from . import cases as _cases
-from . import transports
+from . import bench, transports
+from .bench import Selection
 from .errors import ConfigError
 from .launch.launchers import FLAVORS, LAUNCHERS, LaunchConfig, parse_env
-from .suite import DEFAULT_TIMEOUT_S, Selection, SuiteConfig
+from .model import Opt, parse_names, whole_number
+from .regress import RoundsPolicy, parse_alpha, parse_tolerance
+from .suite import DEFAULT_TIMEOUT_S, SuiteConfig
 
 
-@dataclass(frozen=True)
-class Opt:
-    name: str  # dashed, without prefix
-    default: Any
-    help: str
-    kind: str = "str"  # str | flag | list
-    metavar: str | None = None
-
-    @property
-    def dest(self) -> str:
-        return self.name.replace("-", "_")
+def seconds(value: Any, what: str = "timeout") -> float:
+    """A positive, finite number of seconds."""
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        t = -1.0
+    if not 0 < t < float("inf"):
+        raise ConfigError(f"{what} {value!r} must be a number of seconds > 0, e.g. 120")
+    return t
 
 
-OPTIONS: list[Opt] = [
+def parse_world_sizes(text: str | Iterable[int]) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4); every world size is a whole number >= 1."""
+    parts = text.split(",") if isinstance(text, str) else list(text)
+    out = []
+    for p in parts:
+        s = str(p).strip()
+        if not s:
+            continue
+        if not s.lstrip("-").isdigit() or int(s) < 1:
+            raise ConfigError(f"world size {s!r} is not allowed; world sizes are whole numbers >= 1")
+        out.append(int(s))
+    if not out:
+        raise ConfigError(f"world sizes {text!r} name none; use e.g. 2 or 1,2,4")
+    return tuple(dict.fromkeys(out))
+
+
+def _whole(what: str, low: int = 1) -> Callable[[Any], int | None]:
+    return lambda value: whole_number(value, what, low)
+
+
+COMMON: list[Opt] = [
     Opt("transports", "all", "comma list of transports, or 'all' (unavailable ones are skipped with the reason)", metavar="LIST"),
-    Opt("world-sizes", "2", "comma list of world sizes (ranks), e.g. 1,2,4", metavar="LIST"),
-    Opt("sizes", _cases.DEFAULT_SIZES, "message sizes: 4,1024,1MiB or a range MIN:MAX[:FACTOR] (default x4)", metavar="SIZES"),
-    Opt("dtypes", _cases.DEFAULT_DTYPE, "comma list of float32, float64, float16, int32", metavar="LIST"),
+    Opt("world-sizes", "2", "comma list of world sizes (ranks), e.g. 1,2,4", metavar="LIST", parse=parse_world_sizes),
     Opt("launcher", "mpiexec", f"how worlds start: {', '.join(LAUNCHERS)}", metavar="NAME"),
     Opt("launcher-program", None, "path of mpiexec/srun if not the one on PATH", metavar="PATH"),
     Opt("launcher-args", None, "extra launcher arguments, split like a shell: srun '--mpi=pmi2' "
@@ -43,14 +64,14 @@ OPTIONS: list[Opt] = [
     Opt("mpi-flavor", "auto", f"mpiexec's MPI: {', '.join(FLAVORS)} (auto asks mpiexec --version)", metavar="NAME"),
     Opt("hostfile", None, "hostfile for multi-node worlds (MPICH -f, Open MPI --hostfile, srun SLURM_HOSTFILE)", metavar="PATH"),
     Opt("hosts", None, "comma list of hosts instead of a hostfile", metavar="LIST"),
-    Opt("ppn", None, "ranks per node", metavar="N"),
+    Opt("ppn", None, "ranks per node", metavar="N", parse=_whole("ranks per node (ppn)")),
     Opt("oversubscribe", "auto", "Open MPI --oversubscribe: auto (when ranks > cores), yes, no", metavar="WHEN"),
     Opt("env", [], "NAME=VALUE passed to every rank (repeatable), e.g. NCCL_DEBUG=INFO", kind="list", metavar="NAME=VALUE"),
-    Opt("timeout", str(DEFAULT_TIMEOUT_S), "seconds one world may take before it is killed", metavar="S"),
-    Opt("iters", None, "timed iterations per size (default: by size, OMB-like)", metavar="N"),
-    Opt("warmup", None, "warm-up iterations per size (default: by size)", metavar="N"),
-    Opt("inplace", False, "in-place allreduce (default out-of-place)", kind="flag"),
-    Opt("no-validate", False, "skip checking each result against the exact expected sum", kind="flag"),
+    Opt("timeout", str(int(DEFAULT_TIMEOUT_S)), "seconds one world may take before it is killed", metavar="S", parse=seconds),
+    Opt("iters", None, "timed iterations per size (default: by size, OMB-like)", metavar="N",
+        parse=_whole("iterations"), knob="iters"),
+    Opt("warmup", None, "warm-up iterations per size (default: by size)", metavar="N",
+        parse=_whole("warm-up iterations", low=0), knob="warmup"),
     Opt("workdir", None, "folder for world scratch files (must be shared across nodes on a cluster)", metavar="DIR"),
     Opt("rounds", "1", "rounds: run each world this many times and pool them (noise on shared machines)", metavar="N"),
     Opt("max-rounds", None, "adaptive sampling: more rounds, up to N, until each median is known to --precision", metavar="N"),
@@ -61,26 +82,27 @@ OPTIONS: list[Opt] = [
     Opt("baseline-update", False, "record this run as the baselines (atomic; prints what changed)", kind="flag"),
     Opt("strict", False, "also fail improvements beyond tolerance (a prompt to refresh the baseline)", kind="flag"),
     Opt("alpha", None, "significance level of the gate's Mann-Whitney U test: a change beyond tolerance "
-        "counts only when p < alpha [default: 0.01]", metavar="P"),
-    Opt("tolerance", None, "override every tolerance: 0.05 or LOWER:UPPER like -0.10:0.05 [default: per metric]", metavar="TOL"),
+        "counts only when p < alpha [default: 0.01]", metavar="P", parse=parse_alpha),
+    Opt("tolerance", None, "override every tolerance: 0.05 or LOWER:UPPER like -0.10:0.05 [default: per metric]",
+        metavar="TOL", parse=parse_tolerance),
     Opt("emulated-network", None, "run every world with one rank per emulated node (network namespaces, "
         "tbf-shaped veth links; root): 1gbit, 10gbit, 25gbit", metavar="RATE"),
-    Opt("stalls", None, "run the stall breakdown benchmark (benchmarks/test_stalls.py) for MODEL, "
-        "e.g. small-cnn; its network run uses --emulated-network; unset: skipped", metavar="MODEL"),
     Opt("report", None, "after the run, write index.html, summary.md, CSV and PNG plots into DIR", metavar="DIR"),
-    Opt("models", _cases.DEFAULT_MODELS, "tf-epoch: comma list of small-cnn, mobilenet, resnet50, or 'all'", metavar="LIST"),
-    Opt("batches", _cases.DEFAULT_BATCHES, "tf-epoch: comma list of per-worker batch sizes, e.g. 16,32,64", metavar="LIST"),
-    Opt("image-size", None, "tf-epoch: image height = width in pixels (default: the model's, 32 or 224)", metavar="N"),
-    Opt("fusion-threshold", None, "tf-epoch mpi/horovod: tensor fusion buffer in bytes, 0 = one allreduce "
-        "per tensor (default 64MiB)", metavar="SIZE"),
 ]
 
 
+def all_options() -> list[Opt]:
+    """The shared options, then every registered benchmark's own."""
+    names = {o.name for o in COMMON}
+    return COMMON + [o for o in bench.options() if o.name not in names]
+
+
 def add_options(addoption: Callable[..., Any], prefix: str = "",
-                names: Collection[str] | None = None) -> None:
+                names: Collection[str] | None = None) -> list[Opt]:
     """Add every option (or only ``names``) through ``addoption`` (argparse's add_argument or
-    pytest's group.addoption)."""
-    for o in OPTIONS:
+    pytest's group.addoption); returns the options added."""
+    added = []
+    for o in all_options():
         if names is not None and o.name not in names:
             continue
         flag = f"--{prefix}{o.name}"
@@ -92,44 +114,35 @@ def add_options(addoption: Callable[..., Any], prefix: str = "",
             addoption(flag, action="append", default=None, dest=dest, metavar=o.metavar, help=text)
         else:
             addoption(flag, default=None, dest=dest, metavar=o.metavar, help=f"{text} [default: {o.default}]")
+        added.append(o)
+    return added
 
 
-def _int(value: Any, what: str, low: int = 1) -> int | None:
-    if value in (None, ""):
-        return None
-    s = str(value).strip()
-    if not s.isdigit() or int(s) < low:
-        raise ConfigError(f"{what} {value!r} must be a whole number >= {low}")
-    return int(s)
+def with_defaults(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Raw option values (keys are ``Opt.dest``) with every missing one at its default."""
+    return {o.dest: o.default for o in all_options()} | {k: x for k, x in values.items() if x is not None}
 
 
-def _timeout(value: Any) -> float:
-    try:
-        t = float(value)
-    except (TypeError, ValueError):
-        t = -1.0
-    if not t > 0:
-        raise ConfigError(f"timeout {value!r} must be a number of seconds > 0, e.g. 120")
-    return t
+def parsed(o: Opt, v: Mapping[str, Any]) -> Any:
+    """The checked value of one option (None stays None, flags are booleans)."""
+    raw = bool(v.get(o.dest)) if o.kind == "flag" else v.get(o.dest)
+    if o.parse is None or (raw is None and o.kind != "flag"):
+        return raw
+    return o.parse(raw)
 
 
 def selection(values: Mapping[str, Any], benchmark: str = "allreduce", **extra: Any) -> Selection:
-    """A checked Selection from raw option values (keys are ``Opt.dest``; missing means default)."""
-    v = {o.dest: o.default for o in OPTIONS} | {k: x for k, x in values.items() if x is not None}
+    """A checked Selection of one benchmark's cases. ``extra`` (a pytest marker's keywords)
+    wins over the options of the same name."""
+    spec = bench.get(benchmark)
+    v = with_defaults(values) | {k: x for k, x in extra.items() if x is not None}
     # Names are checked against every benchmark's transports, then filtered to this one's, so
     # one --transports list serves a session that runs allreduce and training cases together.
     every = list(dict.fromkeys(s.name for s in transports.REGISTRY.values()))
-    own = set(transports.names(benchmark))
-    picked = tuple(t for t in _cases.parse_names(v["transports"], every, "transport") if t in own)
-    dtypes = _cases.parse_dtypes(v["dtypes"])
-    sizes: tuple[int, ...] = ()
-    for dt in dtypes:
-        sizes = _cases.parse_sizes(v["sizes"], dt)
-    if benchmark == "tf-epoch":  # marker kwargs (extra) win over the options
-        extra = {"models": v["models"], "batches": v["batches"], **extra}
-    return Selection(benchmark=benchmark, transports=picked,
-                     world_sizes=_cases.parse_world_sizes(v["world_sizes"]),
-                     sizes=sizes, dtypes=dtypes, extra=extra)
+    own = set(transports.names(spec.transports))
+    picked = tuple(t for t in parse_names(v["transports"], every, "transport") if t in own)
+    return Selection(benchmark=benchmark, transports=picked, world_sizes=parse_world_sizes(v["world_sizes"]),
+                     values={o.dest: parsed(o, v) for o in spec.options})
 
 
 def _launcher_args(text: str | None) -> tuple[str, ...]:
@@ -142,49 +155,70 @@ def _launcher_args(text: str | None) -> tuple[str, ...]:
                           "quote them as a shell would, e.g. '--mpi=pmi2'") from None
 
 
-def suite_config(values: Mapping[str, Any]) -> SuiteConfig:
-    v = {o.dest: o.default for o in OPTIONS} | {k: x for k, x in values.items() if x is not None}
+def launch_config(v: Mapping[str, Any]) -> LaunchConfig:
     over = str(v["oversubscribe"]).lower()
     if over not in ("auto", "yes", "no"):
         raise ConfigError(f"oversubscribe {v['oversubscribe']!r} must be auto, yes or no")
     hosts = tuple(h.strip() for h in str(v["hosts"]).split(",") if h.strip()) if v["hosts"] else ()
     if v["hostfile"] and not os.path.isfile(v["hostfile"]):
         raise ConfigError(f"hostfile {v['hostfile']!r} does not exist")
-    launch = LaunchConfig(launcher=str(v["launcher"]), flavor=str(v["mpi_flavor"]),
-                          program=v["launcher_program"], hostfile=v["hostfile"], hosts=hosts,
-                          ranks_per_node=_int(v["ppn"], "ranks per node (ppn)"),
-                          oversubscribe=None if over == "auto" else over == "yes",
-                          env=parse_env(v["env"] or []),
-                          extra_args=_launcher_args(v["launcher_args"]))
-    options: dict[str, Any] = {"inplace": bool(v["inplace"]), "validate": not v["no_validate"]}
-    if (it := _int(v["iters"], "iterations")) is not None:
-        options["iters"] = it
-    if (wu := _int(v["warmup"], "warm-up iterations", low=0)) is not None:
-        options["warmup"] = wu
-    if (px := _int(v["image_size"], "image size")) is not None:
-        options["image_size"] = px
-    if v["fusion_threshold"] not in (None, ""):
-        ft = str(v["fusion_threshold"]).strip()
-        options["fusion_threshold"] = 0 if ft == "0" else _cases.parse_size(ft, "fusion threshold")
+    return LaunchConfig(launcher=str(v["launcher"]), flavor=str(v["mpi_flavor"]),
+                        program=v["launcher_program"], hostfile=v["hostfile"], hosts=hosts,
+                        ranks_per_node=whole_number(v["ppn"], "ranks per node (ppn)"),
+                        oversubscribe=None if over == "auto" else over == "yes",
+                        env=parse_env(v["env"] or []), extra_args=_launcher_args(v["launcher_args"]))
+
+
+def suite_config(values: Mapping[str, Any]) -> SuiteConfig:
+    """The checked SuiteConfig; every option with a ``knob`` becomes that kernel option."""
+    v = with_defaults(values)
+    launch = launch_config(v)
+    knobs = {}
+    for o in all_options():
+        if o.knob is not None and (value := parsed(o, v)) is not None:
+            knobs[o.knob] = value
     network = None
     if v.get("emulated_network"):
         from .launch.netns import parse_shaping
 
         network = parse_shaping(v["emulated_network"])
-    return SuiteConfig(launch=launch, timeout=_timeout(v["timeout"]), options=options,
+    return SuiteConfig(launch=launch, timeout=seconds(v["timeout"]), options=knobs,
                        workdir=v["workdir"], network=network, rounds=rounds_policy(v))
 
 
-def rounds_policy(v: Mapping[str, Any]):
-    """--rounds/--max-rounds/--precision/--round-budget as a checked regress.RoundsPolicy."""
-    from .regress import RoundsPolicy
-
+def rounds_policy(v: Mapping[str, Any]) -> RoundsPolicy:
+    """--rounds/--max-rounds/--precision/--round-budget as a checked RoundsPolicy."""
     try:
         precision = float(v.get("precision") or 0.01)
         budget = float(v["round_budget"]) if v.get("round_budget") not in (None, "") else None
     except ValueError:
         raise ConfigError(f"precision {v.get('precision')!r} and round budget {v.get('round_budget')!r} "
                           "must be numbers, e.g. 0.01 and 60") from None
-    return RoundsPolicy(rounds=_int(v.get("rounds") or 1, "rounds"),
-                        max_rounds=_int(v.get("max_rounds"), "max rounds"),
+    return RoundsPolicy(rounds=whole_number(v.get("rounds") or 1, "rounds"),
+                        max_rounds=whole_number(v.get("max_rounds"), "max rounds"),
                         precision=precision, budget_s=budget)
+
+
+def reference_markdown() -> str:
+    """The option reference as docs/options.md holds it (a test keeps the two the same)."""
+    from .asv.project import ASV_OPTIONS
+
+    lines = ["# Options", "",
+             "Generated by `python -m perfsuite.options > docs/options.md`; a test fails when this",
+             "file and the code disagree.", "",
+             "Every option exists for pytest as `--perf-NAME` with an ini twin `perf_NAME` (in",
+             "`pytest.ini`, `[tool.pytest.ini_options]` or `setup.cfg`), for `perfsuite run` as",
+             "`--NAME`, and for `asv run` as the variable `PERFSUITE_ASV_NAME` (upper case, `_` for",
+             "`-`; list options separated by `;`).", "",
+             "| option | default | meaning |", "| --- | --- | --- |"]
+    for o in all_options():
+        default = "off" if o.kind == "flag" else (f"`{o.default}`" if o.default not in (None, []) else "-")
+        lines.append(f"| `{o.name}` | {default} | {o.help.replace('|', '/')} |")
+    lines += ["", "The asv recording options (no ini twin, no asv variable):", "",
+              "| option | meaning |", "| --- | --- |"]
+    lines += [f"| `{name}` | {text} |" for name, text in ASV_OPTIONS]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

@@ -3,10 +3,12 @@
 Each plot function takes results tagged by the run they came from and writes one PNG, or says
 why it drew nothing (no allreduce result, no TF scaling numbers yet, no stall metrics), so the
 report can show the reason instead of a hole. matplotlib runs on the Agg backend: no display,
-no window, same bytes in CI as on a laptop. Only ``report.write_report`` calls these.
+no window, same bytes in CI as on a laptop. Only ``report`` calls these; each PNG is
+written whole through ``formats.atomic_write``.
 """
 from __future__ import annotations
 
+import io
 import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -19,6 +21,7 @@ matplotlib.use("Agg")  # before pyplot: never try to open a display (CI, ssh, Sl
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
+from .formats import atomic_write  # noqa: E402
 from .model import Result, Sample, format_size  # noqa: E402
 
 #: A result and the tag of the run it came from ('' when the report has a single run).
@@ -70,9 +73,10 @@ def _size_axis(ax) -> None:
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")  # keeps legends placed outside the axes
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=DPI, bbox_inches="tight")  # keeps legends outside the axes
     plt.close(fig)
-    return path
+    return atomic_write(path, png.getvalue())
 
 
 def _allreduce(tagged: Sequence[Tagged]) -> list[Tagged]:

@@ -5,7 +5,11 @@ test of a world starts that world for every selected case of it (one world per t
 world size runs the whole size sweep), later tests of the same world reuse its result. The
 ranks' per-iteration times are replayed into pytest-benchmark through a clock handed to it with
 the public ``@pytest.mark.benchmark(timer=...)`` marker, so its statistics are the real
-per-iteration times, never the time to start a world.
+per-iteration times, never the time to start a world. ``perf_record`` replays any other sample
+(the stall breakdown's parts) the same way.
+
+MPI worlds never run under pytest-xdist: its workers would start worlds side by side on the
+same cores, and pytest-benchmark switches itself off there, so nothing would be measured.
 """
 from __future__ import annotations
 
@@ -17,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from . import options as _options
-from . import asv_export, suite
+from . import bench, formats, options, regress, suite, transports
+from .asv import project as asv_project
 from .errors import ConfigError, PerfsuiteError
 from .model import Case, Sample
 
@@ -66,19 +70,26 @@ class PerfState:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.values = _values(config)
-        self.suite_config = _options.suite_config(self.values)
+        self.suite_config = options.suite_config(self.values)
         self.selected: dict[tuple, list[Case]] = {}
-        self.outcomes: dict[tuple, suite.WorldOutcome] = {}
+        self.outcomes: dict[tuple, formats.WorldOutcome] = {}
         self.samples: list[Sample] = []
-        self.verdicts: list = []  # regress.Verdict per metric of each measured case (issue 3)
+        self.verdicts: list = []  # regress.Verdict per metric of each measured case
         self.baselines: dict | None = None  # (case, metric) -> Baseline, loaded on first use
         self.system: str | None = None  # baseline system, set when the first case is judged
         self.logs_shown: dict[tuple, str] = {}  # world key -> the failed case that shows its logs
 
-    def selection(self, benchmark: str, **extra: Any) -> suite.Selection:
-        return _options.selection(self.values, benchmark, **extra)
+    def selection(self, benchmark: str, **extra: Any) -> bench.Selection:
+        return options.selection(self.values, benchmark, **extra)
 
-    def outcome_for(self, case: Case) -> suite.WorldOutcome:
+    def run(self) -> formats.SuiteRun:
+        """Every world of the session as a run (what --perf-report and --perf-asv store)."""
+        results = [o.result for o in self.outcomes.values() if o.result is not None]
+        return formats.SuiteRun(outcomes=list(self.outcomes.values()),
+                                fingerprint=results[0].fingerprint if results else {},
+                                created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    def outcome_for(self, case: Case) -> formats.WorldOutcome:
         key = case.world_key
         if key not in self.outcomes:
             cases = self.selected.get(key) or [case]
@@ -90,10 +101,13 @@ class PerfState:
 def _values(config: pytest.Config) -> dict[str, Any]:
     """Option value, else its ini twin, else the default (options.selection fills defaults)."""
     out: dict[str, Any] = {}
-    for o in _options.OPTIONS:
+    for o in options.all_options():
         value = config.getoption(f"perf_{o.dest}", default=None)
         if value is None:
-            ini = config.getini(f"perf_{o.dest}")
+            try:
+                ini = config.getini(f"perf_{o.dest}")
+            except ValueError:  # an option registered after pytest_addoption (a conftest's benchmark)
+                ini = None
             if o.kind == "flag":
                 value = ini if ini else None
             elif o.kind == "list":
@@ -106,9 +120,9 @@ def _values(config: pytest.Config) -> dict[str, Any]:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfsuite", "perfsuite: MPI worlds and distributed DL benchmarks")
-    _options.add_options(group.addoption, prefix="perf-")
-    asv_export.add_options(group.addoption, prefix="perf-")
-    for o in _options.OPTIONS:
+    options.add_options(group.addoption, prefix="perf-")
+    asv_project.add_options(group.addoption, prefix="perf-")
+    for o in options.all_options():
         kind = {"flag": "bool", "list": "linelist"}.get(o.kind, "string")
         parser.addini(f"perf_{o.dest}", f"ini twin of --perf-{o.name}: {o.help}", type=kind,
                       default=False if o.kind == "flag" else ([] if o.kind == "list" else ""))
@@ -118,17 +132,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "perf_benchmark(name): the perfsuite benchmark a test measures")
     try:
         state = PerfState(config)
-        state.selection("allreduce")  # check every shared option now: a bad one is a usage error
-        from . import regress
-
-        regress.parse_alpha(state.values.get("alpha"))
-        if state.values.get("tolerance"):
-            regress.parse_tolerance(state.values["tolerance"])
+        # Every option of every benchmark is checked now: a bad one is a usage error, not a
+        # failure found once the first worlds have run.
+        values = options.with_defaults(state.values)
+        for o in options.all_options():
+            options.parsed(o, values)
+        for name in bench.names():
+            suite.select_cases(state.selection(name))
         config.stash[STASH_KEY] = state
-        to = asv_export.prepare(asv_export.target(vars(config.option), prefix="perf-"))
+        to = asv_project.prepare(asv_project.target(vars(config.option), prefix="perf-"))
         if to is not None:  # --perf-asv: record every world's samples when the session ends
-            config.pluginmanager.register(
-                asv_export.SessionRecorder(to, lambda: list(state.outcomes.values())), "perfsuite-asv")
+            from .asv.record import SessionRecorder
+
+            config.pluginmanager.register(SessionRecorder(to, state.run), "perfsuite-asv")
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -146,11 +162,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     extra = dict(marker.kwargs) if marker else {}
     try:
         cases = suite.select_cases(state.selection(benchmark, **extra))
+        kind = bench.get(benchmark).transports
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     params = []
     for case in cases:
-        reason = suite.transports.spec(case.transport, benchmark).unavailable_reason()
+        reason = transports.spec(case.transport, kind).unavailable_reason()
         marks = [pytest.mark.skip(reason=f"{case.transport}: {reason}")] if reason else []
         params.append(pytest.param(case, id=case.id, marks=marks))
     metafunc.parametrize("perf_case", params)
@@ -160,6 +177,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Remember which cases survived -k/deselection, so each world sweeps exactly those, and
     hand pytest-benchmark the replay clock for them."""
     state = _state(config)
+    if _under_xdist(config) and any(isinstance(getattr(getattr(i, "callspec", None), "params", {}).get(
+            "perf_case"), Case) for i in items):
+        raise pytest.UsageError(XDIST_REFUSED)
     for item in items:
         callspec = getattr(item, "callspec", None)
         case = callspec.params.get("perf_case") if callspec else None
@@ -167,6 +187,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             state.selected.setdefault(case.world_key, []).append(case)
             item.add_marker(pytest.mark.benchmark(
                 timer=REPLAY_CLOCK, group=f"{case.benchmark} {case.transport} n{case.world_size}"))
+
+
+XDIST_REFUSED = ("perfsuite starts MPI worlds, which must not run under pytest-xdist (-n): workers would "
+                 "share the cores and measure nothing; run the benchmarks without -n (-p no:xdist)")
+
+
+def _under_xdist(config: pytest.Config) -> bool:
+    """An xdist worker, or a controller that will hand tests to workers."""
+    if hasattr(config, "workerinput"):
+        return True
+    n = config.getoption("numprocesses", default=None)
+    return bool(n) and config.getoption("dist", default="no") != "no"
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
@@ -221,6 +253,14 @@ def record(benchmark: Any, sample: Sample, fingerprint: dict | None = None) -> N
 
 
 @pytest.fixture
+def perf_record():
+    """``perf_record(benchmark, sample)``: replay a sample measured by other means (an
+    experiment's, such as the stall breakdown's parts) into pytest-benchmark, as ``perf_measure``
+    does for a world's cases."""
+    return record
+
+
+@pytest.fixture
 def perf_measure(perf_state: PerfState, perf_case: Case, request: pytest.FixtureRequest):
     """Call with the ``benchmark`` fixture: measures (or reuses) this case's world, records it,
     and fails the test if the world failed or the result was wrong."""
@@ -265,13 +305,10 @@ def _write_report(state: PerfState, tr) -> None:
     """--perf-report DIR: the same page as ``perfsuite report``, plus the run's results.json."""
     from . import report
 
-    results = [o.result for o in state.outcomes.values() if o.result is not None]
-    run = suite.SuiteRun(outcomes=list(state.outcomes.values()),
-                         fingerprint=results[0].fingerprint if results else {},
-                         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    run = state.run()
     out = state.values["report"]
     try:
-        report.write_run_json(str(Path(out) / "results.json"), run)
+        formats.write_run(Path(out) / "results.json", run)
         report.write_report(out, [report.ReportRun.from_suite_run(run, "pytest session")],
                             verdicts=getattr(state, "verdicts", None))
     except (OSError, PerfsuiteError) as exc:  # the tests ran; say why the page is missing
@@ -281,7 +318,7 @@ def _write_report(state: PerfState, tr) -> None:
                   f"(results in {Path(out) / 'results.json'})")
 
 
-# --- baselines and verdicts (issue 3) -----------------------------------------------------------
+# --- baselines and verdicts --------------------------------------------------------------------
 
 def _baseline_root(state: PerfState) -> str:
     root = state.values.get("baseline_dir") or "baselines"
@@ -292,7 +329,7 @@ def _gate(state: PerfState, sample: Sample, fingerprint: dict | None) -> None:
     """Judge one measured case against its baseline: a regression fails with one line, an
     expected one (baseline xfail reason) xfails, --perf-strict also fails improvements. With
     --perf-baseline-update nothing fails: this run becomes the baseline at the session's end."""
-    from . import baselines, regress
+    from . import baselines
     from .errors import BaselineFormatError
 
     v = state.values
@@ -320,7 +357,7 @@ def _gate(state: PerfState, sample: Sample, fingerprint: dict | None) -> None:
 
 def _verdict_summary(state: PerfState, tr) -> None:
     """The table of every verdict (missing ones added), then --perf-baseline-update's write."""
-    from . import baselines, regress
+    from . import baselines
 
     system = state.system
     if system is None:

@@ -24,29 +24,27 @@ about) and **statistically significant** (unlikely to be noise), as asv does.
   cannot reach ``alpha`` (fewer than 4 + 4 at 0.05, 5 + 5 at 0.01), the test falls back to U over
   the raw per-iteration samples, and the verdict says so (``test='mwu-iterations'``): that only
   proves the two runs differ, so the tolerance alone guards against between-run noise. Use
-  ``rounds >= 5`` on a shared machine (see the README for what that costs).
+  ``rounds >= 5`` on a shared machine (docs/baselines.md says what that costs).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from . import stats
 from .errors import ConfigError
-from .model import Baseline, Metric, Result, Sample, Tolerance, Verdict
+from .model import VERDICT_ORDER, Baseline, Metric, Result, Sample, Tolerance, Verdict
 
 #: Significance level of the two-sided test.
 DEFAULT_ALPHA = 0.01
-#: Tolerance per metric name; others get ``DEFAULT_TOLERANCE``. See README for why these values.
+#: Tolerance per metric name; others get ``DEFAULT_TOLERANCE``. docs/baselines.md says why these values.
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "busbw_GBps": Tolerance(-0.03, 0.03),
     "latency_us": Tolerance(-0.03, 0.03),
 }
 DEFAULT_TOLERANCE = Tolerance(-0.05, 0.05)
-#: Raw per-iteration samples kept in a baseline (evenly spaced quantiles beyond this).
-MAX_BASELINE_SAMPLES = 256
+#: Raw per-iteration samples kept in a baseline (evenly spaced order statistics beyond this).
+MAX_BASELINE_SAMPLES = stats.MAX_KEPT_SAMPLES
 #: Key in ``Sample.info`` holding per-metric round values of a pooled sample.
 ROUNDS_KEY = "round_values"
 
@@ -205,14 +203,6 @@ def pool_results(results: Sequence[Result]) -> Result:
 
 # --- baselines from samples ---------------------------------------------------------------------
 
-def keep_samples(values: Sequence[float], limit: int = MAX_BASELINE_SAMPLES) -> tuple[float, ...]:
-    """At most ``limit`` values that keep the distribution's shape (evenly spaced quantiles)."""
-    if len(values) <= limit:
-        return tuple(float(x) for x in values)
-    return tuple(float(x) for x in np.quantile(np.asarray(values, dtype=float),
-                                               np.linspace(0.0, 1.0, limit)))
-
-
 def baseline_from_sample(sample: Sample, metric: str, recorded: str = "",
                          tolerance: Tolerance | None = None, xfail: str | None = None) -> Baseline:
     """The Baseline of one metric of a (possibly pooled) sample."""
@@ -222,7 +212,7 @@ def baseline_from_sample(sample: Sample, metric: str, recorded: str = "",
     rounds = round_values(sample, metric)
     return Baseline(case=sample.case.name, metric=metric, unit=m.unit,
                     higher_is_better=m.higher_is_better, value=stats.median(rounds),
-                    rounds=tuple(rounds), samples=keep_samples(raw), median=summary["median"],
+                    rounds=tuple(rounds), samples=tuple(stats.thin(raw, MAX_BASELINE_SAMPLES)), median=summary["median"],
                     iqr=summary["iqr"], mad=summary["mad"], n=int(summary["n"]),
                     tolerance=tolerance, xfail=xfail, recorded=recorded)
 
@@ -321,7 +311,7 @@ def failing(verdicts: Iterable[Verdict], strict: bool = False) -> list[Verdict]:
 
 def case_line(verdicts: Sequence[Verdict]) -> str:
     """One line for a case with several metric verdicts: the worst one's note."""
-    order = {"invalid": 0, "regression": 1, "improvement": 2, "missing": 3, "new": 4, "unchanged": 5}
+    order = {s: i for i, s in enumerate(VERDICT_ORDER)}
 
     def excess(v: Verdict) -> float:
         if v.change is None or v.tolerance is None:
@@ -334,8 +324,7 @@ def case_line(verdicts: Sequence[Verdict]) -> str:
 
 def verdict_table(verdicts: Sequence[Verdict]) -> str:
     """Every verdict as a terminal table, failures first, then a count per status."""
-    order = {s: i for i, s in enumerate(("regression", "invalid", "improvement", "missing", "new",
-                                         "unchanged"))}
+    order = {s: i for i, s in enumerate(VERDICT_ORDER)}
     rows = sorted(verdicts, key=lambda v: (order.get(v.status, 9), v.case, v.metric))
     head = f"{'status':<12}{'case':<34}{'metric':<12}{'value':>10}{'baseline':>10}{'change':>8}{'tol':>6}{'p':>9}  test"
     lines = [head]

@@ -1,117 +1,31 @@
-"""What people read: OMB / nccl-tests style tables, CSV, the versioned results file, and the
-report (``summary.md`` and a self-contained ``index.html`` with the plots of ``plots.py``).
+"""What people read: terminal tables, CSV, and the report (``summary.md`` and a self-contained
+``index.html`` with the plots of ``plots.py``).
 
-One of the three rooms that write files. Every page function takes an optional list of verdicts
-(from ``regress``), shown regressions first, so a report of a plain run and of a compared run
-are the same page with one more table filled.
+One of the rooms that write files, through ``formats.atomic_write``. Each benchmark's own table
+comes from its record (``perfsuite/bench``); runs are read through ``formats.load_run``. Every
+page function takes an optional list of verdicts (from ``regress``), shown regressions first,
+so a report of a plain run and of a compared run are the same page with one more table filled.
 """
 from __future__ import annotations
 
 import base64
 import html
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, FormatError
-from .model import RUN_FORMAT, Result, Sample, Verdict, check_format, format_size
-from .suite import SuiteRun
-
-ALLREDUCE_COLUMNS = ("size", "count", "type", "redop", "time(us)", "min(us)", "max(us)",
-                     "p50(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "valid")
-
-
-def allreduce_table(result: Result) -> str:
-    """nccl-tests-like columns; time is OMB's average over ranks of each rank's mean latency."""
-    extra = result.extra or {}
-    head = (f"# allreduce  transport={result.transport}  world_size={result.world_size}  "
-            f"{'in-place' if extra.get('inplace') else 'out-of-place'}")
-    if result.world_start_s is not None:
-        head += f"  world start {result.world_start_s:.2f} s"
-    # Device transports add busbw as a fraction of the device's measured copy bandwidth.
-    of_copy = any("busbw_of_copy" in s.info for s in result.samples)
-    columns = ALLREDUCE_COLUMNS + (("busbw/copy",) if of_copy else ())
-    lines = [head, "#" + "".join(f"{c:>13}" for c in columns)[1:]]
-    for s in result.samples:
-        i = s.info
-        lines.append(
-            f"{i['size_bytes']:>12} {i['count']:>12} {i['dtype']:>12} {i['op']:>12} "
-            f"{i['latency_us']:>12.2f} {i['latency_min_us']:>12.2f} {i['latency_max_us']:>12.2f} "
-            f"{i['p50_us']:>12.2f} {i['p99_us']:>12.2f} {i['algbw_GBps']:>12.3f} "
-            f"{i['busbw_GBps']:>12.3f} {'OK' if s.valid else 'WRONG':>12}"
-            + (f" {i.get('busbw_of_copy', float('nan')):>12.3f}" if of_copy else ""))
-    device_copy = extra.get("device_copy_GBps")
-    if device_copy:
-        lines.append(f"# device copy bandwidth {device_copy:.2f} GB/s (D2D on a GPU, measured in "
-                     "this world); busbw/copy is busbw as a fraction of it")
-    copy = extra.get("host_copy_GBps")
-    last = result.samples[-1].info if result.samples else {}
-    if copy and last.get("size_bytes", 0) >= 1 << 20:  # a ceiling only means something for large messages
-        lines.append(f"# host memory-copy bandwidth {copy:.2f} GB/s; busbw at "
-                     f"{format_size(last['size_bytes'])} is {last['busbw_GBps'] / copy:.2f} of it")
-    return "\n".join(lines)
-
+from . import bench, formats
+from .bench.allreduce import omb_table
+from .errors import ConfigError
+from .formats import SuiteRun
+from .model import VERDICT_ORDER, Result, Verdict, format_size
 
 def result_table(result: Result) -> str:
-    """The table for any benchmark; kernels other than allreduce register their own formatter."""
-    fmt = TABLES.get(result.benchmark)
-    if fmt is None:
-        return "\n".join(f"{s.case.name}: " + ", ".join(f"{m.name}={m.value:.4g} {m.unit}"
-                                                          for m in s.metrics.values())
-                         for s in result.samples)
-    return fmt(result)
+    """One world's table, as its benchmark's record lays it out."""
+    return bench.table(result)
 
-
-TF_EPOCH_COLUMNS = ("model", "batch", "global", "img/s", "img/s/wkr", "p50(ms)", "p99(ms)",
-                    "plain img/s", "scaling", "allreduce", "weights")
-
-
-def tf_epoch_table(result: Result) -> str:
-    """One row per model and per-worker batch; scaling = img/s / (n x plain one-worker img/s)."""
-    extra = result.extra or {}
-    head = (f"# tf-epoch  transport={result.transport}  world_size={result.world_size}  "
-            f"TF {extra.get('tensorflow', '?')}")
-    if result.world_start_s is not None:
-        head += f"  world start {result.world_start_s:.2f} s"
-    if extra.get("tf_import_s") is not None:
-        head += f"  TF import {extra['tf_import_s']:.1f} s"
-    lines = [head, "#" + "".join(f"{c:>12}" for c in TF_EPOCH_COLUMNS)[1:]]
-
-    def num(v, fmt):
-        return format(v, fmt) if isinstance(v, (int, float)) else "-"
-
-    for smp in result.samples:
-        i = smp.info
-        share = i.get("allreduce_share")
-        weights = {True: "same", False: "DIFFER", None: "n/a"}[i.get("weights_identical")]
-        lines.append(f"{i['model']:>11} {i['batch']:>11} {i['global_batch']:>11} "
-                     f"{i['img_per_s']:>11.1f} {i['img_per_s_per_worker']:>11.1f} "
-                     f"{i['step_ms_p50']:>11.2f} {i['step_ms_p99']:>11.2f} "
-                     f"{num(i.get('plain_img_per_s'), '.1f'):>11} "
-                     f"{num(i.get('scaling_efficiency'), '.3f'):>11} "
-                     f"{(f'{share:.1%}' if share is not None else 'in graph'):>11} {weights:>11}")
-    return "\n".join(lines)
-
-
-def transport_ratios(samples: Sequence[Sample], pairs: Sequence[tuple[str, str]] =
-                     (("mpi", "grpc"), ("horovod", "grpc"))) -> list[str]:
-    """'img/s(mpi)/img/s(grpc) = 1.80' for every model, batch and world size where both ran."""
-    img = {(s.case.transport, s.case.model, s.case.batch, s.case.world_size): s.metrics["img_per_s"].value
-           for s in samples if s.case.benchmark == "tf-epoch" and "img_per_s" in s.metrics}
-    out = []
-    for num, den in pairs:
-        for (t, model, batch, n), value in img.items():
-            other = img.get((den, model, batch, n))
-            if t == num and other:
-                out.append(f"# img/s({num})/img/s({den}) = {value / other:.2f}  "
-                           f"({model}, batch {batch}, {n} workers: {value:.1f} vs {other:.1f} img/s)")
-    return out
-
-
-TABLES = {"allreduce": allreduce_table, "tf-epoch": tf_epoch_table}
 
 
 def run_summary(run: SuiteRun) -> str:
@@ -121,11 +35,11 @@ def run_summary(run: SuiteRun) -> str:
         if o.samples():
             parts.append(result_table(Result(o.spec.benchmark, o.spec.transport, o.spec.world_size,
                                               tuple(o.samples()))) + "\n# (partial: world failed)")
-    ratios = transport_ratios(run.samples())
+    ratios = bench.comparisons(run.samples())
     if ratios:
         parts.append("\n".join(ratios))
     for o in run.skipped:
-        parts.append(f"# SKIPPED {o.spec.label}: {o.skipped}")
+        parts.append(f"# SKIPPED {o.world}: {o.skipped}")
     for o in run.failures:
         tail = getattr(o.failure, "stderr_tail", "")
         msg = f"# FAILED {o.failure}"
@@ -138,35 +52,32 @@ def run_summary(run: SuiteRun) -> str:
     return "\n\n".join(parts)
 
 
-def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
-    """Write JSON so a reader never sees half a file (write a temp file, then rename)."""
-    path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
-
-
-def write_run_json(path: str | os.PathLike, run: SuiteRun) -> None:
-    write_json_atomic(path, run.to_dict())
-
-
-# --- exports: OSU-style text, CSV --------------------------------------------------------------
-
-def omb_table(result: Result) -> str:
-    """The OSU Micro-Benchmarks osu_allreduce layout, so numbers diff against OMB runs directly."""
-    lines = [f"# OSU MPI Allreduce Latency Test (perfsuite, transport={result.transport})",
-             f"# world_size={result.world_size}  Datatype: "
-             f"{result.samples[0].case.dtype if result.samples else 'float32'}",
-             f"# {'Size':<10}{'Avg Latency(us)':>18}{'Min Latency(us)':>18}"
-             f"{'Max Latency(us)':>18}{'Iterations':>12}"]
-    for s in result.samples:
-        i = s.info
-        lines.append(f"{i['size_bytes']:<12}{i['latency_us']:>18.2f}{i['latency_min_us']:>18.2f}"
-                     f"{i['latency_max_us']:>18.2f}{i['iters']:>12}")
+def overhead_table(rep: Any) -> str:
+    """``perfsuite overhead``: the suite's loop beside the C loop and the plain mpi4py loop."""
+    lines = [f"# harness overhead: perfsuite mpi loop vs the same MPI_Allreduce loop in C, "
+             f"world_size={rep.world_size}, p50 of the slowest rank per iteration",
+             "# C: the loop in C; mpi4py: the same loop as a plain Python script (the binding's cost);"
+             " suite: perfsuite's kernel; diff = suite - C",
+             f"#{'size':>11} {'C(us)':>10} {'mpi4py(us)':>11} {'suite(us)':>10} {'diff(us)':>10} "
+             f"{'C busbw':>10} {'suite busbw':>12} {'ratio':>7}"]
+    for r in rep.rows:
+        plain = f"{r['plain_p50_us']:>11.2f}" if "plain_p50_us" in r else f"{'-':>11}"
+        if "c_p50_us" in r:
+            lines.append(f"{r['size_bytes']:>12} {r['c_p50_us']:>10.2f} {plain} {r['suite_p50_us']:>10.2f} "
+                         f"{r['overhead_us']:>10.2f} {r['c_busbw_GBps']:>10.3f} {r['suite_busbw_GBps']:>12.3f} "
+                         f"{r['busbw_ratio']:>7.3f}")
+        else:
+            lines.append(f"{r['size_bytes']:>12} {'-':>10} {plain} {r['suite_p50_us']:>10.2f}")
+    if rep.skipped:
+        lines.append(f"# SKIPPED C reference: {rep.skipped}")
+    lines.append(f"# world start {rep.world_start_s:.3f} s (target <= 0.5 s with MPICH)")
+    if rep.host_copy_GBps and rep.busbw_64MiB_GBps:
+        lines.append(f"# host memory-copy bandwidth {rep.host_copy_GBps:.2f} GB/s; busbw at 64MiB "
+                     f"{rep.busbw_64MiB_GBps:.3f} GB/s = {rep.busbw_64MiB_GBps / rep.host_copy_GBps:.2f} of it")
     return "\n".join(lines)
 
+
+# --- exports: CSV ------------------------------------------------------------------------------
 
 CSV_FIXED = ("source", "case", "benchmark", "transport", "world_size", "size_bytes", "dtype",
              "model", "batch", "variant", "valid", "partial")
@@ -210,37 +121,18 @@ class ReportRun:
     skipped: list[dict] = field(default_factory=list)
 
     @classmethod
-    def from_dict(cls, d: dict, source: str) -> "ReportRun":
-        check_format(d, RUN_FORMAT, source)
-        results = [Result.from_dict(r, source=source) for r in d.get("results", [])]
-        for p in d.get("partial", []):
-            samples = tuple(Sample.from_dict(s) for s in p.get("samples", []))
-            if samples:
-                c = samples[0].case
-                results.append(Result(c.benchmark, c.transport, c.world_size, samples,
-                                      error=f"{p.get('world', c.name)}: world failed; partial"))
-        return cls(source=source, created=d.get("created", ""), fingerprint=d.get("fingerprint", {}),
-                   results=results, failures=list(d.get("failures", [])),
-                   skipped=list(d.get("skipped", [])))
-
-    @classmethod
     def from_suite_run(cls, run: SuiteRun, source: str = "this run") -> "ReportRun":
-        # Through the stored form on purpose: a report of a live run and of its file are the same.
-        return cls.from_dict(run.to_dict(), source)
+        stored = run.to_dict()  # the failure and skip records exactly as a results file holds them
+        results = list(run.results) + [
+            Result(o.spec.benchmark, o.spec.transport, o.spec.world_size, tuple(o.samples()),
+                   error=f"{o.world}: world failed; partial") for o in run.failures if o.samples()]
+        return cls(source=source, created=run.created, fingerprint=run.fingerprint, results=results,
+                   failures=stored["failures"], skipped=stored["skipped"])
 
 
 def load_runs(paths: Sequence[str | os.PathLike]) -> list[ReportRun]:
     """Read results files (``perfsuite run --json``); several get tags to tell them apart."""
-    runs = []
-    for p in paths:
-        try:
-            d = json.loads(Path(p).read_text())
-        except OSError as exc:
-            raise ConfigError(f"cannot read results file {str(p)!r}: {exc.strerror}") from None
-        except ValueError as exc:
-            raise FormatError(f"{p}: not JSON ({exc}); pass a file written by perfsuite run --json") from None
-        runs.append(ReportRun.from_dict(d, str(p)))
-    return tag_runs(runs)
+    return tag_runs([ReportRun.from_suite_run(formats.load_run(p), str(p)) for p in paths])
 
 
 def tag_runs(runs: list[ReportRun]) -> list[ReportRun]:
@@ -252,10 +144,6 @@ def tag_runs(runs: list[ReportRun]) -> list[ReportRun]:
 
 
 # --- verdicts ----------------------------------------------------------------------------------
-
-#: Verdict statuses (model.VERDICT_STATUSES) in the order a reader needs them: what got worse first.
-STATUS_ORDER = ("regression", "invalid", "improvement", "missing", "new", "unchanged")
-
 
 def verdict_rows(verdicts: Sequence[Verdict | dict] | None) -> list[dict[str, Any]]:
     """Verdicts (``model.Verdict`` or its ``to_dict``) as plain rows, regressions first; within
@@ -276,7 +164,7 @@ def verdict_rows(verdicts: Sequence[Verdict | dict] | None) -> list[dict[str, An
                      "css": ("xfail" if xfail else "regression") if failed else status,
                      "note": (f"expected failure: {xfail}" if xfail else
                               d.get("note", "") if status in ("invalid", "missing") else "")})
-    rank = {s: i for i, s in enumerate(STATUS_ORDER)}
+    rank = {s: i for i, s in enumerate(VERDICT_ORDER)}
     return sorted(rows, key=lambda r: (rank.get(r["status"], len(rank)), bool(r["xfail"]), r["case"], r["metric"]))
 
 
@@ -293,7 +181,6 @@ def _change(x: Any) -> str:
 
 # --- the report: summary.md and index.html -----------------------------------------------------
 
-REPORT_FILES = ("index.html", "summary.md", "results.csv", "tables.txt")
 _RESULT_COLS = ("size", "time(us)", "p50(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "valid")
 
 
@@ -486,19 +373,10 @@ def text_tables(runs: Sequence[ReportRun]) -> str:
     return "\n\n".join(out) + "\n"
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_stall_png(path: str | os.PathLike, breakdown: Any, title: str) -> Path:
     """The stacked bar of one stall breakdown (``perfsuite stalls``): compute + four stalls."""
     from .plots import breakdown_plot
 
-    path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
     return breakdown_plot([(part, ms) for part, ms, _share, _note in breakdown.rows()], title, path).file
 
 
@@ -522,7 +400,6 @@ def write_report(out_dir: str | os.PathLike, runs: Sequence[ReportRun],
              "results.csv": csv_text(runs), "tables.txt": text_tables(runs)}
     written: dict[str, Any] = {}
     for name, text in texts.items():
-        _write_text(out / name, text)
-        written[name] = out / name
+        written[name] = formats.atomic_write(out / name, text)
     written["plots"] = plots
     return written

@@ -22,8 +22,8 @@ stall, i.e. fetch + compute + interconnect) and divides by T2's time; we keep ``
 isolates the disk and adds up with the other stalls.
 
 Noise: a difference of two medians is only a stall when it is outside the noise. Each stall
-gets a bootstrap confidence interval of the difference of medians (each run resampled on its
-own). A stall must have its interval above 0 *and* be at least ``MIN_SHARE`` (3 %) of its
+gets a bootstrap confidence interval of the difference of medians (``stats``; each run
+resampled on its own). A stall must have its interval above 0 *and* be at least ``MIN_SHARE`` (3 %) of its
 reference run's step, since separate worlds of one configuration drift by that much on a busy
 machine. When the interval contains 0 (or the difference is under 3 %) the stall is reported as 0 with status ``within noise``
 (the raw difference is kept beside it); when it lies wholly below 0 it is reported as 0 with
@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from . import stats
 from .model import Case, Metric, Sample
 
 BENCHMARK = "stalls"
@@ -51,7 +52,6 @@ STALLS: dict[str, tuple[str, str]] = {  # name -> (run with the stall, its refer
 }
 WITHIN_NOISE, NEGATIVE, STALL = "within noise", "negative", "stall"
 DEFAULT_CONFIDENCE = 0.95
-BOOTSTRAP = 2000
 #: A difference below this share of its reference run's median step is never called a stall:
 #: two worlds of the same configuration drift by a few percent on a shared machine.
 MIN_SHARE = 0.03
@@ -139,26 +139,6 @@ def _ms(values: Sequence[float]) -> np.ndarray:
     return a
 
 
-def _median_ci(a: np.ndarray, rng, confidence: float, n_boot: int) -> tuple[float, float]:
-    meds = np.median(rng.choice(a, size=(n_boot, a.size), replace=True), axis=1)
-    tail = (1 - confidence) / 2 * 100
-    lo, hi = np.percentile(meds, [tail, 100 - tail])
-    return float(lo), float(hi)
-
-
-def difference_ci(a: Sequence[float], b: Sequence[float], confidence: float = DEFAULT_CONFIDENCE,
-                  n_boot: int = BOOTSTRAP, seed: int | None = 0) -> tuple[float, float, float]:
-    """(median(a) - median(b), CI low, CI high): percentile bootstrap, each sample resampled
-    independently (the runs are separate epochs, not paired steps)."""
-    x, y = _ms(a), _ms(b)
-    rng = np.random.default_rng(seed)
-    mx = np.median(rng.choice(x, size=(n_boot, x.size), replace=True), axis=1)
-    my = np.median(rng.choice(y, size=(n_boot, y.size), replace=True), axis=1)
-    tail = (1 - confidence) / 2 * 100
-    lo, hi = np.percentile(mx - my, [tail, 100 - tail])
-    return float(np.median(x) - np.median(y)), float(lo), float(hi)
-
-
 def classify(raw: float, lo: float, hi: float, floor: float = 0.0) -> tuple[float, str]:
     """(reported ms, status) of one difference with its CI. ``floor``: the smallest difference
     called a stall (separate worlds drift by a few percent even when nothing differs)."""
@@ -170,7 +150,7 @@ def classify(raw: float, lo: float, hi: float, floor: float = 0.0) -> tuple[floa
 
 
 def decompose(step_ms: Mapping[str, Sequence[float]], skipped: Mapping[str, str] | None = None,
-              confidence: float = DEFAULT_CONFIDENCE, n_boot: int = BOOTSTRAP,
+              confidence: float = DEFAULT_CONFIDENCE, n_boot: int = stats.BOOTSTRAP,
               seed: int | None = 0, min_share: float = MIN_SHARE) -> Breakdown:
     """The breakdown from each run's per-step times (ms). A run that is missing or named in
     ``skipped`` (with its reason) leaves the stalls that need it skipped with that reason."""
@@ -181,7 +161,7 @@ def decompose(step_ms: Mapping[str, Sequence[float]], skipped: Mapping[str, str]
     runs = {}
     for key, values in step_ms.items():
         a = _ms(values)
-        lo, hi = _median_ci(a, rng, confidence, n_boot)
+        lo, hi = stats.bootstrap_median_ci(a, confidence, n_boot, rng)
         runs[key] = {"median_ms": float(np.median(a)), "ci_ms": [lo, hi], "n": int(a.size)}
     compute = runs["T0"]["median_ms"]
     stalls: dict[str, Stall] = {}
@@ -192,8 +172,8 @@ def decompose(step_ms: Mapping[str, Sequence[float]], skipped: Mapping[str, str]
             stalls[name] = Stall(name, 0.0, float("nan"), (float("nan"), float("nan")),
                                  f"skipped: {why}", runs=(a, b))
             continue
-        raw, lo, hi = difference_ci(step_ms[a], step_ms[b], confidence, n_boot,
-                                    None if seed is None else seed + i + 1)
+        raw, lo, hi = stats.bootstrap_median_difference_ci(
+            _ms(step_ms[a]), _ms(step_ms[b]), confidence, n_boot, None if seed is None else seed + i + 1)
         ref = float(np.median(_ms(step_ms[b])))
         ms, status = classify(raw, lo, hi, min_share * ref)
         stalls[name] = Stall(name, ms, raw, (lo, hi), status, runs=(a, b),

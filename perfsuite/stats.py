@@ -14,6 +14,10 @@ from scipy import stats as _sps
 
 #: Scale that turns a MAD into a standard-deviation estimate for normal data.
 MAD_TO_SIGMA = 1.4826
+#: Resamples of a bootstrap.
+BOOTSTRAP = 2000
+#: Raw samples a stored record keeps (baselines, asv results); ``thin`` above this.
+MAX_KEPT_SAMPLES = 256
 
 
 def _array(values: Sequence[float], what: str = "values") -> np.ndarray:
@@ -112,22 +116,63 @@ def mann_whitney_min_p(n1: int, n2: int) -> float:
     return min(1.0, 2.0 / math.comb(n1 + n2, n1))
 
 
-def bootstrap_median_ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
-                              n_boot: int = 2000, seed: int | None = 0) -> tuple[float, float]:
-    """Percentile bootstrap CI of median(b) / median(a), resampling each sample independently."""
+def _generator(rng: np.random.Generator | int | None) -> np.random.Generator:
+    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def bootstrap_medians(values: Sequence[float], n_boot: int = BOOTSTRAP,
+                      rng: np.random.Generator | int | None = 0) -> np.ndarray:
+    """The medians of ``n_boot`` resamples (with replacement) of ``values``."""
+    x = _array(values)
+    return np.median(_generator(rng).choice(x, size=(n_boot, x.size), replace=True), axis=1)
+
+
+def percentile_interval(draws: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """The central ``confidence`` interval of bootstrap draws (percentile method)."""
     _check_confidence(confidence)
-    x, y = _array(a, "first sample"), _array(b, "second sample")
-    rng = np.random.default_rng(seed)
-    mx = np.median(rng.choice(x, size=(n_boot, x.size), replace=True), axis=1)
-    my = np.median(rng.choice(y, size=(n_boot, y.size), replace=True), axis=1)
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    lo, hi = np.percentile(draws, [tail, 100.0 - tail])
+    return float(lo), float(hi)
+
+
+def bootstrap_median_ci(values: Sequence[float], confidence: float = 0.95, n_boot: int = BOOTSTRAP,
+                        rng: np.random.Generator | int | None = 0) -> tuple[float, float]:
+    """Percentile bootstrap CI of the median of ``values``."""
+    return percentile_interval(bootstrap_medians(values, n_boot, rng), confidence)
+
+
+def bootstrap_median_difference_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
+                                   n_boot: int = BOOTSTRAP, rng: np.random.Generator | int | None = 0
+                                   ) -> tuple[float, float, float]:
+    """(median(a) - median(b), CI low, CI high), each sample resampled on its own (the two are
+    separate runs, not pairs)."""
+    g = _generator(rng)
+    draws = bootstrap_medians(a, n_boot, g) - bootstrap_medians(b, n_boot, g)
+    return (median(a) - median(b), *percentile_interval(draws, confidence))
+
+
+def bootstrap_median_ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
+                              n_boot: int = BOOTSTRAP, seed: int | None = 0) -> tuple[float, float]:
+    """Percentile bootstrap CI of median(b) / median(a), resampling each sample independently."""
+    g = _generator(seed)
+    mx, my = bootstrap_medians(a, n_boot, g), bootstrap_medians(b, n_boot, g)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = my / mx
     ratios = ratios[np.isfinite(ratios)]
     if ratios.size == 0:
         return math.nan, math.nan
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
-    return float(lo), float(hi)
+    return percentile_interval(ratios, confidence)
+
+
+def thin(values: Sequence[float], cap: int = MAX_KEPT_SAMPLES) -> list[float]:
+    """At most ``cap`` values that keep a sample's shape: all of them (in their order), or
+    evenly spaced order statistics including min and max, so the median and quartiles of what
+    is kept are those of all values while a stored history stays small."""
+    if len(values) <= cap:
+        return [float(x) for x in values]
+    s = sorted(float(x) for x in values)
+    n = len(s)
+    return [s[round(i * (n - 1) / (cap - 1))] for i in range(cap)]
 
 
 def rate_ci(hits: int, n: int, confidence: float = 0.95) -> tuple[float, float]:

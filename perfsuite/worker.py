@@ -9,6 +9,7 @@ writes ``rank-<r>.failed`` and aborts the world so nobody waits on it.
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import json
 import os
 import signal
@@ -16,10 +17,6 @@ import socket
 import sys
 import time
 import traceback
-
-JOB_FORMAT = "perfsuite-job"
-JOB_VERSION = 1
-
 
 MULTIPLE_THREAD_TRANSPORTS = ("horovod", "horovod-nccl")  # Horovod's background thread calls MPI
 
@@ -35,21 +32,17 @@ def _redirect_stderr(path: str):
     return f
 
 
-def _write_atomic(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
-
-
 def main(argv: list[str]) -> int:
+    from .errors import FormatError
+    from .formats import read_job
+
     if len(argv) != 1:
         print("usage: python -m perfsuite.worker JOB.json", file=sys.stderr)
         return 2
-    with open(argv[0]) as f:
-        job = json.load(f)
-    if job.get("format") != JOB_FORMAT or job.get("version") != JOB_VERSION:
-        print(f"perfsuite.worker: {argv[0]} is not a {JOB_FORMAT} v{JOB_VERSION} file", file=sys.stderr)
+    try:
+        job = read_job(argv[0])
+    except (OSError, ValueError, FormatError) as exc:
+        print(f"perfsuite.worker: {exc}", file=sys.stderr)
         return 2
 
     import mpi4py
@@ -78,21 +71,21 @@ def main(argv: list[str]) -> int:
         traceback.print_exc()
         # Written whole or not at all: another rank's Abort may kill this one mid-write, and a
         # half-written file would name this rank with an empty message.
-        tmp = os.path.join(folder, f".rank-{rank}.failed.tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{type(exc).__name__}: {exc}\n")
-        os.replace(tmp, os.path.join(folder, f"rank-{rank}.failed"))
+        from .formats import atomic_write
+
+        atomic_write(os.path.join(folder, f"rank-{rank}.failed"), f"{type(exc).__name__}: {exc}\n")
         err.flush()
         comm.Abort(1)
         return 1
 
 
 def _run(job: dict, comm, rank: int, size: int, folder: str) -> int:
-    from . import fingerprint, kernels
+    from . import fingerprint
+    from .errors import TransportUnavailable
+    from .formats import atomic_write, dump_result
     from .kernels.context import RankContext
     from .kernels.faults import FaultSwitch
-    from .errors import TransportUnavailable
-    from .model import RESULT_FORMAT, RESULT_VERSION, Case
+    from .model import Case, Result, Sample
 
     comm.Barrier()  # every rank is up: the world has started
     ready_at = time.time()
@@ -114,7 +107,7 @@ def _run(job: dict, comm, rank: int, size: int, folder: str) -> int:
                       cases=cases, options=job.get("options", {}), emit=emit,
                       fault=FaultSwitch(rank))
     try:
-        extra = kernels.load(job["benchmark"]).run(ctx)
+        extra = _kernel(job).run(ctx)
     except TransportUnavailable as exc:
         # Raised by every rank together (transports agree first, transports/gpu.py:agree), so
         # nobody is left in a collective: the world ends cleanly with no samples and the reason,
@@ -123,15 +116,23 @@ def _run(job: dict, comm, rank: int, size: int, folder: str) -> int:
     if rank == 0:
         partial.close()
         with open(os.path.join(folder, "partial.jsonl")) as f:
-            samples = [json.loads(line) for line in f if line.strip()]
-        _write_atomic(job["out"], {
-            "format": RESULT_FORMAT, "version": RESULT_VERSION, "benchmark": job["benchmark"],
-            "transport": job["transport"], "world_size": size,
-            "fingerprint": fingerprint.collect(mpi=True),
-            "world_start_s": ready_at - job["spawned_at"], "wall_s": time.time() - job["spawned_at"],
-            "error": None, "extra": extra or {}, "samples": samples,
-        })
+            samples = tuple(Sample.from_dict(json.loads(line)) for line in f if line.strip())
+        result = Result(job["benchmark"], job["transport"], size, samples,
+                        fingerprint=fingerprint.collect(mpi=True),
+                        world_start_s=ready_at - job["spawned_at"],
+                        wall_s=time.time() - job["spawned_at"], extra=extra or {})
+        atomic_write(job["out"], json.dumps(dump_result(result)))
     return 0
+
+
+def _kernel(job: dict):
+    """The kernel module the job names, else the one its benchmark registered."""
+    module = job.get("kernel")
+    if not module:
+        from .bench import get
+
+        module = get(job["benchmark"]).kernel
+    return importlib.import_module(module)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite import asv_export, cli, history
+from perfsuite import bench, cli, history, stats
+from perfsuite.asv import bench as asv_bench
+from perfsuite.asv import layout, offline, record
+from perfsuite.asv.project import RecordTarget
 from perfsuite.errors import ConfigError
 from perfsuite.kernels.allreduce import busbw_factor, summarize
 from perfsuite.launch.world import run_command
@@ -80,22 +83,22 @@ def publish(conf: str) -> Path:
 # --- pure pieces -------------------------------------------------------------------------
 
 def test_direction_every_number_is_lower_is_better():
-    m = asv_export.LAYOUTS["allreduce"].metric("track_inv_busbw")
+    m = bench.asv_layout("allreduce").metric("track_inv_busbw")
     assert m.transform([10.0, 0.0, -1.0, float("nan"), 8.5]) == [0.1, 1 / 8.5]
     assert m.metric_change((1 / 8.5) / (1 / 10.0)) == pytest.approx(-0.15)
-    lat = asv_export.LAYOUTS["allreduce"].metric("track_latency")
+    lat = bench.asv_layout("allreduce").metric("track_latency")
     assert lat.transform([57.0]) == [pytest.approx(57e-6)] and lat.unit == "seconds"
-    g = asv_export.generic_metric(Metric("img_per_s", 100.0, "img/s", True))
+    g = layout.generic_metric(Metric("img_per_s", 100.0, "img/s", True))
     assert (g.method, g.unit, g.inverse) == ("track_inv_img_per_s", "s/img (1/img_per_s)", True)
-    assert asv_export.generic_metric(Metric("epoch_ms", 3.0, "ms", False)).scale == 1e-3
-    assert asv_export.inverse_unit("GB/s") == "s/GB" and asv_export.inverse_unit("x") == "1/(x)"
+    assert layout.generic_metric(Metric("epoch_ms", 3.0, "ms", False)).scale == 1e-3
+    assert layout.inverse_unit("GB/s") == "s/GB" and layout.inverse_unit("x") == "1/(x)"
 
 
 def test_thin_keeps_min_max_and_median():
     values = list(np.random.default_rng(0).permutation(1001).astype(float))
-    kept = asv_export.thin(values, cap=101)
+    kept = stats.thin(values, cap=101)
     assert len(kept) == 101 and kept[0] == 0 and kept[-1] == 1000 and kept[50] == 500
-    assert asv_export.thin([3.0, 1.0], cap=5) == [3.0, 1.0]
+    assert stats.thin([3.0, 1.0], cap=5) == [3.0, 1.0]
 
 
 def test_recorder_and_asv_discovery_describe_the_same_benchmarks():
@@ -107,11 +110,11 @@ def test_recorder_and_asv_discovery_describe_the_same_benchmarks():
     root = str(REPO / "benchmarks" / "asv_bench")
     update_sys_path(root)
     found = {b.name: b for b in disc_benchmarks(root)}
-    layout = asv_export.LAYOUTS["allreduce"]
-    cases = asv_export.bench_cases("allreduce", {})
+    layout = bench.asv_layout("allreduce")
+    cases = asv_bench.bench_cases("allreduce", {})
     ids = [[repr(v) for v in axis] for axis in layout.params(cases)]
     for m in layout.metrics:
-        ours = asv_export.describe(layout, m, ids)
+        ours = record.describe(layout, m, ids)
         theirs = found[layout.name(m)]
         for key in ("name", "type", "unit", "version", "param_names", "params"):
             assert ours[key] == getattr(theirs, key), key
@@ -121,10 +124,10 @@ def test_recorder_and_asv_discovery_describe_the_same_benchmarks():
 def test_asv_benchmarks_follow_the_perfsuite_options_from_the_environment():
     env = {"PERFSUITE_ASV_SIZES": "4,1MiB", "PERFSUITE_ASV_TRANSPORTS": "mpi",
            "PERFSUITE_ASV_WORLD_SIZES": "1,2"}
-    cases = asv_export.bench_cases("allreduce", env)
+    cases = asv_bench.bench_cases("allreduce", env)
     assert sorted(c.id for c in cases) == ["mpi-n1-1MiB", "mpi-n1-4B", "mpi-n2-1MiB", "mpi-n2-4B"]
     with pytest.raises(ConfigError, match="'lots'"):
-        asv_export.bench_cases("allreduce", {"PERFSUITE_ASV_SIZES": "lots"})
+        asv_bench.bench_cases("allreduce", {"PERFSUITE_ASV_SIZES": "lots"})
 
 
 def test_history_steps_on_pure_series():
@@ -149,12 +152,12 @@ def test_history_steps_on_pure_series():
 
 def test_lock_makes_a_second_recorder_wait_then_give_up(tmp_path):
     now = [0.0]
-    with asv_export.results_lock(str(tmp_path)):
-        with pytest.raises(asv_export.RecordError, match="stayed locked for 2 s by pid"):
-            with asv_export.results_lock(str(tmp_path), timeout=2, clock=lambda: now[0],
+    with record.results_lock(str(tmp_path)):
+        with pytest.raises(record.RecordError, match="stayed locked for 2 s by pid"):
+            with record.results_lock(str(tmp_path), timeout=2, clock=lambda: now[0],
                                          sleep=lambda s: now.__setitem__(0, now[0] + 1)):
                 pass
-    with asv_export.results_lock(str(tmp_path), timeout=0):  # released: free again
+    with record.results_lock(str(tmp_path), timeout=0):  # released: free again
         pass
 
 
@@ -171,7 +174,7 @@ def histories(tmp_path_factory):
         for machine, drop in (("drop-box", 0.15), ("clean-box", 0.0)):
             level = 10.0 * (1 - drop if i >= 12 else 1) * (1 + 0.01 * rng.standard_normal())
             sample = synthetic(mpi_case(), level, rng)
-            asv_export.record([sample], asv_export.RecordTarget(conf, machine, c), fp={})
+            record.record([sample], RecordTarget(conf, machine, c), fp={})
     return conf, commits, publish(conf)
 
 
@@ -218,12 +221,12 @@ def test_runners_merge_and_concurrent_recorders_lose_nothing(tmp_path):
     conf, (commit,) = make_project(tmp_path, 1)
     rng = np.random.default_rng(1)
     first = [synthetic(mpi_case(4), 1e-3, rng, iters=30), synthetic(mpi_case(), 5.0, rng, iters=30)]
-    asv_export.record(first, asv_export.RecordTarget(conf, "box", commit), fp={})
+    record.record(first, RecordTarget(conf, "box", commit), fp={})
     # two runners at once: one re-measures mpi 1MiB, the other measures ring
     again = [synthetic(mpi_case(), 5.0, rng, iters=20)]
     ring = [synthetic(mpi_case(MIB, "ring"), 6.0, rng, iters=25)]
-    threads = [threading.Thread(target=asv_export.record,
-                                args=(s, asv_export.RecordTarget(conf, "box", commit), {}))
+    threads = [threading.Thread(target=record.record,
+                                args=(s, RecordTarget(conf, "box", commit), {}))
                for s in (again, ring)]
     for t in threads:
         t.start()
@@ -253,7 +256,7 @@ def test_wrong_results_are_left_out(tmp_path):
     good = synthetic(mpi_case(), 5.0, rng)
     bad = synthetic(mpi_case(4), 1e-3, rng)
     bad = type(bad)(bad.case, bad.metrics, False, bad.times_s, bad.info)
-    summary = asv_export.record([good, bad], asv_export.RecordTarget(conf, "box", commit), fp={})
+    summary = record.record([good, bad], RecordTarget(conf, "box", commit), fp={})
     assert summary.entries == 2 and summary.left_out == ["allreduce[mpi-n2-4B] (wrong result)"]
 
 
@@ -307,7 +310,7 @@ def served(measured_site):
     """The published site made offline (no CDN here) and served over http on 127.0.0.1."""
     _, _, html = measured_site
     try:
-        asv_export.make_offline(str(html))
+        offline.make_offline(str(html))
     except ConfigError as exc:
         pytest.skip(str(exc))
     class Quiet(http.server.SimpleHTTPRequestHandler):
@@ -413,6 +416,6 @@ def test_machine_fields_come_from_asv_only_for_that_very_machine(tmp_path, monke
         {"other-box": {"machine": "other-box", "cpu": "elsewhere"}, "version": 1}))
     fp = {"os": "Linux", "machine": "x86_64", "cpu_model": "here", "cpu_count": 2, "memory_bytes": 1}
     host = platform.node()
-    assert asv_export.machine_info(fp, host) == {"machine": host, "os": "Linux", "arch": "x86_64",
+    assert record.machine_info(fp, host) == {"machine": host, "os": "Linux", "arch": "x86_64",
                                                  "cpu": "here", "num_cpu": "2", "ram": "1"}
-    assert asv_export.machine_info(fp, "other-box") == {"machine": "other-box", "cpu": "elsewhere"}
+    assert record.machine_info(fp, "other-box") == {"machine": "other-box", "cpu": "elsewhere"}

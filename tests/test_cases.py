@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from perfsuite import cases, options
+from perfsuite import options, suite
+from perfsuite.bench import allreduce
 from perfsuite.errors import ConfigError
 from perfsuite.model import Case, format_size
 
 
 def test_default_sweep_is_13_sizes_from_4B_to_64MiB():
-    sizes = cases.parse_sizes(cases.DEFAULT_SIZES)
+    sizes = allreduce.parse_sizes(allreduce.DEFAULT_SIZES)
     assert len(sizes) == 13 and sizes[0] == 4 and sizes[-1] == 64 << 20
 
 
@@ -20,7 +21,7 @@ def test_default_sweep_is_13_sizes_from_4B_to_64MiB():
     ("8,8,16", (8, 16)),
 ])
 def test_parse_sizes(text, expected):
-    assert cases.parse_sizes(text) == expected
+    assert allreduce.parse_sizes(text) == expected
 
 
 @pytest.mark.parametrize("text,dtype,needle", [
@@ -34,13 +35,13 @@ def test_parse_sizes(text, expected):
 ])
 def test_bad_sizes_name_the_value(text, dtype, needle):
     with pytest.raises(ConfigError, match=needle):
-        cases.parse_sizes(text, dtype)
+        allreduce.parse_sizes(text, dtype)
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "two", "1.5", ""])
 def test_bad_world_sizes(text):
     with pytest.raises(ConfigError, match="world size"):
-        cases.parse_world_sizes(text)
+        options.parse_world_sizes(text)
 
 
 def test_unknown_transport_lists_the_known_ones():
@@ -49,8 +50,8 @@ def test_unknown_transport_lists_the_known_ones():
 
 
 def test_one_world_per_transport_and_world_size():
-    cs = cases.allreduce_cases(["mpi", "ring"], [2, 3], [4, 1024])
-    worlds = cases.group_worlds(cs)
+    cs = allreduce.allreduce_cases(["mpi", "ring"], [2, 3], [4, 1024])
+    worlds = suite.plan(cs)
     assert [(w.transport, w.world_size, len(w.cases)) for w in worlds] == [
         ("mpi", 2, 2), ("mpi", 3, 2), ("ring", 2, 2), ("ring", 3, 2)]
 
@@ -74,12 +75,10 @@ def test_bad_suite_options(values, needle):
         options.suite_config(values)
 
 
-def test_readme_documents_every_option():
+def test_option_reference_in_docs_is_generated_from_the_options():
     from pathlib import Path
 
-    from perfsuite import asv_export
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    names = [o.name for o in options.OPTIONS] + [n for n, _ in asv_export.ASV_OPTIONS]
-    missing = [n for n in names if f"| `{n}` |" not in readme]
-    assert not missing, f"README's option table lacks {missing}"
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "options.md").read_text()
+    assert docs == options.reference_markdown(), (
+        "docs/options.md is out of date: python -m perfsuite.options > docs/options.md")
+    assert all(f"| `{o.name}` |" in docs for o in options.all_options())

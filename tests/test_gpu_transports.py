@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from perfsuite import fingerprint, report, suite, transports
-from perfsuite.cases import allreduce_cases, group_worlds
+from perfsuite.bench import allreduce as bench_allreduce
+from perfsuite.bench.allreduce import allreduce_cases
 from perfsuite.errors import ConfigError, TransportUnavailable
+from perfsuite.formats import SuiteRun
 from perfsuite.kernels.allreduce import summarize
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import default_program, run_command
@@ -59,10 +61,10 @@ def test_suite_skips_without_starting_a_world(monkeypatch):
         raise AssertionError("a world was started for a transport that cannot run here")
 
     monkeypatch.setattr(suite, "run_world", no_world)
-    (spec,) = group_worlds(allreduce_cases(["nccl"], [1], [4, 1024]), {})
+    (spec,) = suite.plan(allreduce_cases(["nccl"], [1], [4, 1024]), {})
     outcome = suite.run_one(spec, suite.SuiteConfig())
     assert outcome.skipped == "no NVIDIA driver here (NVML: x)" and outcome.result is None
-    run = suite.SuiteRun(outcomes=[outcome])
+    run = SuiteRun(outcomes=[outcome])
     assert "SKIPPED allreduce[nccl-n1]: no NVIDIA driver" in report.run_summary(run)
     assert run.to_dict()["skipped"][0]["cases"] == ["allreduce[nccl-n1-4B]", "allreduce[nccl-n1-1KiB]"]
 
@@ -167,7 +169,7 @@ def test_summary_and_table_state_busbw_as_a_fraction_of_copy_bandwidth():
     assert s.info["busbw_GBps"] == pytest.approx(busbw)
     assert s.info["busbw_of_copy"] == pytest.approx(busbw / 20.0)
     assert "busbw_of_copy" not in summarize(case, times, True, 4, 1, False).info
-    table = report.allreduce_table(Result("allreduce", "nccl", 2, (s,),
+    table = bench_allreduce.table(Result("allreduce", "nccl", 2, (s,),
                                           extra={"device_copy_GBps": 20.0}))
     assert "busbw/copy" in table.splitlines()[1]
     assert table.splitlines()[2].split()[-1] == f"{busbw / 20.0:.3f}"
@@ -289,7 +291,7 @@ def run_gpu_world(monkeypatch, transport, n, sizes, env=None, **opts):
     """suite.run_one on a GPU transport with the pytest-side check faked to pass (no GPU here)."""
     spec = transports.REGISTRY[transport]
     monkeypatch.setitem(transports.REGISTRY, transport, dataclasses.replace(spec, check=lambda: None))
-    (world,) = group_worlds(allreduce_cases([transport], [n], sizes), {**FAST, **opts})
+    (world,) = suite.plan(allreduce_cases([transport], [n], sizes), {**FAST, **opts})
     cfg = suite.SuiteConfig(launch=LaunchConfig(env=env or {}), timeout=90)
     return suite.run_one(world, cfg)
 

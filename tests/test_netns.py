@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from perfsuite.errors import ConfigError, LaunchError
+from perfsuite.bench.allreduce import allreduce_wire_bytes
 from perfsuite.launch import netns
 from perfsuite.launch.launchers import LaunchConfig, build
 
@@ -119,9 +120,9 @@ def test_node_exec_script_runs_like_ssh(tmp_path):
 
 
 def test_wire_bytes_lower_bound():
-    assert netns.allreduce_wire_bytes(1 << 20, 2, 10) == 10 * (1 << 20) * 2
-    assert netns.allreduce_wire_bytes(1 << 20, 4, 1) == (1 << 20) * 6
-    assert netns.allreduce_wire_bytes(1 << 20, 1, 10) == 0
+    assert allreduce_wire_bytes(1 << 20, 2, 10) == 10 * (1 << 20) * 2
+    assert allreduce_wire_bytes(1 << 20, 4, 1) == (1 << 20) * 6
+    assert allreduce_wire_bytes(1 << 20, 1, 10) == 0
 
 
 class FakeRun:
@@ -213,16 +214,17 @@ def test_real_session_builds_and_removes(no_namespaces_left):
     os.path.join(os.path.dirname(os.sys.executable), "mpiexec")), reason="no mpiexec")
 def test_allreduce_crosses_the_emulated_network(no_namespaces_left, no_leftover_ranks):
     """The qdisc counters must grow by at least the bytes the allreduces sent, or it fails."""
-    from perfsuite import cases, suite
+    from perfsuite import suite
+    from perfsuite.bench.allreduce import allreduce_cases
 
     cfg = suite.SuiteConfig(timeout=120, options={"iters": 5, "warmup": 1},
                             network=netns.parse_shaping("10gbit"))
     size = 1 << 20
-    spec = suite.plan(cases.allreduce_cases(["mpi"], [2], [size]), cfg.options)[0]
+    spec = suite.plan(allreduce_cases(["mpi"], [2], [size]), cfg.options)[0]
     outcome = suite.run_one(spec, cfg)
     assert outcome.failure is None and outcome.skipped is None, outcome.failure or outcome.skipped
     (sample,) = outcome.result.samples
-    need = netns.allreduce_wire_bytes(size, 2, 6)
+    need = allreduce_wire_bytes(size, 2, 6)
     assert sample.info["wire_bytes_min"] == need
     assert sample.info["wire_bytes_sent"] >= need, sample.info
     assert sample.valid
@@ -233,12 +235,13 @@ def test_allreduce_crosses_the_emulated_network(no_namespaces_left, no_leftover_
 def test_traffic_that_does_not_cross_fails_the_case(no_namespaces_left, no_leftover_ranks, monkeypatch):
     """Without MPICH's TCP settings the ranks silently use shared memory (the namespaces share
     /dev/shm): the byte-counter check must catch it and fail the case."""
-    from perfsuite import cases, suite
+    from perfsuite import suite
+    from perfsuite.bench.allreduce import allreduce_cases
 
     monkeypatch.setattr(netns, "MPICH_TCP_ENV", {})
     cfg = suite.SuiteConfig(timeout=120, options={"iters": 5, "warmup": 1},
                             network=netns.parse_shaping("10gbit"))
-    spec = suite.plan(cases.allreduce_cases(["mpi"], [2], [1 << 20]), cfg.options)[0]
+    spec = suite.plan(allreduce_cases(["mpi"], [2], [1 << 20]), cfg.options)[0]
     outcome = suite.run_one(spec, cfg)
     (sample,) = outcome.result.samples
     assert not sample.valid
@@ -247,11 +250,12 @@ def test_traffic_that_does_not_cross_fails_the_case(no_namespaces_left, no_lefto
 
 @needs_root
 def test_a_hung_world_is_killed_and_namespaces_removed(no_namespaces_left, no_leftover_ranks, monkeypatch):
-    from perfsuite import cases, suite
+    from perfsuite import suite
+    from perfsuite.bench.allreduce import allreduce_cases
 
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "hang@1")
     cfg = suite.SuiteConfig(timeout=15, options={"iters": 3, "warmup": 0},
                             network=netns.parse_shaping("1gbit"))
-    spec = suite.plan(cases.allreduce_cases(["mpi"], [2], [4096]), cfg.options)[0]
+    spec = suite.plan(allreduce_cases(["mpi"], [2], [4096]), cfg.options)[0]
     outcome = suite.run_one(spec, cfg)
     assert outcome.failure is not None and outcome.result is None

@@ -15,7 +15,7 @@ from rich.console import Console
 from perfsuite.errors import RankFailure
 from perfsuite.model import Case, Result, Sample, WorldSpec
 from perfsuite.progress import SweepProgress, in_ci, wants_bar
-from perfsuite.suite import WorldOutcome
+from perfsuite.formats import WorldOutcome
 
 ANSI = re.compile(r"\x1b\[")
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

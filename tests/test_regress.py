@@ -211,7 +211,7 @@ def test_case_line_picks_the_worst_metric():
 def test_detection_power_counts_hits_and_false_alarms_with_a_fake_runner():
     """The experiment's bookkeeping on fake worlds: a clean rerun differs only by 0.5% noise, a
     slowdown shifts every iteration; so the rates must be ~0 for clean and ~1 for +20%."""
-    from perfsuite import detection
+    from perfsuite.experiments import detection
 
     rng = np.random.default_rng(11)
 

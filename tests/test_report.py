@@ -16,7 +16,8 @@ import pytest
 
 from perfsuite import cli, plots, report
 from perfsuite.errors import FormatError
-from perfsuite.model import RUN_FORMAT, Case, Metric, Result, Sample, Tolerance, Verdict
+from perfsuite.formats import RUN as RUN_FORMAT
+from perfsuite.model import Case, Metric, Result, Sample, Tolerance, Verdict
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

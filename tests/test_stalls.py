@@ -14,6 +14,9 @@ import pytest
 
 from perfsuite import dataset, stalls
 from perfsuite.errors import ConfigError, FormatError
+from perfsuite.experiments import stalls as stall_runs
+from perfsuite.experiments.stalls import StallConfig, run_stalls
+from perfsuite.formats import WorldOutcome
 from perfsuite.kernels.tf_input import input_options, shard
 from perfsuite.model import Case
 
@@ -145,7 +148,7 @@ def test_dataset_written_reused_and_refused(tmp_path):
     with pytest.raises(ConfigError, match="not empty"):
         dataset.ensure_dataset(tmp_path / "other", dataset.DatasetSpec(count=1, image_px=16))
     (folder / dataset.MANIFEST).write_text(json.dumps({"format": dataset.DATASET_FORMAT, "version": 99}))
-    with pytest.raises(FormatError, match="v1"):
+    with pytest.raises(FormatError, match="version 99 is not supported.*reads version 1"):
         dataset.read_manifest(folder)
     with pytest.raises(ConfigError, match="no dataset"):
         dataset.list_images(tmp_path / "missing")
@@ -288,10 +291,10 @@ def test_fetch_stall_appears_on_a_cold_cache(big_jpegs, no_leftover_ranks):
     reason = diskio.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    sc = suite.StallConfig(model="small-cnn", world_size=1, batch=16, data_dir=big_jpegs,
-                           disk=diskio.parse_disk_rate("4MB/s"),
-                           options={"iters": 16, "warmup": 2, "image_size": 32})
-    out = suite.run_stalls(sc, suite.SuiteConfig(timeout=240))
+    sc = StallConfig(model="small-cnn", world_size=1, batch=16, data_dir=big_jpegs,
+                     disk=diskio.parse_disk_rate("4MB/s"),
+                     options={"iters": 16, "warmup": 2, "image_size": 32})
+    out = run_stalls(sc, suite.SuiteConfig(timeout=240))
     fetch = out.breakdown.stalls["fetch"]
     assert fetch.status == stalls.STALL and fetch.ms > 0, fetch
     # Size: 16 files of the timed step's batch come through a 4 MB/s disk.
@@ -316,16 +319,16 @@ def test_run_stalls_without_root_skips_cold_and_network(monkeypatch, tmp_path):
         ms = medians[(spec.options.get("data", "synthetic"), spec.world_size)]
         s = Sample(case, {"step_ms": Metric("step_ms", ms, "ms", False)}, True,
                    tuple(v / 1e3 for v in steps(ms)), {"params": 1000})
-        return suite.WorldOutcome(spec, result=Result("tf-epoch", "mpi", spec.world_size, (s,)))
+        return WorldOutcome(spec, result=Result("tf-epoch", "mpi", spec.world_size, (s,)))
 
     monkeypatch.setattr(suite, "run_one", fake_run_one)
-    monkeypatch.setattr(suite, "DROP_CACHES", ["false"])  # would fail loudly if it were run
+    monkeypatch.setattr(stall_runs, "DROP_CACHES", ["false"])  # would fail loudly if it were run
     data = tmp_path / "d"
     dataset.ensure_dataset(data, dataset.DatasetSpec(count=4, image_px=16))
     from perfsuite.launch import netns
 
-    out = suite.run_stalls(suite.StallConfig("small-cnn", network=netns.parse_shaping("1gbit"),
-                                             data_dir=str(data)), suite.SuiteConfig())
+    out = run_stalls(StallConfig("small-cnn", network=netns.parse_shaping("1gbit"),
+                                 data_dir=str(data)), suite.SuiteConfig())
     assert [r[:2] for r in ran] == [(1, "synthetic"), (2, "synthetic"), (2, "files")]
     assert out.skipped["T2"].startswith("not root") and "root" in out.skipped["T4"]
     bd = out.breakdown

@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 
 from perfsuite import cli, suite, transports
-from perfsuite.cases import parse_batches, tf_cases
+from perfsuite.bench import Selection
+from perfsuite.bench.tf_epoch import parse_batches, tf_cases, transport_ratios
 from perfsuite.errors import ConfigError, RankFailure
 from perfsuite.kernels.tf_epoch import (epoch_options, plain_epoch, quiet_barrier, summarize,
                                         timed_epoch)
+from perfsuite.launch.environment import free_ports
 from perfsuite.kernels.tf_models import check_batch, check_image_size, model_spec
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
@@ -87,8 +89,8 @@ def test_case_matrix_model_x_transport_x_world_size_x_batch():
     # One world per transport, world size and model; it sweeps the batches.
     worlds = suite.plan(cases)
     assert len(worlds) == 8 and [c.batch for c in worlds[0].cases] == [16, 32]
-    sel = suite.Selection(benchmark="tf-epoch", transports=("mpi",), world_sizes=(2,),
-                          extra={"models": "resnet50", "batches": "8"})
+    sel = Selection(benchmark="tf-epoch", transports=("mpi",), world_sizes=(2,),
+                    values={"models": "resnet50", "batches": "8"})
     assert suite.select_cases(sel) == [Case("tf-epoch", "mpi", 2, model="resnet50", batch=8)]
 
 
@@ -231,7 +233,7 @@ def tf_world(transport: str, n: int, batches=(8,), **options) -> WorldSpec:
     cases = tuple(Case("tf-epoch", transport, n, model="small-cnn", batch=b) for b in batches)
     opts = {**TINY, **options}
     if transports.spec(transport, "tf-epoch").needs_ports and "ports" not in opts:
-        opts["ports"] = suite.free_ports(n)
+        opts["ports"] = free_ports(n)
     return WorldSpec("tf-epoch", transport, n, cases, opts)
 
 
@@ -274,7 +276,7 @@ def test_killed_worker_mid_epoch_fails_clearly_within_the_timeout(monkeypatch, n
     assert time.monotonic() - t0 < 90
     msg = str(info.value)
     assert info.value.rank == 1 and "\n" not in msg
-    assert msg.startswith("tf-epoch[grpc-n2]: rank 1") and "signal 9" in msg, msg
+    assert msg.startswith("tf-epoch[grpc-n2-small-cnn]: rank 1") and "signal 9" in msg, msg
 
 
 @pytest.mark.tf
@@ -286,7 +288,7 @@ def test_port_in_use_is_named(no_leftover_ranks):
     busy.listen()
     try:
         port = busy.getsockname()[1]
-        free = suite.free_ports(1)[0]
+        free = free_ports(1)[0]
         with pytest.raises(RankFailure) as info:
             run_world(tf_world("grpc", 2, ports=[free, port]), LaunchConfig(), timeout=60)
     finally:
@@ -298,10 +300,10 @@ def test_port_in_use_is_named(no_leftover_ranks):
 @pytest.mark.world
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
 def test_tf_grpc_allreduce_sums_are_exact(no_leftover_ranks):
-    from perfsuite.cases import allreduce_cases, group_worlds
+    from perfsuite.bench.allreduce import allreduce_cases
 
-    (spec,) = group_worlds(allreduce_cases(["tf-grpc"], [2], [4, 4096, 1 << 20]),
-                           {"iters": 5, "warmup": 1, "copy_bw": False, "ports": suite.free_ports(2)})
+    (spec,) = suite.plan(allreduce_cases(["tf-grpc"], [2], [4, 4096, 1 << 20]),
+                           {"iters": 5, "warmup": 1, "copy_bw": False, "ports": free_ports(2)})
     res = run_world(spec, LaunchConfig(), timeout=120)
     assert [s.case.size_bytes for s in res.samples] == [4, 4096, 1 << 20]
     assert all(s.valid for s in res.samples)
@@ -317,9 +319,9 @@ def test_table_and_the_mpi_over_grpc_ratio():
         return summarize(case, _times([[step_s, step_s]] * 3), None, [step_s], {"weights_identical": True})
 
     mpi, grpc = sample("mpi", 0.05), sample("grpc", 0.09)
-    assert report.transport_ratios([mpi, grpc]) == [
+    assert transport_ratios([mpi, grpc]) == [
         "# img/s(mpi)/img/s(grpc) = 1.80  (small-cnn, batch 32, 2 workers: 1280.0 vs 711.1 img/s)"]
-    assert report.transport_ratios([mpi]) == []  # only when both ran
+    assert transport_ratios([mpi]) == []  # only when both ran
     table = report.result_table(Result("tf-epoch", "mpi", 2, (mpi,), extra={"tensorflow": "2.21.0"}))
     assert table.splitlines()[0].startswith("# tf-epoch  transport=mpi  world_size=2  TF 2.21.0")
     row = table.splitlines()[2].split()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from perfsuite import suite
-from perfsuite.cases import allreduce_cases, group_worlds
+from perfsuite.bench.allreduce import allreduce_cases
 from perfsuite.errors import LaunchError, RankFailure
 from perfsuite.kernels.allreduce import expected_sum, pattern, summarize
 from perfsuite.launch.launchers import LaunchConfig
@@ -21,7 +21,7 @@ FAST = {"iters": 5, "warmup": 1, "copy_bw": False}
 
 
 def world(transport, n, sizes, **opts):
-    (spec,) = group_worlds(allreduce_cases([transport], [n], sizes), {**FAST, **opts})
+    (spec,) = suite.plan(allreduce_cases([transport], [n], sizes), {**FAST, **opts})
     return spec
 
 
@@ -328,7 +328,7 @@ def _fake_result(case, value_us, extra=None):
 def test_a_later_round_failing_keeps_the_finished_rounds(monkeypatch):
     from perfsuite.regress import RoundsPolicy
 
-    (spec,) = group_worlds(allreduce_cases(["mpi"], [2], [4]))
+    (spec,) = suite.plan(allreduce_cases(["mpi"], [2], [4]))
     calls = []
 
     def fake_run_world(spec_, *a, **kw):
@@ -348,7 +348,7 @@ def test_a_later_round_failing_keeps_the_finished_rounds(monkeypatch):
 def test_a_world_found_unavailable_is_not_rerun_every_round(monkeypatch):
     from perfsuite.regress import RoundsPolicy
 
-    (spec,) = group_worlds(allreduce_cases(["mpi"], [2], [4]))
+    (spec,) = suite.plan(allreduce_cases(["mpi"], [2], [4]))
     calls = []
 
     def fake_run_world(spec_, *a, **kw):

@@ -5,12 +5,13 @@ The parameters come from the pytest suite's case matrix (``perfsuite.suite.selec
 PERFSUITE_ASV_SIZES=4,1MiB PERFSUITE_ASV_TRANSPORTS=mpi,ring). ``setup_cache`` starts each world
 (one per transport and world size) once through ``perfsuite.suite.run_one``; every ``track_*``
 then reads its number from that cache. Numbers are lower-is-better for asv: latency in seconds
-and 1/busbw in s/GB (see perfsuite.asv_export).
+and 1/busbw in s/GB (see perfsuite.asv.layout).
 """
-from perfsuite import asv_export
+from perfsuite import bench
+from perfsuite.asv import bench as asv_bench
 
-LAYOUT = asv_export.LAYOUTS["allreduce"]
-CASES = asv_export.bench_cases("allreduce")
+LAYOUT = bench.asv_layout("allreduce")
+CASES = asv_bench.bench_cases("allreduce")
 
 
 class Allreduce:
@@ -20,19 +21,19 @@ class Allreduce:
     timeout = 60.0
 
     def setup_cache(self):
-        return asv_export.measure(CASES)
+        return asv_bench.measure(CASES)
 
-    setup_cache.timeout = asv_export.bench_timeout(CASES)
+    setup_cache.timeout = asv_bench.bench_timeout(CASES)
 
     def setup(self, cache, transport, world_size, size, dtype):
-        asv_export.check_case(cache, "allreduce", transport, world_size, size, dtype)
+        asv_bench.check_case(cache, "allreduce", transport, world_size, size, dtype)
 
     def track_latency(self, cache, transport, world_size, size, dtype):
-        return asv_export.tracked(cache, "track_latency", transport, world_size, size, dtype)
+        return asv_bench.tracked(cache, "track_latency", transport, world_size, size, dtype)
 
     track_latency.unit = "seconds"
 
     def track_inv_busbw(self, cache, transport, world_size, size, dtype):
-        return asv_export.tracked(cache, "track_inv_busbw", transport, world_size, size, dtype)
+        return asv_bench.tracked(cache, "track_inv_busbw", transport, world_size, size, dtype)
 
     track_inv_busbw.unit = "s/GB (1/busbw)"

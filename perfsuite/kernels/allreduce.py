@@ -13,8 +13,7 @@ import time
 
 import numpy as np
 
-from ..cases import DTYPES
-from ..model import Case, Metric, Sample
+from ..model import DTYPES, Case, Metric, Sample
 from ..transports import load as load_transport
 from .context import RankContext
 from .faults import slowdown_fraction, stretch

@@ -5,8 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
-from ..model import Case
+from ..model import Case, whole_number
 
 
 @dataclass
@@ -28,9 +27,5 @@ class RankContext:
 def whole_option(options: dict, key: str, default: int | None, low: int, what: str) -> int | None:
     """A kernel knob that must be a whole number >= ``low``, checked the same way on every rank
     (so every rank raises together instead of one leaving the others in a collective)."""
-    raw = options.get(key)
-    if raw is None:
-        return default
-    if isinstance(raw, bool) or not str(raw).strip().isdigit() or int(raw) < low:
-        raise ConfigError(f"{what} {raw!r} must be a whole number >= {low}")
-    return int(raw)
+    value = whole_number(options.get(key), what, low)
+    return default if value is None else value

@@ -16,6 +16,8 @@ cores in the 1-worker and the N-worker runs (the CPU stand-in for "one GPU per w
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
@@ -123,14 +125,26 @@ class FileFeed:
                 "input_wait_ms_mean": (sum(timed_wait) / len(timed_wait) * 1e3) if timed_wait else None}
 
 
+def file_name(index: int, label: int) -> str:
+    """A dataset file's name carries its label: ``img-<index>-<label>.jpg``."""
+    return f"img-{index:06d}-{label}.jpg"
+
+
+def list_images(folder: str | os.PathLike) -> list[str]:
+    """The dataset's JPEG paths in index order; a missing or empty folder is a ConfigError."""
+    root = Path(folder)
+    files = sorted(str(p) for p in root.glob("img-*.jpg")) if root.is_dir() else []
+    if not files:
+        raise ConfigError(f"no dataset in {str(folder)!r}: write one with perfsuite.dataset.ensure_dataset")
+    return files
+
+
 def input_feed(tf: Any, options: dict, rank: int, world_size: int, batch: int, image: int,
                classes: int, warmup_steps: int, steps: int) -> FileFeed | None:
     """None for synthetic data (the kernel's own fixed batch), else a FileFeed."""
     opts = input_options(options)
     if opts["data"] != "files":
         return None
-    from ..dataset import list_images
-
     files = list_images(opts["data_dir"])
     return FileFeed(tf, files, rank, world_size, batch, image, classes, warmup_steps, steps,
                     opts["prep_threads"], opts["prefetch"])

@@ -56,7 +56,9 @@ def device_of(path: str | os.PathLike) -> str:
 
 def unavailable_reason(is_root: bool | None = None) -> str | None:
     if is_root is None:
-        is_root = hasattr(os, "geteuid") and os.geteuid() == 0
+        from ..fingerprint import is_root as root
+
+        is_root = root()
     if not is_root:
         return "not root (a disk throttle needs a cgroup)"
     if not Path(BLKIO_ROOT, "blkio.throttle.read_bps_device").exists():

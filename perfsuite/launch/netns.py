@@ -265,19 +265,12 @@ def launch_config(net: EmulatedNetwork, base: LaunchConfig, world_size: int, hub
                        "-localhost", net.hub_address))
 
 
-def allreduce_wire_bytes(size_bytes: int, world_size: int, calls: int) -> int:
-    """The least bytes ``calls`` allreduces of ``size_bytes`` put on the wires, summed over
-    ranks, when every rank is on its own node: each rank must send 2(n-1)/n of the buffer
-    (the bandwidth-optimal bound; recursive doubling sends more), so n ranks send 2(n-1) x size."""
-    if world_size < 2:
-        return 0
-    return int(calls) * int(size_bytes) * 2 * (world_size - 1)
-
-
 def unavailable_reason(is_root: bool | None = None) -> str | None:
     """Why emulated nodes cannot be made here, or None."""
     if is_root is None:
-        is_root = hasattr(os, "geteuid") and os.geteuid() == 0
+        from ..fingerprint import is_root as root
+
+        is_root = root()
     if not is_root:
         return "the emulated network needs root (network namespaces, tc)"
     for tool in ("ip", "tc"):

@@ -21,13 +21,14 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from .. import formats
 from ..errors import LaunchError, RankFailure
+from ..fingerprint import is_root
 from ..model import Result, Sample, WorldSpec
 from . import launchers
 from .deathwatch import DeathWatch
 from .launchers import LaunchConfig
 
-JOB_FORMAT, JOB_VERSION = "perfsuite-job", 1
 STACK_DUMP_WAIT_S = 0.5
 TAIL_LINES = 12
 TERM_GRACE_S = 5.0  # a launcher's time to take its world down after SIGTERM
@@ -348,12 +349,8 @@ def run_world(spec: WorldSpec, cfg: LaunchConfig, timeout: float, workdir: str |
 def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Result:
     job_path, out_path = folder / "job.json", folder / "result.json"
     launch = launchers.build(cfg, spec.world_size, str(job_path), cpu_count=os.cpu_count() or 1,
-                             is_root=hasattr(os, "geteuid") and os.geteuid() == 0)
-    job = {"format": JOB_FORMAT, "version": JOB_VERSION, "benchmark": spec.benchmark,
-           "transport": spec.transport, "world_size": spec.world_size, "label": spec.label,
-           "cases": [c.to_dict() for c in spec.cases], "options": spec.options,
-           "folder": str(folder), "out": str(out_path), "spawned_at": time.time()}
-    job_path.write_text(json.dumps(job))
+                             is_root=is_root())
+    formats.write_json(job_path, formats.job(spec, str(folder), str(out_path), time.time()))
     env = {**os.environ, **launch.env}
     shm_before = _shm_names()
     timed_out, before_kill = False, None
@@ -382,7 +379,7 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
     partial = _partial(folder)
     if not timed_out and rc == 0 and out_path.exists():
         # Invalid samples come back as such: the suite fails those cases, not the world.
-        return Result.from_dict(json.loads(out_path.read_text()), source=spec.label)
+        return formats.load_result(json.loads(out_path.read_text()), spec.label)
     _remove_orphan_shm(shm_before, _local_pids(folder).values())
     failure = _diagnose(spec, folder, rc, timed_out, timeout, partial, before_kill,
                         first_dead=watch.first_before(killing_at))
@@ -397,7 +394,7 @@ def run_program(command: list[str], world_size: int, cfg: LaunchConfig, timeout:
     folder = Path(tempfile.mkdtemp(prefix="perfsuite-prog-"))
     try:
         launch = launchers.build(cfg, world_size, "", cpu_count=os.cpu_count() or 1,
-                                 is_root=hasattr(os, "geteuid") and os.geteuid() == 0, command=command)
+                                 is_root=is_root(), command=command)
         with open(folder / "out", "w") as out, open(folder / "err", "w") as err:
             proc = subprocess.Popen(launch.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     env={**os.environ, **launch.env}, start_new_session=True)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, TransportUnavailable
+from ..model import parse_size
 from .tf_support import cluster_addresses, multi_worker_strategy, set_tf_config
 
 #: Horovod's long-standing default fusion threshold (HOROVOD_FUSION_THRESHOLD), 64 MiB.
@@ -78,8 +79,6 @@ def aligned_empty(count: int, dtype: Any = np.float32, align: int = ALIGN) -> np
 def fusion_threshold(options: dict) -> int:
     raw = options.get("fusion_threshold", DEFAULT_FUSION_THRESHOLD)
     if isinstance(raw, str):
-        from ..cases import parse_size
-
         raw = 0 if raw.strip() == "0" else parse_size(raw, "fusion threshold")
     if not isinstance(raw, int) or raw < 0:
         raise ConfigError(f"fusion threshold {raw!r} must be a byte count >= 0 (0 = one allreduce "

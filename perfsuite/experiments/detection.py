@@ -24,11 +24,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import regress, stats
-from .cases import allreduce_cases, group_worlds
-from .errors import ConfigError, PerfsuiteError
-from .kernels.faults import SLOWDOWN_ENV
-from .model import Sample, Tolerance, WorldSpec
+from .. import regress, stats, suite
+from ..bench.allreduce import allreduce_cases
+from ..errors import ConfigError, PerfsuiteError
+from ..kernels.faults import SLOWDOWN_ENV
+from ..model import Sample, Tolerance, WorldSpec
 
 TARGET_HIT = 0.95
 TARGET_FALSE_ALARM = 0.01
@@ -38,7 +38,8 @@ DEFAULT_SLOWDOWNS = (0.05, 0.10, 0.20, 0.50, 1.00)
 DEFAULT_WORLDS = 12  # per condition: 6 conditions x 12 worlds of 2-4 s fits the 10 min budget
 DEFAULT_COMPARISONS = 400
 
-#: runner(spec, slowdown) -> the samples of one world run with that injected slowdown.
+#: runner(spec, slowdown) -> the samples of one world run with that injected slowdown; a world
+#: that failed raises PerfsuiteError, whose message the report keeps.
 Runner = Callable[[WorldSpec, float], list[Sample]]
 
 
@@ -77,7 +78,7 @@ class DetectionConfig:
 
     def spec(self) -> WorldSpec:
         cases = allreduce_cases([self.transport], [self.world_size], [self.small, self.large])
-        return group_worlds(cases, self.options)[0]
+        return suite.plan(cases, self.options)[0]
 
 
 @dataclass
@@ -121,16 +122,25 @@ class DetectionReport:
         return None
 
 
-def measure(cfg: DetectionConfig, runner: Runner,
-            progress: Callable[[str], None] | None = None) -> dict[float, list[list[Sample]]]:
-    """Run ``cfg.worlds`` worlds per condition, interleaved; return condition -> rounds."""
+def measure(cfg: DetectionConfig, runner: Runner, progress: Callable[[str], None] | None = None,
+            failures: list[str] | None = None) -> dict[float, list[list[Sample]]]:
+    """Run ``cfg.worlds`` worlds per condition, interleaved; return condition -> rounds. Why a
+    world failed or did not validate goes into ``failures``."""
     conditions = (0.0, *cfg.slowdowns)
     pool: dict[float, list[list[Sample]]] = {c: [] for c in conditions}
     spec = cfg.spec()
     for cycle in range(cfg.worlds):
         for c in conditions:
-            samples = runner(spec, c)
-            if all(s.valid for s in samples):
+            try:
+                samples = runner(spec, c)
+            except PerfsuiteError as exc:
+                if failures is not None:
+                    failures.append(f"cycle {cycle + 1}, slowdown {c:g}: {exc}")
+                continue
+            bad = [s.case.name for s in samples if not s.valid]
+            if bad and failures is not None:
+                failures.append(f"cycle {cycle + 1}, slowdown {c:g}: wrong result in {', '.join(bad)}")
+            if samples and not bad:
                 pool[c].append(samples)
         if progress:
             progress(f"cycle {cycle + 1}/{cfg.worlds} done")
@@ -216,28 +226,29 @@ def _pooled(case: str, rounds: Sequence[list[Sample]]) -> Sample | None:
 def run(cfg: DetectionConfig, runner: Runner,
         progress: Callable[[str], None] | None = None) -> DetectionReport:
     t0 = time.monotonic()
-    pool = measure(cfg, runner, progress)
+    why: list[str] = []
+    pool = measure(cfg, runner, progress, why)
     rows, noise = evaluate(cfg, pool)
     expected = cfg.worlds * (1 + len(cfg.slowdowns))
     got = sum(len(v) for v in pool.values())
-    failures = [f"{expected - got} of {expected} worlds failed or did not validate"] if got < expected else []
+    failures = ([f"{expected - got} of {expected} worlds failed or did not validate", *why]
+                if got < expected else [])
     return DetectionReport(cfg, rows, noise, got, time.monotonic() - t0, failures)
 
 
-def world_runner(suite_cfg, timeout: float | None = None) -> Runner:
-    """A Runner over real worlds: the suite's launch config plus the injected slowdown."""
-    from .launch.world import run_world
+def world_runner(suite_cfg: suite.SuiteConfig) -> Runner:
+    """A Runner over real worlds (``suite.run_one``), the slowdown injected into every rank."""
 
     def runner(spec: WorldSpec, slowdown: float) -> list[Sample]:
         env = dict(suite_cfg.launch.env)
         if slowdown:
             env[SLOWDOWN_ENV] = repr(slowdown)
-        launch = replace(suite_cfg.launch, env=env)
-        try:
-            result = run_world(spec, launch, timeout or suite_cfg.timeout, suite_cfg.workdir)
-        except PerfsuiteError:
-            return []  # counted as a failed world in the report
-        return list(result.samples)
+        outcome = suite.run_one(spec, replace(suite_cfg, launch=replace(suite_cfg.launch, env=env)))
+        if outcome.failure is not None:
+            raise outcome.failure
+        if outcome.skipped:
+            raise PerfsuiteError(f"{spec.label} cannot run here: {outcome.skipped}")
+        return list(outcome.result.samples)
 
     return runner
 

@@ -1,0 +1,116 @@
+"""How a perfsuite case appears in asv: benchmark names, parameters, and time-like numbers.
+
+Pure data and rules (no asv import), so a benchmark record in ``perfsuite/bench`` can carry its
+layout. Direction (asv issue #1617): asv treats every number as lower-is-better; its
+regressions page and step detection flag *upward* steps only. So every metric is recorded
+time-like: a lower-is-better metric as is (latency in seconds), a higher-is-better one as its
+inverse with the unit saying so (busbw -> ``track_inv_busbw`` in ``s/GB (1/busbw)``; img/s ->
+s/img). A 15% busbw drop is then a +17.6% step up, which asv shows as a regression.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import Case, Metric, Sample
+
+_TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "seconds": 1.0}
+
+
+@dataclass(frozen=True)
+class AsvMetric:
+    """One asv ``track_*`` method fed by one perfsuite metric, recorded lower-is-better."""
+
+    method: str  # e.g. 'track_inv_busbw'
+    metric: str  # the Sample metric it comes from, e.g. 'busbw_GBps'
+    unit: str  # what asv shows on the axis, e.g. 'seconds', 's/GB (1/busbw)'
+    inverse: bool = False  # record 1/value: the metric is higher-is-better
+    scale: float = 1.0  # applied after the inverse (us -> seconds)
+
+    def transform(self, values: Iterable[float]) -> list[float]:
+        """Time-like values from the metric's raw values; non-finite or (for inverses)
+        non-positive values have no time-like meaning and are left out."""
+        out = []
+        for v in values:
+            if not math.isfinite(v) or (self.inverse and v <= 0):
+                continue
+            out.append((1.0 / v if self.inverse else v) * self.scale)
+        return out
+
+    def metric_change(self, ratio: float) -> float:
+        """Relative change of the original metric for a recorded ratio new/old (e.g. a +17.6%
+        step of 1/busbw is a -15% busbw change)."""
+        return (1.0 / ratio - 1.0) if self.inverse else (ratio - 1.0)
+
+
+def inverse_unit(unit: str) -> str:
+    """'GB/s' -> 's/GB', 'img/s' -> 's/img', anything else -> '1/(unit)'."""
+    m = re.fullmatch(r"\s*([^/]+?)\s*/\s*s(?:ec)?\s*", unit)
+    return f"s/{m.group(1)}" if m else f"1/({unit})"
+
+
+def generic_metric(metric: Metric) -> AsvMetric:
+    """The documented rule for a metric no layout names: lower-is-better as is (time units in
+    seconds), higher-is-better as ``track_inv_<name>`` in the inverse unit."""
+    name = re.sub(r"[^0-9a-zA-Z_]", "_", metric.name)
+    if metric.higher_is_better:
+        return AsvMetric(f"track_inv_{name}", metric.name,
+                         f"{inverse_unit(metric.unit)} (1/{metric.name})", inverse=True)
+    if metric.unit in _TIME_UNITS:
+        return AsvMetric(f"track_{name}", metric.name, "seconds", scale=_TIME_UNITS[metric.unit])
+    return AsvMetric(f"track_{name}", metric.name, metric.unit)
+
+
+@dataclass(frozen=True)
+class AsvLayout:
+    """How one benchmark's cases appear in asv: ``<module>.<suite>.<method>(param, ...)``."""
+
+    benchmark: str
+    module: str  # file name in the asv benchmark dir, e.g. 'allreduce'
+    suite: str  # class name, e.g. 'Allreduce'
+    axes: tuple[str, ...]  # asv param_names
+    values: Callable[[Case], tuple]  # a case's python values along the axes
+    metrics: tuple[AsvMetric, ...] = ()
+    version: str = "1"  # bump when a recorded number changes meaning; asv drops other versions
+    sort_keys: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+
+    def name(self, m: AsvMetric) -> str:
+        return f"{self.module}.{self.suite}.{m.method}"
+
+    def param_ids(self, case: Case) -> tuple[str, ...]:
+        """asv's parameter ids are ``repr`` of the values (asv_runner ``_unique_param_ids``)."""
+        return tuple(repr(v) for v in self.values(case))
+
+    def params(self, cases: Iterable[Case]) -> list[list[Any]]:
+        """asv ``params``: per axis, the values the cases take, in matrix order."""
+        axes: list[dict[Any, None]] = [{} for _ in self.axes]
+        for c in cases:
+            for seen, v in zip(axes, self.values(c)):
+                seen.setdefault(v, None)
+        return [list(seen) for seen in axes]
+
+    def metric(self, method: str) -> AsvMetric | None:
+        return next((m for m in self.metrics if m.method == method), None)
+
+
+def generic_layout(benchmark: str) -> AsvLayout:
+    """The layout of a benchmark that registers none: transport, world size, case id."""
+    module = re.sub(r"[^0-9a-zA-Z_]", "_", benchmark)
+    return AsvLayout(benchmark, module, module.title().replace("_", ""),
+                     ("transport", "world_size", "case"),
+                     lambda c: (c.transport, c.world_size, c.id), (), version=f"perfsuite-{module}-1")
+
+
+def metrics_for(layout: AsvLayout, sample: Sample) -> list[AsvMetric]:
+    if layout.metrics:
+        return [m for m in layout.metrics if m.metric in sample.metrics]
+    return [generic_metric(m) for m in sample.metrics.values()]
+
+
+def entry_name(name: str, param_ids: Iterable[str]) -> str:
+    """asv's name for one parameter combination (as on its regressions page)."""
+    ids = list(param_ids)
+    return f"{name}({', '.join(ids)})" if ids else name

@@ -1,0 +1,99 @@
+"""Read the asv history back: every recorded series (asv's stored median and its CI weight
+per commit) in asv's commit order, for ``perfsuite history``'s step detection."""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from .. import bench
+from ..errors import ConfigError, FormatError
+from ..history import Point
+from .compat import ci_weight
+from .layout import AsvMetric, entry_name
+from .project import AsvProject, commit_order
+
+
+@dataclass
+class Series:
+    """One line of asv's graphs: one benchmark entry on one machine, in commit order."""
+
+    machine: str
+    entry: str  # asv's entry name, e.g. "allreduce.Allreduce.track_inv_busbw('mpi', 2, '1MiB', 'float32')"
+    name: str
+    unit: str
+    metric: AsvMetric | None
+    points: list[Any]  # history.Point
+
+
+def metric_of(name: str) -> AsvMetric | None:
+    """The AsvMetric behind an asv benchmark name, from the layouts (or the generic rule)."""
+    module, _, rest = name.partition(".")
+    suite, _, method = rest.rpartition(".")
+    for layout in (s.asv for s in bench.all_specs() if s.asv is not None):
+        if layout.module == module and layout.suite == suite:
+            return layout.metric(method)
+    if method.startswith("track_inv_"):
+        return AsvMetric(method, method[len("track_inv_"):], "", inverse=True)
+    return None
+
+
+def read_history(project: AsvProject, machine: str | None = None,
+                 pattern: str | None = None) -> tuple[list[Series], list[str]]:
+    """Every recorded series (asv's stored median and its CI weight per commit) and the commit
+    order. Results of one commit from several files (asv run and perfsuite, several env
+    names) are averaged, as asv's graphs do."""
+    from asv import util as asv_util
+    from asv.benchmarks import Benchmarks
+    from asv.results import iter_results
+
+    bench_path = Benchmarks.get_benchmark_file_path(project.results_dir)
+    if not os.path.isfile(bench_path):
+        raise ConfigError(f"no asv history in {project.results_dir} (no benchmarks.json); record "
+                          "with perfsuite run --asv or asv run first")
+    try:
+        benchmarks = asv_util.load_json(bench_path, api_version=Benchmarks.api_version)
+    except asv_util.UserError as exc:
+        raise FormatError(f"{bench_path}: {exc}") from None
+    benchmarks.pop("version", None)
+    try:
+        regex = re.compile(pattern) if pattern else None
+    except re.error as exc:
+        raise ConfigError(f"benchmark pattern {pattern!r} is not a regular expression: {exc}") from None
+
+    data: dict[tuple[str, str], dict[str, list[tuple[float, float | None]]]] = {}
+    names: dict[tuple[str, str], str] = {}
+    dates: dict[str, int] = {}
+    for res in iter_results(project.results_dir):
+        m = res.params.get("machine", "")
+        if machine and m != machine:
+            continue
+        dates.setdefault(res.commit_hash, res.date or 0)
+        for key in sorted(res.get_result_keys(benchmarks)):
+            params = benchmarks[key]["params"]
+            values = res.get_result_value(key, params)
+            stats = res.get_result_stats(key, params)
+            combos = itertools.product(*params) if params else [()]
+            for ids, v, st in zip(combos, values, stats):
+                entry = entry_name(key, ids)
+                if v is None or v != v or (regex and not regex.search(entry)):
+                    continue
+                data.setdefault((m, entry), {}).setdefault(res.commit_hash, []).append(
+                    (float(v), ci_weight(st)))
+                names[(m, entry)] = key
+    order = commit_order(project, dates, dates)
+    rank = {c: i for i, c in enumerate(order)}
+    series = []
+    for (m, entry), per_commit in sorted(data.items()):
+        pts = []
+        for c in sorted(per_commit, key=rank.__getitem__):
+            vals = per_commit[c]
+            ws = [w for _, w in vals if w is not None]
+            pts.append(Point(c, statistics.fmean(v for v, _ in vals),
+                             statistics.fmean(ws) if ws else None))
+        name = names[(m, entry)]
+        series.append(Series(m, entry, name, benchmarks[name].get("unit", ""), metric_of(name), pts))
+    return series, order

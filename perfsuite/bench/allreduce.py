@@ -1,0 +1,175 @@
+"""allreduce: latency and bus bandwidth per transport, world size, message size and dtype.
+
+The kernel (``perfsuite.kernels.allreduce``) has OSU and nccl-tests semantics; this record says
+how its cases are chosen (sizes x dtypes inside one world per transport and world size), how a
+world's results are tabled (nccl-tests columns, and OSU's layout on request), how they land in
+asv, and how many bytes its calls must put on the wires between emulated nodes.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..asv.layout import AsvLayout, AsvMetric
+from ..errors import ConfigError
+from ..model import DTYPES, Case, Opt, Result, Sample, format_size, parse_names, parse_size
+from . import BenchmarkSpec, Selection, register
+
+DEFAULT_SIZES = "4:64MiB"
+DEFAULT_SIZE_FACTOR = 4  # 4 B .. 64 MiB by x4 is 13 sizes, a 2-rank sweep that fits in seconds
+DEFAULT_DTYPE = "float32"
+
+
+def parse_sizes(text: str, dtype: str | None = DEFAULT_DTYPE) -> tuple[int, ...]:
+    """Sizes as '4,1024,1048576', a range '4:64MiB' (x4 steps) or '4:64MiB:2' (factor 2); with
+    ``dtype``, each must be a whole number of its elements."""
+    if dtype is not None and dtype not in DTYPES:
+        raise ConfigError(f"dtype {dtype!r} is unknown; choose from {', '.join(DTYPES)}")
+    sizes: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if ":" in part:
+            bits = part.split(":")
+            if len(bits) not in (2, 3):
+                raise ConfigError(f"size range {part!r} must be MIN:MAX or MIN:MAX:FACTOR, e.g. 4:64MiB")
+            lo, hi = parse_size(bits[0]), parse_size(bits[1])
+            factor = DEFAULT_SIZE_FACTOR
+            if len(bits) == 3:
+                if not bits[2].strip().isdigit() or int(bits[2]) < 2:
+                    raise ConfigError(f"size factor {bits[2]!r} in {part!r} must be a whole number >= 2")
+                factor = int(bits[2])
+            if lo < 1 or hi < lo:
+                raise ConfigError(f"size range {part!r} needs 1 <= MIN <= MAX")
+            s = lo
+            while s <= hi:
+                sizes.append(s)
+                s *= factor
+        else:
+            sizes.append(parse_size(part))
+    if not sizes:
+        raise ConfigError(f"sizes {text!r} name no size; use e.g. 4,1024 or 4:64MiB")
+    for s in sizes:
+        check_size(s, dtype)
+    return tuple(dict.fromkeys(sizes))  # keep order, drop repeats
+
+
+def check_size(size: int, dtype: str | None) -> None:
+    itemsize = DTYPES[dtype] if dtype is not None else 1
+    if size <= 0:
+        raise ConfigError(f"size {size} is not allowed; sizes must be >= {itemsize} bytes")
+    if size % itemsize:
+        raise ConfigError(f"size {size} is not a multiple of {itemsize} bytes ({dtype}); "
+                          f"use a multiple such as {max(itemsize, size - size % itemsize)}")
+
+
+def parse_dtypes(text: str | Sequence[str]) -> tuple[str, ...]:
+    return parse_names(text, DTYPES, "dtype")
+
+
+def allreduce_cases(transports: Sequence[str], world_sizes: Sequence[int],
+                    sizes: Sequence[int], dtypes: Sequence[str] = (DEFAULT_DTYPE,)) -> list[Case]:
+    """transport x world size x dtype x size, in the order worlds run (sizes innermost)."""
+    for dt in dtypes:
+        for s in sizes:
+            check_size(s, dt)
+    return [Case("allreduce", t, n, size_bytes=s, dtype=dt)
+            for t in transports for n in world_sizes for dt in dtypes for s in sizes]
+
+
+def cases(sel: Selection) -> list[Case]:
+    v = sel.values
+    return allreduce_cases(sel.transports or (), sel.world_sizes,
+                           v.get("sizes") or parse_sizes(DEFAULT_SIZES),
+                           v.get("dtypes") or (DEFAULT_DTYPE,))
+
+
+def allreduce_wire_bytes(size_bytes: int, world_size: int, calls: int) -> int:
+    """The least bytes ``calls`` allreduces of ``size_bytes`` put on the wires, summed over
+    ranks, when every rank is on its own node: each rank must send 2(n-1)/n of the buffer
+    (the bandwidth-optimal bound; recursive doubling sends more), so n ranks send 2(n-1) x size."""
+    if world_size < 2:
+        return 0
+    return int(calls) * int(size_bytes) * 2 * (world_size - 1)
+
+
+def wire_bytes(sample: Sample) -> int:
+    i = sample.info
+    return allreduce_wire_bytes(sample.case.size_bytes or 0, sample.case.world_size,
+                                int(i.get("iters", 0)) + int(i.get("warmup", 0)))
+
+
+COLUMNS = ("size", "count", "type", "redop", "time(us)", "min(us)", "max(us)",
+           "p50(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "valid")
+
+
+def table(result: Result) -> str:
+    """nccl-tests-like columns; time is OMB's average over ranks of each rank's mean latency."""
+    extra = result.extra or {}
+    head = (f"# allreduce  transport={result.transport}  world_size={result.world_size}  "
+            f"{'in-place' if extra.get('inplace') else 'out-of-place'}")
+    if result.world_start_s is not None:
+        head += f"  world start {result.world_start_s:.2f} s"
+    # Device transports add busbw as a fraction of the device's measured copy bandwidth.
+    of_copy = any("busbw_of_copy" in s.info for s in result.samples)
+    columns = COLUMNS + (("busbw/copy",) if of_copy else ())
+    lines = [head, "#" + "".join(f"{c:>13}" for c in columns)[1:]]
+    for s in result.samples:
+        i = s.info
+        lines.append(
+            f"{i['size_bytes']:>12} {i['count']:>12} {i['dtype']:>12} {i['op']:>12} "
+            f"{i['latency_us']:>12.2f} {i['latency_min_us']:>12.2f} {i['latency_max_us']:>12.2f} "
+            f"{i['p50_us']:>12.2f} {i['p99_us']:>12.2f} {i['algbw_GBps']:>12.3f} "
+            f"{i['busbw_GBps']:>12.3f} {'OK' if s.valid else 'WRONG':>12}"
+            + (f" {i.get('busbw_of_copy', float('nan')):>12.3f}" if of_copy else ""))
+    device_copy = extra.get("device_copy_GBps")
+    if device_copy:
+        lines.append(f"# device copy bandwidth {device_copy:.2f} GB/s (D2D on a GPU, measured in "
+                     "this world); busbw/copy is busbw as a fraction of it")
+    copy = extra.get("host_copy_GBps")
+    last = result.samples[-1].info if result.samples else {}
+    if copy and last.get("size_bytes", 0) >= 1 << 20:  # a ceiling only means something for large messages
+        lines.append(f"# host memory-copy bandwidth {copy:.2f} GB/s; busbw at "
+                     f"{format_size(last['size_bytes'])} is {last['busbw_GBps'] / copy:.2f} of it")
+    return "\n".join(lines)
+
+
+def omb_table(result: Result) -> str:
+    """The OSU Micro-Benchmarks osu_allreduce layout, so numbers diff against OMB runs directly."""
+    lines = [f"# OSU MPI Allreduce Latency Test (perfsuite, transport={result.transport})",
+             f"# world_size={result.world_size}  Datatype: "
+             f"{result.samples[0].case.dtype if result.samples else DEFAULT_DTYPE}",
+             f"# {'Size':<10}{'Avg Latency(us)':>18}{'Min Latency(us)':>18}"
+             f"{'Max Latency(us)':>18}{'Iterations':>12}"]
+    for s in result.samples:
+        i = s.info
+        lines.append(f"{i['size_bytes']:<12}{i['latency_us']:>18.2f}{i['latency_min_us']:>18.2f}"
+                     f"{i['latency_max_us']:>18.2f}{i['iters']:>12}")
+    return "\n".join(lines)
+
+
+def _asv_values(case: Case) -> tuple:
+    return (case.transport, case.world_size, format_size(case.size_bytes or 0), case.dtype)
+
+
+ASV = AsvLayout(
+    "allreduce", "allreduce", "Allreduce", ("transport", "world_size", "size", "dtype"), _asv_values,
+    (AsvMetric("track_latency", "latency_us", "seconds", scale=1e-6),
+     AsvMetric("track_inv_busbw", "busbw_GBps", "s/GB (1/busbw)", inverse=True)),
+    version="perfsuite-allreduce-1", sort_keys={"size": parse_size})
+
+OPTIONS = (
+    Opt("sizes", DEFAULT_SIZES, "message sizes: 4,1024,1MiB or a range MIN:MAX[:FACTOR] (default x4)",
+        metavar="SIZES", parse=lambda text: parse_sizes(text, None)),
+    Opt("dtypes", DEFAULT_DTYPE, "comma list of float32, float64, float16, int32", metavar="LIST",
+        parse=parse_dtypes),
+    Opt("inplace", False, "in-place allreduce (default out-of-place)", kind="flag",
+        parse=bool, knob="inplace"),
+    Opt("no-validate", False, "skip checking each result against the exact expected sum", kind="flag",
+        parse=lambda flag: not flag, knob="validate"),
+)
+
+SPEC = register(BenchmarkSpec(
+    "allreduce", "allreduce latency and busbw per transport, world size, size and dtype",
+    kernel="perfsuite.kernels.allreduce", cases=cases, options=OPTIONS, table=table, asv=ASV,
+    wire_bytes=wire_bytes))

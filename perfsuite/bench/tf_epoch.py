@@ -1,0 +1,125 @@
+"""tf-epoch: short TensorFlow training epochs per transport, model and per-worker batch.
+
+The kernel (``perfsuite.kernels.tf_epoch``) times every step on every rank; this record says how
+cases are chosen (one world per transport, world size and model sweeps its batches), how a
+world is tabled, which cross-transport ratios the seed study reads (img/s of a No-gRPC design
+over gRPC), and how many gradient bytes a step must put on the wires between emulated nodes.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from ..errors import ConfigError
+from ..kernels.tf_models import MODELS, check_batch
+from ..model import Case, Opt, Result, Sample, parse_names, parse_size, whole_number
+from . import BenchmarkSpec, Selection, register
+from .allreduce import allreduce_wire_bytes
+
+DEFAULT_MODELS = "small-cnn"  # the CPU CI model; mobilenet and resnet50 on request
+DEFAULT_BATCHES = "32"
+#: The seed study's headline: a No-gRPC design's images/s over gRPC's.
+RATIOS = (("mpi", "grpc"), ("horovod", "grpc"))
+
+
+def parse_models(text: str | Sequence[str]) -> tuple[str, ...]:
+    return parse_names(text, MODELS, "model")
+
+
+def parse_batches(text: str | Iterable[int]) -> tuple[int, ...]:
+    """'32,64' -> (32, 64): per-worker batch sizes, whole numbers >= 1."""
+    parts = [p for p in (str(text).split(",") if isinstance(text, str) else list(text)) if str(p).strip()]
+    if not parts:
+        raise ConfigError(f"batches {text!r} name none; use e.g. 32 or 16,32,64")
+    return tuple(dict.fromkeys(check_batch(p) for p in parts))
+
+
+def parse_fusion_threshold(text: str) -> int:
+    text = str(text).strip()
+    return 0 if text == "0" else parse_size(text, "fusion threshold")
+
+
+def tf_cases(transports: Sequence[str], world_sizes: Sequence[int],
+             models: str | Sequence[str] = DEFAULT_MODELS,
+             batches: str | Sequence[int] = DEFAULT_BATCHES) -> list[Case]:
+    """transport x world size x model x per-worker batch (batches innermost: one world per
+    transport, world size and model sweeps its batches)."""
+    picked, sizes = parse_models(models), parse_batches(batches)
+    return [Case("tf-epoch", t, n, model=m, batch=b)
+            for t in transports for n in world_sizes for m in picked for b in sizes]
+
+
+def cases(sel: Selection) -> list[Case]:
+    v = sel.values
+    return tf_cases(sel.transports or (), sel.world_sizes, v.get("models") or DEFAULT_MODELS,
+                    v.get("batches") or DEFAULT_BATCHES)
+
+
+def wire_bytes(sample: Sample) -> int:
+    """A step allreduces every gradient (float32) once, when Python sees it being exchanged."""
+    i = sample.info
+    if not i.get("params") or i.get("allreduce_share") is None:
+        return 0
+    return allreduce_wire_bytes(4 * int(i["params"]), sample.case.world_size,
+                                int(i.get("steps", 0)) + int(i.get("warmup", 0)))
+
+
+COLUMNS = ("model", "batch", "global", "img/s", "img/s/wkr", "p50(ms)", "p99(ms)",
+           "plain img/s", "scaling", "allreduce", "weights")
+
+
+def table(result: Result) -> str:
+    """One row per model and per-worker batch; scaling = img/s / (n x plain one-worker img/s)."""
+    extra = result.extra or {}
+    head = (f"# tf-epoch  transport={result.transport}  world_size={result.world_size}  "
+            f"TF {extra.get('tensorflow', '?')}")
+    if result.world_start_s is not None:
+        head += f"  world start {result.world_start_s:.2f} s"
+    if extra.get("tf_import_s") is not None:
+        head += f"  TF import {extra['tf_import_s']:.1f} s"
+    lines = [head, "#" + "".join(f"{c:>12}" for c in COLUMNS)[1:]]
+
+    def num(v, fmt):
+        return format(v, fmt) if isinstance(v, (int, float)) else "-"
+
+    for smp in result.samples:
+        i = smp.info
+        share = i.get("allreduce_share")
+        weights = {True: "same", False: "DIFFER", None: "n/a"}[i.get("weights_identical")]
+        lines.append(f"{i['model']:>11} {i['batch']:>11} {i['global_batch']:>11} "
+                     f"{i['img_per_s']:>11.1f} {i['img_per_s_per_worker']:>11.1f} "
+                     f"{i['step_ms_p50']:>11.2f} {i['step_ms_p99']:>11.2f} "
+                     f"{num(i.get('plain_img_per_s'), '.1f'):>11} "
+                     f"{num(i.get('scaling_efficiency'), '.3f'):>11} "
+                     f"{(f'{share:.1%}' if share is not None else 'in graph'):>11} {weights:>11}")
+    return "\n".join(lines)
+
+
+def transport_ratios(samples: Sequence[Sample], pairs: Sequence[tuple[str, str]] = RATIOS) -> list[str]:
+    """'img/s(mpi)/img/s(grpc) = 1.80' for every model, batch and world size where both ran."""
+    img = {(s.case.transport, s.case.model, s.case.batch, s.case.world_size): s.metrics["img_per_s"].value
+           for s in samples if s.case.benchmark == "tf-epoch" and "img_per_s" in s.metrics}
+    out = []
+    for num, den in pairs:
+        for (t, model, batch, n), value in img.items():
+            other = img.get((den, model, batch, n))
+            if t == num and other:
+                out.append(f"# img/s({num})/img/s({den}) = {value / other:.2f}  "
+                           f"({model}, batch {batch}, {n} workers: {value:.1f} vs {other:.1f} img/s)")
+    return out
+
+
+OPTIONS = (
+    Opt("models", DEFAULT_MODELS, "tf-epoch: comma list of small-cnn, mobilenet, resnet50, or 'all'",
+        metavar="LIST", parse=parse_models),
+    Opt("batches", DEFAULT_BATCHES, "tf-epoch: comma list of per-worker batch sizes, e.g. 16,32,64",
+        metavar="LIST", parse=parse_batches),
+    Opt("image-size", None, "tf-epoch: image height = width in pixels (default: the model's, 32 or 224)",
+        metavar="N", parse=lambda v: whole_number(v, "image size"), knob="image_size"),
+    Opt("fusion-threshold", None, "tf-epoch mpi/horovod: tensor fusion buffer in bytes, 0 = one allreduce "
+        "per tensor (default 64MiB)", metavar="SIZE", parse=parse_fusion_threshold, knob="fusion_threshold"),
+)
+
+SPEC = register(BenchmarkSpec(
+    "tf-epoch", "short TensorFlow training epochs: images/s, step times, scaling efficiency",
+    kernel="perfsuite.kernels.tf_epoch", cases=cases, options=OPTIONS, table=table,
+    wire_bytes=wire_bytes, comparisons=transport_ratios))

@@ -1,0 +1,141 @@
+"""The five epochs of the Stash stall breakdown (``stalls.plan``), each a real tf-epoch world run
+through ``suite.run_one`` in its environment (emulated nodes for T4, a throttled disk for the
+file runs), then the pure decomposition (``stalls.decompose``)."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .. import fingerprint, stalls, suite
+from ..errors import LaunchError
+from ..formats import SuiteRun, WorldOutcome
+from ..launch import netns
+from ..launch.world import run_command
+from ..model import Case, Result, Sample, WorldSpec
+
+DROP_CACHES = ["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"]
+#: What each run's sample contributes to the breakdown's record.
+RUN_FACTS = ("step_ms_p50", "params", "data", "prep_threads", "input_wait_ms_mean",
+             "wire_bytes_sent", "wire_bytes_min", "emulated_network", "image_size", "steps")
+
+
+@dataclass(frozen=True)
+class StallConfig:
+    """A breakdown to measure: the model and transport, N workers, the emulated network."""
+
+    model: str
+    transport: str = "mpi"
+    world_size: int = 2
+    batch: int = 16
+    network: Any = None  # launch.netns.Shaping for T4; None: no network stall
+    data_dir: str | None = None  # JPEG dataset (perfsuite.dataset); None: no prep/fetch stall
+    prep_threads: int = 2
+    options: dict[str, Any] = field(default_factory=dict)  # iters, warmup, image_size, ...
+    disk: Any = None  # launch.diskio.DiskThrottle for the file runs (T2, T3); None: the real disk
+
+
+@dataclass
+class StallRunOutcome:
+    breakdown: stalls.Breakdown
+    sample: Sample
+    outcomes: dict[str, WorldOutcome] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def suite_run(self) -> SuiteRun:
+        """The breakdown as a results file holds it: one world of the ``stalls`` benchmark."""
+        case = self.sample.case
+        result = Result(case.benchmark, case.transport, case.world_size, (self.sample,),
+                        fingerprint=fingerprint.collect())
+        return SuiteRun([WorldOutcome(WorldSpec(case.benchmark, case.transport, case.world_size,
+                                                (case,)), result)], result.fingerprint,
+                        _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+
+def _skip_reason(run: stalls.StallRun, sc: StallConfig) -> str | None:
+    """Why this machine cannot make one of the runs (the stalls that need it are skipped)."""
+    if run.across_nodes:
+        reason = netns.unavailable_reason(fingerprint.is_root())
+        if reason:
+            return reason
+    if run.cache == "cold" and not fingerprint.is_root():
+        return "not root (only root can drop the page cache for a cold run)"
+    return None
+
+
+def _prepare_cache(run: stalls.StallRun, sc: StallConfig) -> None:
+    from ..dataset import evict, warm
+
+    if run.cache == "warm":
+        warm(sc.data_dir)
+    elif run.cache == "cold" and sc.disk is None:
+        run_command(DROP_CACHES, timeout=120)
+    elif run.cache == "cold":
+        # On an emulated slow disk only the dataset goes cold: dropping every cache would make
+        # the throttled ranks read TensorFlow's libraries through it too, and the fetch stall
+        # would measure imports instead of the dataset.
+        evict(sc.data_dir)
+
+
+def run_stalls(sc: StallConfig, cfg: suite.SuiteConfig,
+               on_run: Callable[[str, Any, WorldOutcome | None], None] | None = None) -> StallRunOutcome:
+    """Measure the five epochs and decompose them. A run that cannot happen here (not root: no
+    cold cache, no emulated network) is skipped with its reason, and so are its stalls."""
+    if sc.disk is not None and sc.data_dir is not None:
+        from ..launch.diskio import unavailable_reason as disk_reason
+
+        if disk_reason(fingerprint.is_root()):
+            raise LaunchError(f"--emulated-disk {sc.disk.label}: {disk_reason(fingerprint.is_root())}")
+    # One worker gets the same cores in every run (the CPU stand-in for one GPU per worker).
+    tf_threads = max(1, (os.cpu_count() or 1) // sc.world_size)
+    base = {"baseline": False, "tf_threads": tf_threads, "prep_threads": sc.prep_threads,
+            **cfg.options, **sc.options}
+    skipped: dict[str, str] = {}
+    outcomes: dict[str, WorldOutcome] = {}
+    times: dict[str, list[float]] = {}
+    info: dict[str, Any] = {"tf_threads": tf_threads, "prep_threads": sc.prep_threads,
+                            "emulated_disk": sc.disk.label if sc.disk is not None else None}
+    for run in stalls.plan(sc.world_size, data=sc.data_dir is not None, network=sc.network is not None):
+        reason = _skip_reason(run, sc)
+        if reason:
+            skipped[run.key] = reason
+            continue
+        options = dict(base)
+        if run.data == "files":
+            options.update(data="files", data_dir=sc.data_dir)
+        _prepare_cache(run, sc)
+        # T0 runs the same transport on one rank, so T1 - T0 is only what N workers add.
+        case = Case("tf-epoch", sc.transport, run.world_size, model=sc.model, batch=sc.batch)
+        (spec,) = suite.plan([case], options)
+        # Both file runs read through the same throttled disk; the warm one never reaches it.
+        disk = (sc.disk, sc.data_dir, run.key) if sc.disk is not None and run.data == "files" else None
+        run_cfg = replace(cfg, network=sc.network if run.across_nodes else None, disk=disk)
+        if on_run:
+            on_run("start", run, None)
+        outcome = suite.run_one(spec, run_cfg)
+        outcomes[run.key] = outcome
+        if on_run:
+            on_run("done", run, outcome)
+        sample = outcome.sample_for(case)
+        if outcome.skipped or sample is None or not sample.valid:
+            why = outcome.skipped or (str(outcome.failure) if outcome.failure else
+                                      sample.info.get("invalid_reason", "invalid sample") if sample
+                                      else "no sample")
+            skipped[run.key] = f"{run.key} did not measure: {why}"
+            continue
+        times[run.key] = [t * 1e3 for t in sample.times_s]
+        info[f"{run.key}_info"] = {k: sample.info.get(k) for k in RUN_FACTS}
+    if "T0" not in times:
+        raise LaunchError(f"the stall breakdown needs T0 (1 worker, synthetic): {skipped.get('T0', 'not measured')}")
+    bd = stalls.decompose(times, skipped)
+    params = (info.get("T0_info") or {}).get("params")
+    if sc.network is not None and params:
+        info["gradient_bytes"] = 4 * int(params)
+        info["network_stall_bound_ms"] = stalls.expected_network_stall_ms(
+            4 * int(params), sc.world_size, sc.network.rate_bps)
+    case = stalls.stall_case(sc.transport, sc.world_size, sc.model, sc.batch,
+                             sc.network.label if sc.network is not None else None)
+    info["skipped"] = skipped
+    return StallRunOutcome(bd, stalls.to_sample(case, bd, info), outcomes, skipped)

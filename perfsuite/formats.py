@@ -1,0 +1,281 @@
+"""Every file perfsuite writes or reads: one version per format, one check, one atomic write.
+
+Formats and their history (bump a version when a reader of the old one would misread the new;
+register a migration in ``MIGRATIONS`` when the old one can still be read):
+
+- ``perfsuite-job`` v1: what the launcher hands every rank: benchmark, transport, world size,
+  cases, kernel knobs, the world's scratch folder, where rank 0 writes the result, the time the
+  world was spawned; ``kernel`` (the module whose ``run(ctx)`` the ranks call) may be empty.
+- ``perfsuite-result`` v1: one world's ``Result``, written by rank 0.
+- ``perfsuite-run`` v1: the results file of ``perfsuite run --json``: results, the samples of
+  failed worlds (``partial``), failures and skipped worlds. Failure and skip entries name their
+  world by label; they also carry benchmark, transport and world size (readers of older v1
+  files, which lack them, take them from the label).
+- ``perfsuite-baseline`` v1: ``baselines/<system>/<benchmark>.json`` (see ``baselines``).
+- ``perfsuite-dataset`` v1: the manifest of a generated JPEG dataset (see ``dataset``).
+
+pyperf's habit: the version is checked before anything else is read, and an error says what
+to do (re-run, re-record, upgrade). The run file's one reader is ``load_run``; the report, the
+gate and ``baseline update`` all read through it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, FormatError, LaunchError, PerfsuiteError, RankFailure
+from .model import Case, Result, Sample, WorldSpec
+
+JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "perfsuite-run",
+                                       "perfsuite-baseline", "perfsuite-dataset")
+VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 1, DATASET: 1}
+
+#: (format, old version) -> function turning such a dict into the next version's.
+MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {}
+
+RERUN = "re-run the suite with this perfsuite to regenerate it"
+REFRESH_BASELINE = ("re-record it with `perfsuite baseline update --from results.json` "
+                    "or `pytest benchmarks --perf-baseline-update`")
+#: What to do with a file of another format, and with one older than this perfsuite reads.
+_HINTS = {
+    RUN: ("pass a file written by perfsuite run --json", RERUN),
+    RESULT: ("pass a file written by perfsuite run --json", RERUN),
+    JOB: ("jobs are written by perfsuite's world runner", "start the world with this perfsuite"),
+    BASELINE: (f"move it away and {REFRESH_BASELINE}",
+               f"it is older than this perfsuite reads; {REFRESH_BASELINE}"),
+    DATASET: ("delete the folder and let the suite rewrite it",
+              "delete the folder and let the suite rewrite it"),
+}
+
+
+def check_format(d: Any, fmt: str, source: str, error: type[FormatError] = FormatError) -> dict:
+    """``d`` as the current version of ``fmt`` (older versions migrated), or ``error`` with
+    one line that says what to do."""
+    wrong, older = _HINTS[fmt]
+    if not isinstance(d, dict) or d.get("format") != fmt:
+        found = d.get("format") if isinstance(d, dict) else type(d).__name__
+        raise error(f"{source}: not a {fmt} file (found format {found!r}); {wrong}")
+    current, version = VERSIONS[fmt], d.get("version")
+    while isinstance(version, int) and version < current and (fmt, version) in MIGRATIONS:
+        d = MIGRATIONS[(fmt, version)](d)
+        version = d["version"] = version + 1
+    if version != current:
+        hint = older if isinstance(version, int) and version < current else \
+            "it was written by a newer perfsuite; upgrade perfsuite to read it"
+        raise error(f"{source}: {fmt} version {version!r} is not supported "
+                    f"(this perfsuite reads version {current}); {hint}")
+    return d
+
+
+def stamp(fmt: str, body: dict) -> dict:
+    """``body`` with the format and its current version first."""
+    return {"format": fmt, "version": VERSIONS[fmt], **body}
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Write ``data`` so that a reader sees the old file or the new one, never half of one:
+    a temporary file in the same folder, flushed to disk, renamed over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def write_json(path: str | os.PathLike, data: dict) -> Path:
+    return atomic_write(path, json.dumps(data, indent=1))
+
+
+def read_json(path: str | os.PathLike, what: str, hint: str) -> Any:
+    """Parsed JSON of ``path``; a missing file is a ConfigError, a file that is not JSON a
+    FormatError, each one line naming the file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise FormatError(f"{path}: not a text file; {hint}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise FormatError(f"{path}: not JSON ({exc}); {hint}") from None
+
+
+# --- the job and the result of one world ---------------------------------------------------------
+
+def job(spec: WorldSpec, folder: str, out: str, spawned_at: float) -> dict:
+    return stamp(JOB, {"benchmark": spec.benchmark, "transport": spec.transport,
+                       "world_size": spec.world_size, "label": spec.label, "kernel": spec.kernel,
+                       "cases": [c.to_dict() for c in spec.cases], "options": spec.options,
+                       "folder": folder, "out": out, "spawned_at": spawned_at})
+
+
+def read_job(path: str) -> dict:
+    with open(path) as f:
+        return check_format(json.load(f), JOB, path)
+
+
+def dump_result(result: Result) -> dict:
+    return stamp(RESULT, result.to_dict())
+
+
+def load_result(d: Any, source: str) -> Result:
+    return Result.from_dict(check_format(d, RESULT, source))
+
+
+# --- the run file ----------------------------------------------------------------------------
+
+@dataclass
+class WorldOutcome:
+    """What became of one world: a result, a failure (with partial samples), or a skip."""
+
+    spec: WorldSpec
+    result: Result | None = None
+    failure: PerfsuiteError | None = None
+    skipped: str | None = None
+    label: str = ""  # the world's label as a results file stored it ("" = the spec's)
+
+    @property
+    def world(self) -> str:
+        return self.label or self.spec.label
+
+    def samples(self) -> list[Sample]:
+        if self.result is not None:
+            return list(self.result.samples)
+        if isinstance(self.failure, RankFailure) and self.failure.partial:
+            return list(self.failure.partial)
+        return []
+
+    def sample_for(self, case: Case) -> Sample | None:
+        return next((s for s in self.samples() if s.case == case), None)
+
+
+@dataclass
+class SuiteRun:
+    outcomes: list[WorldOutcome] = field(default_factory=list)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+
+    @property
+    def results(self) -> list[Result]:
+        return [o.result for o in self.outcomes if o.result is not None]
+
+    @property
+    def failures(self) -> list[WorldOutcome]:
+        return [o for o in self.outcomes if o.failure is not None]
+
+    @property
+    def skipped(self) -> list[WorldOutcome]:
+        return [o for o in self.outcomes if o.skipped is not None]
+
+    def samples(self) -> list[Sample]:
+        return [s for o in self.outcomes for s in o.samples()]
+
+    @property
+    def machine(self) -> dict[str, Any]:
+        """The fingerprint to file numbers under: rank 0's (it knows the MPI library), else the
+        launching side's."""
+        return next((r.fingerprint for r in self.results if r.fingerprint), None) or self.fingerprint
+
+    @property
+    def ok(self) -> bool:
+        """Every world that could run here ran, and every sample validated."""
+        return not self.failures and all(s.valid for s in self.samples())
+
+    def to_dict(self) -> dict[str, Any]:
+        return stamp(RUN, {
+            "created": self.created, "fingerprint": self.fingerprint,
+            "results": [dump_result(o.result) for o in self.outcomes if o.result is not None],
+            "partial": [{"world": o.world, "samples": [s.to_dict() for s in o.samples()]}
+                        for o in self.failures if o.samples()],
+            "failures": [failure_dict(o) for o in self.failures],
+            "skipped": [{"world": o.world, **_world_fields(o.spec),
+                         "cases": [c.name for c in o.spec.cases], "reason": o.skipped}
+                        for o in self.skipped],
+        })
+
+
+def _world_fields(spec: WorldSpec) -> dict[str, Any]:
+    return {"benchmark": spec.benchmark, "transport": spec.transport, "world_size": spec.world_size}
+
+
+def failure_dict(o: WorldOutcome) -> dict[str, Any]:
+    f = o.failure
+    d = {"world": o.world, **_world_fields(o.spec), "message": str(f), "type": type(f).__name__}
+    if isinstance(f, RankFailure):
+        d.update(kind=f.kind, rank=f.rank, stderr_tail=f.stderr_tail, logs=f.logs)
+    return d
+
+
+_LABEL = re.compile(r"^(?P<benchmark>[^\[]+)\[(?P<transport>.+?)-n(?P<world_size>\d+)(?:-.*)?\]$")
+
+
+def _spec_of(entry: dict, cases: tuple[Case, ...] = ()) -> WorldSpec:
+    """The world a failure or skip entry names (older v1 files give only its label)."""
+    fields = {k: entry[k] for k in ("benchmark", "transport", "world_size") if k in entry}
+    if len(fields) < 3:
+        m = _LABEL.match(str(entry.get("world", "")))
+        fields = {**(m.groupdict() if m else {"benchmark": "?", "transport": "?", "world_size": 0}),
+                  **fields}
+    return WorldSpec(str(fields["benchmark"]), str(fields["transport"]), int(fields["world_size"]), cases)
+
+
+def run_from_dict(d: Any, source: str) -> SuiteRun:
+    d = check_format(d, RUN, source)
+    try:
+        run = SuiteRun(fingerprint=dict(d.get("fingerprint") or {}), created=str(d.get("created", "")))
+        for r in d.get("results", []):
+            res = load_result(r, source) if "format" in r else Result.from_dict(r)
+            spec = WorldSpec(res.benchmark, res.transport, res.world_size, tuple(s.case for s in res.samples))
+            run.outcomes.append(WorldOutcome(spec, res))
+        partial = {p["world"]: [Sample.from_dict(s) for s in p.get("samples", [])]
+                   for p in d.get("partial", [])}
+        for f in d.get("failures", []):
+            samples = partial.pop(f.get("world", ""), [])
+            spec = _spec_of(f, tuple(s.case for s in samples))
+            if f.get("type") == "LaunchError":
+                failure: PerfsuiteError = LaunchError(f.get("message", ""))
+            else:
+                failure = RankFailure(f.get("message", ""), rank=f.get("rank"), case=f.get("world", ""),
+                                      stderr_tail=f.get("stderr_tail") or "", partial=samples,
+                                      kind=f.get("kind") or "crash", logs=f.get("logs") or {})
+            run.outcomes.append(WorldOutcome(spec, failure=failure, label=f.get("world", "")))
+        for world, samples in partial.items():  # partial samples whose failure entry is missing
+            c0 = samples[0].case if samples else Case("?", "?", 0)
+            spec = WorldSpec(c0.benchmark, c0.transport, c0.world_size, tuple(s.case for s in samples))
+            run.outcomes.append(WorldOutcome(spec, failure=RankFailure(
+                f"{world}: failed (see failures)", case=world, partial=samples), label=world))
+        for s in d.get("skipped", []):
+            run.outcomes.append(WorldOutcome(_spec_of(s), skipped=str(s.get("reason", "")),
+                                             label=s.get("world", "")))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise FormatError(f"{source}: malformed {RUN} file ({what}); {RERUN}") from None
+    return run
+
+
+def load_run(path: str | os.PathLike) -> SuiteRun:
+    """Read a results file written by ``perfsuite run --json`` (the one reader of the format)."""
+    return run_from_dict(read_json(path, "results file", "pass a file written by perfsuite run --json"),
+                         str(path))
+
+
+def write_run(path: str | os.PathLike, run: SuiteRun) -> Path:
+    return write_json(path, run.to_dict())
