@@ -21,9 +21,9 @@ from perfsuite import suite, transports
 from perfsuite.errors import TransportUnavailable
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.model import Case, WorldSpec
-from perfsuite.transports import gpu, mpi_cuda, tf_train
-from perfsuite.transports.tf_train import (FusionPlan, MpiCudaTraining, NcclTraining,
-                                           aligned_empty, rank_visible_devices)
+from perfsuite.transports import gpu, mpi_cuda, tf_train_gpu
+from perfsuite.transports.tf_train import FusionPlan, aligned_empty
+from perfsuite.transports.tf_train_gpu import MpiCudaTraining, NcclTraining, rank_visible_devices
 from test_gpu_transports import FakeCupy  # the CuPy stand-in the allreduce transports are tested with
 
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
@@ -37,7 +37,7 @@ def test_device_training_transports_are_registered_for_tf_epoch_only_as_gpu():
     for name, cls in (("nccl", "NcclTraining"), ("mpi-cuda", "MpiCudaTraining")):
         spec = transports.spec(name, "tf-epoch")
         assert transports.REGISTRY[f"tf-epoch:{name}"] is spec
-        assert spec.device == "gpu" and spec.module == f"perfsuite.transports.tf_train:{cls}"
+        assert spec.device == "gpu" and spec.module == f"perfsuite.transports.tf_train_gpu:{cls}"
         assert spec.check is transports.tf_support.need_tf_gpu
         assert transports.load(name, "tf-epoch").name == name
         # the same name still means the allreduce transport for the allreduce kernel
@@ -76,11 +76,11 @@ def test_configure_narrows_cuda_visible_devices_before_cuda_starts(monkeypatch):
     monkeypatch.setattr(gpu, "node_rank", lambda comm: (2, 4))
     t = NcclTraining(FakeMpiComm(rank=2, n=4), {"fusion_threshold": 64})
     t.configure()
-    assert t.visible_devices == "2" and tf_train.os.environ["CUDA_VISIBLE_DEVICES"] == "2"
+    assert t.visible_devices == "2" and tf_train_gpu.os.environ["CUDA_VISIBLE_DEVICES"] == "2"
     assert t.threshold == 64 and t.describe()["cuda_visible_devices"] == "2"
     host = MpiCudaTraining(FakeMpiComm(), {"array_module": "numpy"})
     host.configure()  # host arrays (tests): the mask is left alone
-    assert host.visible_devices is None and tf_train.os.environ["CUDA_VISIBLE_DEVICES"] == "2"
+    assert host.visible_devices is None and tf_train_gpu.os.environ["CUDA_VISIBLE_DEVICES"] == "2"
 
 
 # --- fakes: an MPI communicator of n simulated ranks, CuPy with NCCL --------------------------
@@ -155,7 +155,7 @@ class FakeCupyNccl(FakeCupy):
         return d
 
     def from_dlpack(self, capsule):
-        return self._register(np.from_dlpack(tf_train.HostDlpack(capsule)))
+        return self._register(np.from_dlpack(tf_train_gpu.HostDlpack(capsule)))
 
     def zeros(self, count, dtype):
         a = aligned_empty(count, dtype)
@@ -232,7 +232,7 @@ def test_nccl_step_allreduces_exactly_the_fused_buffers_and_applies_the_average(
     monkeypatch.setattr(gpu, "node_rank", lambda comm: (0, 1))
     monkeypatch.setattr(gpu, "nvml_gpu_count", lambda: (1, "NVML"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    monkeypatch.setattr(tf_train.DeviceTraining, "pin_tf_gpu", staticmethod(lambda tf: None))
+    monkeypatch.setattr(tf_train_gpu.DeviceTraining, "pin_tf_gpu", staticmethod(lambda tf: None))
     comm = FakeMpiComm(rank=0, n=4)
     t = NcclTraining(comm, {})
     plan, before, after, grads, allreduce_s = train_one_step(tf, t, threshold)
@@ -271,7 +271,7 @@ def test_nccl_with_two_ranks_on_one_gpu_skips_on_every_rank(monkeypatch):
 
 
 def test_pin_tf_gpu_on_cpu_tensorflow_gives_the_reason(tf):
-    reason = tf_train.DeviceTraining.pin_tf_gpu(tf)
+    reason = tf_train_gpu.DeviceTraining.pin_tf_gpu(tf)
     assert reason.startswith("TensorFlow sees 0 GPUs") and "built with CUDA" in reason
 
 

@@ -133,5 +133,6 @@ for _name, _summary, _cls, _device, _check, _ports in (
          "gpu", _tf.need_tf_gpu, False),
         ("mpi-cuda", "fused gradients on the GPU, DLPack to CuPy, CUDA-aware MPI Allreduce",
          "MpiCudaTraining", "gpu", _tf.need_tf_gpu, False)):
-    register(TransportSpec(_name, _summary, ("tf-epoch",), f"perfsuite.transports.tf_train:{_cls}",
+    _module = "tf_train_gpu" if _device == "gpu" and _cls.startswith(("Nccl", "MpiCuda")) else "tf_train"
+    register(TransportSpec(_name, _summary, ("tf-epoch",), f"perfsuite.transports.{_module}:{_cls}",
                            device=_device, check=_check, needs_ports=_ports), key=f"tf-epoch:{_name}")

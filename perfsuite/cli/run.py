@@ -1,0 +1,146 @@
+"""``perfsuite run`` and the commands that judge results: ``baseline`` and ``compare``."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from .. import bench, formats, options, regress, report, suite, transports
+from ..asv import project as asv_project
+from ..errors import ConfigError
+from .common import EXIT_FAIL, EXIT_OK, gate_settings, print_verdicts, say
+
+COMMANDS = {}
+
+
+# --- run --------------------------------------------------------------------------------------
+
+def add_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--benchmarks", default="allreduce", metavar="LIST",
+                   help=f"comma list of benchmarks: {', '.join(bench.names())} [default: allreduce]")
+    options.add_options(p.add_argument)
+    p.add_argument("--json", metavar="PATH", help="write the versioned results file here")
+    p.add_argument("--compare", action="store_true", help="judge every case against the baselines "
+                   "of this system and exit 1 on any regression (see --baseline-dir, --system)")
+    p.add_argument("--keep-worlds", action="store_true", help="keep each world's scratch folder (debugging)")
+    asv_project.add_options(p.add_argument)
+
+
+def run_cases_from_args(args: argparse.Namespace) -> tuple[list, suite.SuiteConfig]:
+    values = vars(args)
+    cases = []
+    for b in (b.strip() for b in args.benchmarks.split(",") if b.strip()):
+        if b not in bench.names():
+            raise ConfigError(f"benchmark {b!r} is unknown; choose from {', '.join(bench.names())}")
+        sel = options.selection(values, b)
+        if not sel.transports:
+            raise ConfigError(f"none of the transports {args.transports!r} runs {b}; "
+                              f"{b} runs {', '.join(transports.names(bench.get(b).transports))}")
+        cases += suite.select_cases(sel)
+    cfg = options.suite_config(values)
+    return cases, replace(cfg, keep_worlds=bool(args.keep_worlds))
+
+
+def do_run(args: argparse.Namespace) -> int:
+    from ..asv.record import record_run
+    from ..progress import SweepProgress
+
+    cases, cfg = run_cases_from_args(args)
+    gate_settings(args)
+    asv_to = asv_project.prepare(asv_project.target(vars(args)))  # bad --asv* is a usage error now
+    with SweepProgress(suite.plan(cases, cfg.options)) as on_world:
+        run = suite.run(cases, cfg, on_world=on_world)
+    say(report.run_summary(run))
+    if args.report:
+        report.write_report(args.report, [report.ReportRun.from_suite_run(run, args.json or "this run")])
+        say(f"# report written to {Path(args.report) / 'index.html'}")
+    if args.json:
+        formats.write_run(args.json, run)
+        say(f"# results written to {args.json}")
+    if asv_to is not None:
+        say(record_run(run, asv_to).line())
+    gate = gate_run(run, args)
+    return EXIT_OK if run.ok and gate == EXIT_OK else EXIT_FAIL
+
+
+COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster) and print tables")
+
+
+# --- baselines and verdicts -------------------------------------------------------------------
+
+def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
+    """``run --compare``: verdicts against this system's baselines; ``--baseline-update``: record."""
+    from .. import baselines
+
+    if not (args.compare or args.baseline_update):
+        return EXIT_OK
+    system = baselines.system_for(run.machine, args.system)
+    root = args.baseline_dir or "baselines"
+    code = EXIT_OK
+    if args.compare:
+        tol, alpha = gate_settings(args)
+        judged = {c.name for o in run.outcomes for c in o.spec.cases if not o.skipped}
+        say(f"# verdicts on {system} against {root}/{system}/")
+        verdicts = regress.compare(run.samples(), baselines.load_all(root, system), tolerance=tol,
+                                   alpha=alpha, system=system, cases=judged)
+        code = print_verdicts(verdicts, bool(args.strict))
+    if args.baseline_update:
+        for line in baselines.update(root, system, [s for s in run.samples() if s.valid], run.machine):
+            say(line)
+    return code
+
+
+def add_baseline(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("update", "show"), help="update: record a results file as "
+                   "the baselines; show: print the stored baselines")
+    p.add_argument("--from", dest="source", metavar="RESULTS.json",
+                   help="results file written by perfsuite run --json (for update)")
+    p.add_argument("--system", metavar="NAME", help="system name [default: from the results file's "
+                   "fingerprint for update, every system for show]")
+    p.add_argument("--baseline-dir", default="baselines", metavar="DIR", help="[default: baselines]")
+
+
+def do_baseline(args: argparse.Namespace) -> int:
+    from .. import baselines
+
+    if args.action == "show":
+        say(baselines.show(args.baseline_dir, args.system))
+        return EXIT_OK
+    if not args.source:
+        raise ConfigError("baseline update needs --from RESULTS.json (written by perfsuite run --json)")
+    run = formats.load_run(args.source)
+    samples = [s for r in run.results for s in r.samples if s.valid]
+    if not samples:
+        raise ConfigError(f"{args.source} holds no valid sample to record")
+    for line in baselines.update(args.baseline_dir, baselines.system_for(run.machine, args.system),
+                                 samples, run.machine):
+        say(line)
+    return EXIT_OK
+
+
+COMMANDS["baseline"] = (add_baseline, do_baseline,
+                        "record a results file as this system's baselines, or show the stored ones")
+
+
+def add_compare(p: argparse.ArgumentParser) -> None:
+    p.add_argument("old", metavar="OLD.json", help="results file taken as the baseline")
+    p.add_argument("new", metavar="NEW.json", help="results file judged against it")
+    p.add_argument("--tolerance", metavar="TOL", help="0.05 or LOWER:UPPER [default: per metric]")
+    p.add_argument("--strict", action="store_true", help="also fail improvements")
+    p.add_argument("--alpha", metavar="P", help="significance level of the U test [default: 0.01]")
+
+
+def do_compare(args: argparse.Namespace) -> int:
+    old, new = formats.load_run(args.old), formats.load_run(args.new)
+    tol, alpha = gate_settings(args)
+    ref = {(s.case.name, m): regress.baseline_from_sample(s, m)
+           for s in old.samples() if s.valid for m in s.metrics}
+    verdicts = regress.compare(new.samples(), ref, tolerance=tol, alpha=alpha, system=args.old)
+    say(f"# {args.new} against {args.old}")
+    return print_verdicts(verdicts, args.strict)
+
+
+COMMANDS["compare"] = (add_compare, do_compare,
+                       "judge one results file against another with the baseline verdict logic")
+
+
