@@ -79,7 +79,7 @@ def find_steps(points: Sequence[Point], threshold: float = DEFAULT_THRESHOLD) ->
     # asv's jumps are (last index of the good level, first index of the worse one, ...)
     active = {(a, b) for a, b, _, _ in (jumps or []) if b is not None}
     out = []
-    for (l1, r1, v1, _, e1), (l2, r2, v2, _, e2) in zip(steps, steps[1:]):
+    for (_, r1, v1, _, e1), (l2, _, v2, _, e2) in zip(steps, steps[1:]):
         is_active = (r1 - 1, l2) in active
         if is_active or abs(v2 - v1) > max(e1, e2, threshold * abs(v1)):
             out.append(Step(pts[r1 - 1].commit, pts[l2].commit, v1, v2, is_active))

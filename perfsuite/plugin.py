@@ -177,9 +177,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Remember which cases survived -k/deselection, so each world sweeps exactly those, and
     hand pytest-benchmark the replay clock for them."""
     state = _state(config)
-    if _under_xdist(config) and any(isinstance(getattr(getattr(i, "callspec", None), "params", {}).get(
-            "perf_case"), Case) for i in items):
-        raise pytest.UsageError(XDIST_REFUSED)
     for item in items:
         callspec = getattr(item, "callspec", None)
         case = callspec.params.get("perf_case") if callspec else None
@@ -214,6 +211,9 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def perf_state(request: pytest.FixtureRequest) -> PerfState:
+    """Every measuring fixture goes through this one, so no world starts under xdist."""
+    if _under_xdist(request.config):
+        pytest.fail(XDIST_REFUSED, pytrace=False)
     return _state(request.config)
 
 

@@ -109,7 +109,7 @@ def test_pytest_gate_fails_a_regressed_case_and_passes_a_clean_one(tmp_path):
     r = pytest_run(slowdown=SLOWDOWN)
     assert r.returncode == 1, r.stdout[-3000:]
     assert "2 failed" in r.stdout
-    # One line per failed case, in the words.
+    # One line per failed case, saying what got worse and by how much.
     assert "Failed: allreduce[mpi-n2-1MiB] " in r.stdout and "vs baseline" in r.stdout
     assert "REGRESSION" in r.stdout  # the summary table
 

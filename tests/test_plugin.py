@@ -91,3 +91,12 @@ def test_k_selects_sizes_inside_one_world(pytester, no_leftover_ranks):
                                       "-k", "16B", "--benchmark-disable", *QUICK)
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines(["*allreduce?mpi-n2?: 1 cases*"])
+
+
+def test_xdist_is_refused_before_any_world_starts(pytester, no_leftover_ranks):
+    pytest.importorskip("xdist", reason="pytest-xdist is not installed (pip install -e '.[test]')")
+    pytester.makepyfile(test_bench=BENCH)
+    r = pytester.runpytest_subprocess("-n", "2", "--perf-transports", "mpi", "--perf-sizes", "4,8", *QUICK)
+    r.assert_outcomes(errors=2)
+    r.stdout.fnmatch_lines(["*perfsuite starts MPI worlds, which must not run under pytest-xdist (-n)*"])
+    r.stdout.no_fnmatch_line("*perfsuite worlds*")  # no world ran

@@ -32,8 +32,8 @@ from ..model import Sample, Tolerance, WorldSpec
 
 TARGET_HIT = 0.95
 TARGET_FALSE_ALARM = 0.01
-#: The issue's 5/10/20%, then larger ones so that on a noisy machine the table can still name the
-#: smallest slowdown that meets the target.
+#: 5, 10 and 20% (what a regression suite is asked to catch), then larger ones so that on a
+#: noisy machine the table can still name the smallest slowdown that meets the target.
 DEFAULT_SLOWDOWNS = (0.05, 0.10, 0.20, 0.50, 1.00)
 DEFAULT_WORLDS = 12  # per condition: 6 conditions x 12 worlds of 2-4 s fits the 10 min budget
 DEFAULT_COMPARISONS = 400

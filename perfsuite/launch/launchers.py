@@ -48,12 +48,6 @@ class Launch:
     env: dict[str, str]  # added to the launcher's own environment
 
 
-def parse_launcher(text: str) -> str:
-    if text not in LAUNCHERS:
-        raise ConfigError(f"launcher {text!r} is unknown; choose from {', '.join(LAUNCHERS)}")
-    return text
-
-
 def worker_argv(cfg: LaunchConfig, job_path: str) -> list[str]:
     return [cfg.python, "-m", "perfsuite.worker", job_path]
 

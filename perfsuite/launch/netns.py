@@ -37,7 +37,7 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -220,11 +220,6 @@ def list_namespaces(ip_netns_list: str) -> list[str]:
     return [line.split()[0] for line in ip_netns_list.splitlines() if line.strip()]
 
 
-def ours(names: Sequence[str], net: EmulatedNetwork) -> list[str]:
-    mine = set(net.namespaces)
-    return [n for n in names if n in mine]
-
-
 def node_exec_script(net: EmulatedNetwork, ip: str = "ip") -> str:
     """The ssh stand-in Hydra calls as ``node-exec [-x] HOST COMMAND...``.
 
@@ -301,7 +296,6 @@ class NetnsSession:
         self.created: list[str] = []
         self.scratch: Path | None = None
         self._old_term = None
-        self.netem = False
 
     def _cmd(self, argv: list[str], check: bool = True):
         return self.run(argv, timeout=self.timeout, check=check)
@@ -321,7 +315,6 @@ class NetnsSession:
                         why = (getattr(proc, "stderr", "") or "").strip().splitlines()[-1:]
                         raise ConfigError(f"delay {self.net.delay!r} asked for, but {NO_NETEM} "
                                           f"(tc: {' '.join(why) or 'netem refused'})")
-                self.netem = True
             self.scratch = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{self.net.tag}-"))
         except BaseException:
             self.close()
@@ -373,5 +366,5 @@ class NetnsSession:
         return launch_config(self.net, base, world_size, str(hub), str(node))
 
 
-def _term_to_interrupt(signum, frame):
+def _term_to_interrupt(signum, _frame):
     raise KeyboardInterrupt(f"signal {signum}")

@@ -1,0 +1,124 @@
+"""The house rules of ../shared/DESIGN.md, read from the source: floors import downward only,
+kernels and transports stand on the ground alone, no room grows past 450 lines, and nothing
+imports a face. Every import counts, also those inside functions (lazy imports are imports)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "perfsuite"
+MAX_LINES = 450
+
+#: The floor of each room; a module may import rooms on its own floor or below. The first
+#: matching prefix wins, so a package's modules can sit on different floors.
+FLOORS = [
+    ("perfsuite.errors", 0),
+    ("perfsuite.model", 1), ("perfsuite.stats", 1),
+    ("perfsuite.formats", 2), ("perfsuite.fingerprint", 2), ("perfsuite.history", 2),
+    ("perfsuite.stalls", 2), ("perfsuite.asv.layout", 2), ("perfsuite.asv.compat", 2),
+    ("perfsuite.transports", 3), ("perfsuite.kernels", 3),
+    ("perfsuite.bench", 4), ("perfsuite.dataset", 4), ("perfsuite.worker", 4), ("perfsuite.launch", 4),
+    ("perfsuite.regress", 5), ("perfsuite.baselines", 5), ("perfsuite.report", 5),
+    ("perfsuite.plots", 5), ("perfsuite.progress", 5), ("perfsuite.asv.project", 5),
+    ("perfsuite.asv.record", 5), ("perfsuite.asv.read", 5), ("perfsuite.asv.offline", 5),
+    ("perfsuite.suite", 6),
+    ("perfsuite.experiments", 7), ("perfsuite.options", 7),
+    ("perfsuite.plugin", 8), ("perfsuite.cli", 8), ("perfsuite.asv.bench", 8),
+    ("perfsuite.asv", 2), ("perfsuite", 0),  # the packages' own __init__ modules
+]
+GROUND = ("perfsuite.errors", "perfsuite.model", "perfsuite.stats")
+FACES = ("perfsuite.cli", "perfsuite.plugin")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def floor(module: str) -> int:
+    for prefix, level in FLOORS:
+        if module == prefix or module.startswith(prefix + "."):
+            return level
+    raise AssertionError(f"{module} has no floor in FLOORS: add it")
+
+
+def imports(path: Path, me: str | None = None) -> list[tuple[int, str]]:
+    """(line, absolute module) for every perfsuite module ``path`` (module ``me``) imports."""
+    me = me or module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            # `from . import x` imports the module x when there is one
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                is_module = (ROOT / Path(*sub.split("."))).with_suffix(".py").exists() or \
+                    (ROOT / Path(*sub.split("."))).is_dir()
+                out.append((node.lineno, sub if is_module else base))
+    return [(line, m) for line, m in out if m == "perfsuite" or m.startswith("perfsuite.")]
+
+
+def sources(folder: Path = PACKAGE) -> list[Path]:
+    return sorted(folder.rglob("*.py"))
+
+
+def test_no_room_is_over_450_lines():
+    long = {module_name(p): n for p in sources() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"rooms over {MAX_LINES} lines: {long}"
+
+
+def test_floors_import_downward_only():
+    upward = []
+    for path in sources():
+        me = module_name(path)
+        for line, target in imports(path):
+            if target == "perfsuite" or target.startswith(me + ".") or me.startswith(target + "."):
+                continue  # a package and its own modules
+            if floor(target) > floor(me):
+                upward.append(f"{me}:{line} imports {target} (floor {floor(target)} > {floor(me)})")
+    assert not upward, "\n".join(upward)
+
+
+def test_kernels_and_transports_stand_on_the_ground_alone():
+    bad = []
+    for path in sources(PACKAGE / "kernels") + sources(PACKAGE / "transports"):
+        me = module_name(path)
+        allowed = GROUND + ("perfsuite.transports",) + (("perfsuite.kernels",) if ".kernels" in me else ())
+        for line, target in imports(path):
+            if not any(target == a or target.startswith(a + ".") for a in allowed):
+                bad.append(f"{me}:{line} imports {target}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("folder", ["perfsuite", "benchmarks"])
+def test_nothing_imports_a_face(folder):
+    bad = []
+    for path in sources(ROOT / folder):
+        me = module_name(path)
+        for line, target in imports(path):
+            face = next((f for f in FACES if target == f or target.startswith(f + ".")), None)
+            if face and not (me == face or me.startswith(face + ".")):
+                bad.append(f"{me}:{line} imports {target}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_an_upward_import(tmp_path):
+    """The rules above must be able to fail: a kernel importing the suite is caught, however
+    it spells the import."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("from .. import suite\nimport perfsuite.plugin\ndef f():\n    from ..cli import main\n")
+    found = imports(probe, "perfsuite.kernels.probe")
+    assert found == [(1, "perfsuite.suite"), (2, "perfsuite.plugin"), (4, "perfsuite.cli")]
+    assert all(floor(t) > floor("perfsuite.kernels.probe") for _, t in found)

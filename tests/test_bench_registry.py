@@ -1,0 +1,120 @@
+"""Adding a benchmark is one new file plus its registration (docs/design.md): a toy benchmark
+whose kernel sleeps a fixed time per iteration, written outside perfsuite, runs end to end
+through the CLI and through pytest without any perfsuite module being edited, and the time the
+harness reports is the time the kernel slept."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from perfsuite import bench
+from perfsuite.asv.layout import metrics_for
+
+SLEEP_US = 2000
+
+TOY = f'''"""toy-sleep: every iteration sleeps {SLEEP_US} us; the harness must report that, not less."""
+import time
+
+import numpy as np
+
+from perfsuite.bench import BenchmarkSpec, register
+from perfsuite.model import Case, Metric, Sample
+
+SLEEP_S = {SLEEP_US} / 1e6
+
+
+def cases(sel):
+    return [Case("toy-sleep", t, n, variant="sleep") for t in sel.transports for n in sel.world_sizes]
+
+
+def run(ctx):
+    iters = int(ctx.options.get("iters") or 20)
+    for case in ctx.cases:
+        times = np.empty(iters)
+        for i in range(iters):
+            ctx.comm.Barrier()
+            t0 = time.perf_counter()
+            ctx.fault("timed", case)
+            time.sleep(SLEEP_S)
+            times[i] = time.perf_counter() - t0
+        gathered = ctx.comm.gather(times, root=0)
+        if ctx.is_root:
+            world = np.stack(gathered, axis=1).max(axis=1)  # per iteration, the slowest rank
+            us = tuple(float(t) * 1e6 for t in world)
+            ctx.emit(Sample(case, {{"sleep_us": Metric("sleep_us", float(np.median(us)), "us", False, us)}},
+                            True, tuple(float(t) for t in world), {{"iters": iters}}).to_dict())
+    return {{"sleep_s": SLEEP_S}}
+
+
+register(BenchmarkSpec("toy-sleep", "sleeps a fixed time per iteration", kernel=__name__, cases=cases,
+                       transport_set="allreduce"))
+'''
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """The toy's one file, importable here and in every rank (PYTHONPATH), and registered."""
+    (tmp_path / "toy_sleep.py").write_text(TOY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    yield tmp_path
+    bench.REGISTRY.pop("toy-sleep", None)
+    sys.modules.pop("toy_sleep", None)
+
+
+def test_a_registered_toy_gets_the_generic_table_and_asv_layout(toy):
+    import toy_sleep  # noqa: F401  registers on import
+
+    assert "toy-sleep" in bench.names()
+    layout = bench.asv_layout("toy-sleep")
+    assert layout.axes == ("transport", "world_size", "case") and layout.module == "toy_sleep"
+    from perfsuite.model import Case, Metric, Sample
+
+    s = Sample(Case("toy-sleep", "mpi", 2, variant="sleep"), {"sleep_us": Metric("sleep_us", 2e3, "us", False)})
+    (m,) = metrics_for(layout, s)
+    assert (m.method, m.unit, m.scale) == ("track_sleep_us", "seconds", 1e-6)
+
+
+@pytest.mark.world
+def test_toy_runs_through_the_cli(toy, no_leftover_ranks):
+    out = toy / "toy.json"
+    env = {**os.environ, "PERFSUITE_BENCHMARKS": "toy_sleep", "CI": "true"}
+    r = subprocess.run([sys.executable, "-m", "perfsuite.cli", "run", "--benchmarks", "toy-sleep",
+                        "--transports", "mpi", "--world-sizes", "2", "--iters", "20", "--json", str(out)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "toy-sleep[mpi-n2-sleep]: sleep_us=" in r.stdout  # the generic table: no table registered
+    (result,) = json.loads(out.read_text())["results"]
+    (sample,) = result["samples"]
+    assert result["benchmark"] == "toy-sleep" and len(sample["times_s"]) == 20
+    median = sample["metrics"]["sleep_us"]["value"]
+    # sleep() never returns early; a shared machine may add a little, never a factor of 3
+    assert SLEEP_US <= median < 3 * SLEEP_US, median
+    r = subprocess.run([sys.executable, "-m", "perfsuite.cli", "run", "--benchmarks", "toy-sleep,nope"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "benchmark 'nope' is unknown; choose from" in r.stderr
+    assert "toy-sleep" in r.stderr
+
+
+@pytest.mark.world
+def test_toy_runs_through_pytest(toy, pytester, no_leftover_ranks):
+    pytester.makeconftest("import toy_sleep  # noqa: F401  registers the toy benchmark\n")
+    pytester.makepyfile(test_toy='''
+import pytest
+
+@pytest.mark.perf_benchmark("toy-sleep")
+def test_toy(benchmark, perf_case, perf_measure):
+    sample = perf_measure(benchmark)
+    assert sample.case.benchmark == "toy-sleep"
+''')
+    out = pytester.path / "b.json"
+    r = pytester.runpytest_subprocess("--benchmark-only", "--perf-transports", "mpi", "--perf-world-sizes", "2",
+                                      "--perf-iters", "20", f"--benchmark-json={out}", "-p", "no:cacheprovider")
+    r.assert_outcomes(passed=1)
+    (entry,) = json.loads(out.read_text())["benchmarks"]
+    assert entry["name"] == "test_toy[mpi-n2-sleep]" and entry["stats"]["rounds"] == 20
+    assert SLEEP_US <= entry["stats"]["median"] * 1e6 < 3 * SLEEP_US, entry["stats"]
