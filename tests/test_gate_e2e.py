@@ -4,7 +4,7 @@ record a baseline, inject a slowdown (the kernel spins inside the timed region),
 must fail naming the cases; a clean rerun must pass. Once through the CLI, once through pytest.
 
 The machine these run on is shared, and a world can run at half speed when a neighbour takes a
-core, so the tests use what the README recommends there: several rounds per world (a median of
+core, so the tests use what docs/baselines.md recommends there: several rounds per world (a median of
 rounds ignores one contended round) and a slowdown (x11) far beyond a wide tolerance, so that
 they prove the plumbing without depending on how quiet the machine is. The tolerance is wide
 because a neighbour can hold a core for all three rounds of a world: clean reruns here read

@@ -1,4 +1,4 @@
-"""The CI recipes users copy: actionlint accepts them, and each does what the README promises
+"""The CI recipes users copy: actionlint accepts them, and each does what docs/reports-ci.md promises
 (triggers, runner labels, srun on the cluster, artifacts, Pages, a failing job on regression)."""
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from ..errors import ConfigError, TransportUnavailable
 
 TF_INSTALL = "TensorFlow is not installed (pip install 'perfsuite[tf]')"
 HOROVOD_INSTALL = ("Horovod is not installed; build it against this TensorFlow with "
-                   "scripts/install-horovod.sh (see README, Horovod)")
+                   "scripts/install-horovod.sh (see docs/tensorflow.md, Horovod)")
 TF_KERAS_INSTALL = ("Horovod needs tf_keras (Keras 2) with Keras 3 installed: "
                     "pip install --no-deps tf_keras==<your TensorFlow version>")
 LOOPBACK = "127.0.0.1"
