@@ -99,15 +99,13 @@ class Case:
     batch: int | None = None
     variant: str = ""  # free-form extra axis (e.g. "inplace", "1gbit"); part of the id when set
 
-    @property
-    def id(self) -> str:
-        """The pytest-style id without the benchmark, e.g. 'mpi-n2-1MiB'."""
+    def _id(self, swept: bool) -> str:
         parts = [self.transport, f"n{self.world_size}"]
-        if self.size_bytes is not None:
+        if swept and self.size_bytes is not None:
             parts.append(format_size(self.size_bytes))
         if self.model is not None:
             parts.append(self.model)
-        if self.batch is not None:
+        if swept and self.batch is not None:
             parts.append(f"b{self.batch}")
         if self.dtype != "float32":
             parts.append(self.dtype)
@@ -116,16 +114,14 @@ class Case:
         return "-".join(parts)
 
     @property
+    def id(self) -> str:
+        """The pytest-style id without the benchmark, e.g. 'mpi-n2-1MiB'."""
+        return self._id(swept=True)
+
+    @property
     def world_id(self) -> str:
         """The id of the world this case runs in: every axis but the swept ones (size, batch)."""
-        parts = [self.transport, f"n{self.world_size}"]
-        if self.model is not None:
-            parts.append(self.model)
-        if self.dtype != "float32":
-            parts.append(self.dtype)
-        if self.variant:
-            parts.append(self.variant)
-        return "-".join(parts)
+        return self._id(swept=False)
 
     @property
     def name(self) -> str:

@@ -98,11 +98,11 @@ def all_options() -> list[Opt]:
 
 
 def add_options(addoption: Callable[..., Any], prefix: str = "",
-                names: Collection[str] | None = None) -> list[Opt]:
-    """Add every option (or only ``names``) through ``addoption`` (argparse's add_argument or
-    pytest's group.addoption); returns the options added."""
+                names: Collection[str] | None = None, opts: Iterable[Opt] | None = None) -> list[Opt]:
+    """Add every option (or only ``names``, or ``opts``) through ``addoption`` (argparse's
+    add_argument or pytest's group.addoption); returns the options added."""
     added = []
-    for o in all_options():
+    for o in all_options() if opts is None else opts:
         if names is not None and o.name not in names:
             continue
         flag = f"--{prefix}{o.name}"

@@ -27,6 +27,7 @@ from .errors import ConfigError, PerfsuiteError
 from .model import Case, Sample
 
 STASH_KEY = pytest.StashKey["PerfState"]()
+_REGISTRY_ERROR: str | None = None  # why the benchmark registry could not load (pytest_addoption)
 
 
 class ReplayClock:
@@ -119,10 +120,15 @@ def _values(config: pytest.Config) -> dict[str, Any]:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    global _REGISTRY_ERROR
     group = parser.getgroup("perfsuite", "perfsuite: MPI worlds and distributed DL benchmarks")
-    options.add_options(group.addoption, prefix="perf-")
+    try:
+        opts = options.all_options()
+    except ConfigError as exc:  # a bad PERFSUITE_BENCHMARKS: said once pytest can say it
+        _REGISTRY_ERROR, opts = str(exc), options.COMMON
+    added = options.add_options(group.addoption, prefix="perf-", opts=opts)
     asv_project.add_options(group.addoption, prefix="perf-")
-    for o in options.all_options():
+    for o in added:
         kind = {"flag": "bool", "list": "linelist"}.get(o.kind, "string")
         parser.addini(f"perf_{o.dest}", f"ini twin of --perf-{o.name}: {o.help}", type=kind,
                       default=False if o.kind == "flag" else ([] if o.kind == "list" else ""))
@@ -130,6 +136,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "perf_benchmark(name): the perfsuite benchmark a test measures")
+    if _REGISTRY_ERROR:
+        raise pytest.UsageError(_REGISTRY_ERROR)
     try:
         state = PerfState(config)
         # Every option of every benchmark is checked now: a bad one is a usage error, not a

@@ -417,5 +417,16 @@ def test_machine_fields_come_from_asv_only_for_that_very_machine(tmp_path, monke
     fp = {"os": "Linux", "machine": "x86_64", "cpu_model": "here", "cpu_count": 2, "memory_bytes": 1}
     host = platform.node()
     assert record.machine_info(fp, host) == {"machine": host, "os": "Linux", "arch": "x86_64",
-                                                 "cpu": "here", "num_cpu": "2", "ram": "1"}
+                                             "cpu": "here", "num_cpu": "2", "ram": "1"}
     assert record.machine_info(fp, "other-box") == {"machine": "other-box", "cpu": "elsewhere"}
+
+
+def test_asv_private_names_behave_as_perfsuite_expects(tmp_path):
+    """perfsuite.asv.compat wraps the asv names that are not public API; an asv release that
+    changes one must fail here, not in a history read. The graph weight of a point is
+    2 / (width of its 99% CI), and unknown without a finite interval."""
+    from perfsuite.asv.compat import ci_weight
+
+    assert ci_weight({"ci_99_a": 1.0, "ci_99_b": 1.5}) == pytest.approx(4.0)
+    assert ci_weight({"ci_99_a": 1.0, "ci_99_b": float("inf")}) is None
+    assert ci_weight(None) is None and ci_weight({"ci_99_a": 1.0}) is None

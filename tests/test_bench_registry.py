@@ -118,3 +118,17 @@ def test_toy(benchmark, perf_case, perf_measure):
     (entry,) = json.loads(out.read_text())["benchmarks"]
     assert entry["name"] == "test_toy[mpi-n2-sleep]" and entry["stats"]["rounds"] == 20
     assert SLEEP_US <= entry["stats"]["median"] * 1e6 < 3 * SLEEP_US, entry["stats"]
+
+
+def test_a_benchmark_module_that_cannot_be_imported_is_one_line(pytester, monkeypatch):
+    monkeypatch.setenv("PERFSUITE_BENCHMARKS", "no_such_benchmark_module")
+    r = subprocess.run([sys.executable, "-m", "perfsuite.cli", "transports"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "perfsuite: error: PERFSUITE_BENCHMARKS names 'no_such_benchmark_module', which cannot be "
+        "imported (No module named 'no_such_benchmark_module'); name importable modules, comma separated"]
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["ERROR: PERFSUITE_BENCHMARKS names 'no_such_benchmark_module'*"])
+    assert "Traceback" not in r.stdout.str() + r.stderr.str()

@@ -74,7 +74,6 @@ def _load() -> None:
     global _loaded
     if _loaded:
         return
-    _loaded = True
     for module in BUILTIN:
         importlib.import_module(module)
     for module in (m.strip() for m in os.environ.get(ENV, "").split(",")):
@@ -86,6 +85,7 @@ def _load() -> None:
                                   "name importable modules, comma separated") from None
     for ep in metadata.entry_points(group=ENTRY_POINTS):
         ep.load()
+    _loaded = True
 
 
 def all_specs() -> list[BenchmarkSpec]:
@@ -122,6 +122,16 @@ def options() -> list[Opt]:
 def asv_layout(benchmark: str) -> AsvLayout:
     spec = find(benchmark)
     return spec.asv if spec is not None and spec.asv is not None else generic_layout(benchmark)
+
+
+def heading(result: Result, *facts: str, late: str = "") -> str:
+    """'# allreduce  transport=mpi  world_size=2  <facts>  world start 0.18 s<late>': the first
+    line of a world's table."""
+    head = "  ".join([f"# {result.benchmark}", f"transport={result.transport}",
+                      f"world_size={result.world_size}", *facts])
+    if result.world_start_s is not None:
+        head += f"  world start {result.world_start_s:.2f} s"
+    return head + late
 
 
 def table(result: Result) -> str:

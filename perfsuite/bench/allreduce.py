@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from ..asv.layout import AsvLayout, AsvMetric
 from ..errors import ConfigError
 from ..model import DTYPES, Case, Opt, Result, Sample, format_size, parse_names, parse_size
-from . import BenchmarkSpec, Selection, register
+from . import BenchmarkSpec, Selection, heading, register
 
 DEFAULT_SIZES = "4:64MiB"
 DEFAULT_SIZE_FACTOR = 4  # 4 B .. 64 MiB by x4 is 13 sizes, a 2-rank sweep that fits in seconds
@@ -106,10 +106,7 @@ COLUMNS = ("size", "count", "type", "redop", "time(us)", "min(us)", "max(us)",
 def table(result: Result) -> str:
     """nccl-tests-like columns; time is OMB's average over ranks of each rank's mean latency."""
     extra = result.extra or {}
-    head = (f"# allreduce  transport={result.transport}  world_size={result.world_size}  "
-            f"{'in-place' if extra.get('inplace') else 'out-of-place'}")
-    if result.world_start_s is not None:
-        head += f"  world start {result.world_start_s:.2f} s"
+    head = heading(result, "in-place" if extra.get("inplace") else "out-of-place")
     # Device transports add busbw as a fraction of the device's measured copy bandwidth.
     of_copy = any("busbw_of_copy" in s.info for s in result.samples)
     columns = COLUMNS + (("busbw/copy",) if of_copy else ())

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from ..errors import ConfigError
 from ..kernels.tf_models import MODELS, check_batch
 from ..model import Case, Opt, Result, Sample, parse_names, parse_size, whole_number
-from . import BenchmarkSpec, Selection, register
+from . import BenchmarkSpec, Selection, heading, register
 from .allreduce import allreduce_wire_bytes
 
 DEFAULT_MODELS = "small-cnn"  # the CPU CI model; mobilenet and resnet50 on request
@@ -70,12 +70,8 @@ COLUMNS = ("model", "batch", "global", "img/s", "img/s/wkr", "p50(ms)", "p99(ms)
 def table(result: Result) -> str:
     """One row per model and per-worker batch; scaling = img/s / (n x plain one-worker img/s)."""
     extra = result.extra or {}
-    head = (f"# tf-epoch  transport={result.transport}  world_size={result.world_size}  "
-            f"TF {extra.get('tensorflow', '?')}")
-    if result.world_start_s is not None:
-        head += f"  world start {result.world_start_s:.2f} s"
-    if extra.get("tf_import_s") is not None:
-        head += f"  TF import {extra['tf_import_s']:.1f} s"
+    tf_import = f"  TF import {extra['tf_import_s']:.1f} s" if extra.get("tf_import_s") is not None else ""
+    head = heading(result, f"TF {extra.get('tensorflow', '?')}", late=tf_import)
     lines = [head, "#" + "".join(f"{c:>12}" for c in COLUMNS)[1:]]
 
     def num(v, fmt):

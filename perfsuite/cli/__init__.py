@@ -9,6 +9,7 @@ validated, 1 when a world failed or a result was wrong (or a gate tripped), 2 on
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..errors import ConfigError, PerfsuiteError
@@ -51,5 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"perfsuite {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader (| head) went away: stop quietly, as cat would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAIL
 
 
