@@ -3,9 +3,9 @@
 A room of its own, because a dataset is the *input* of a measurement, not a record of one:
 ``report`` writes what people read, ``baselines``/``asv`` what the suite remembers; neither
 should learn JPEG encoding, and the kernel (inside a rank) only reads, through the naming of
-``kernels/tf_input.py``. Its manifest is a versioned format written through ``formats``. Nothing is downloaded: images are generated from
-a seed (smooth colour fields plus noise, so they compress like photographs, not like flat
-colour), encoded with Pillow (installed with matplotlib), and described by a versioned manifest.
+``kernels/tf_input.py``. Nothing is downloaded: images are generated from a seed (smooth colour
+fields plus noise, so they compress like photographs, not like flat colour), encoded with Pillow
+(installed with matplotlib), and described by a versioned manifest written through ``formats``.
 A folder whose manifest matches is reused, so repeated stall runs do not rewrite it.
 
 File names carry the label (``tf_input.file_name``); the tf.data pipeline reads it back.

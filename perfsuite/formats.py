@@ -9,8 +9,8 @@ register a migration in ``MIGRATIONS`` when the old one can still be read):
 - ``perfsuite-result`` v1: one world's ``Result``, written by rank 0.
 - ``perfsuite-run`` v1: the results file of ``perfsuite run --json``: results, the samples of
   failed worlds (``partial``), failures and skipped worlds. Failure and skip entries name their
-  world by label; they also carry benchmark, transport and world size (readers of older v1
-  files, which lack them, take them from the label).
+  world by label; they also carry benchmark, transport and world size, and a skip its cases
+  (``case_fields``); readers of older v1 files, which lack these, take the world from the label.
 - ``perfsuite-baseline`` v1: ``baselines/<system>/<benchmark>.json`` (see ``baselines``).
 - ``perfsuite-dataset`` v1: the manifest of a generated JPEG dataset (see ``dataset``).
 
@@ -206,14 +206,17 @@ class SuiteRun:
             "partial": [{"world": o.world, "samples": [s.to_dict() for s in o.samples()]}
                         for o in self.failures if o.samples()],
             "failures": [failure_dict(o) for o in self.failures],
-            "skipped": [{"world": o.world, **_world_fields(o.spec),
-                         "cases": [c.name for c in o.spec.cases], "reason": o.skipped}
-                        for o in self.skipped],
+            "skipped": [skip_dict(o) for o in self.skipped],
         })
 
 
 def _world_fields(spec: WorldSpec) -> dict[str, Any]:
     return {"benchmark": spec.benchmark, "transport": spec.transport, "world_size": spec.world_size}
+
+
+def skip_dict(o: WorldOutcome) -> dict[str, Any]:
+    return {"world": o.world, **_world_fields(o.spec), "cases": [c.name for c in o.spec.cases],
+            "case_fields": [c.to_dict() for c in o.spec.cases], "reason": o.skipped}
 
 
 def failure_dict(o: WorldOutcome) -> dict[str, Any]:
@@ -263,7 +266,8 @@ def run_from_dict(d: Any, source: str) -> SuiteRun:
             run.outcomes.append(WorldOutcome(spec, failure=RankFailure(
                 f"{world}: failed (see failures)", case=world, partial=samples), label=world))
         for s in d.get("skipped", []):
-            run.outcomes.append(WorldOutcome(_spec_of(s), skipped=str(s.get("reason", "")),
+            cases = tuple(Case.from_dict(c) for c in s.get("case_fields", []))
+            run.outcomes.append(WorldOutcome(_spec_of(s, cases), skipped=str(s.get("reason", "")),
                                              label=s.get("world", "")))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)

@@ -121,6 +121,7 @@ def _values(config: pytest.Config) -> dict[str, Any]:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     global _REGISTRY_ERROR
+    _REGISTRY_ERROR = None
     group = parser.getgroup("perfsuite", "perfsuite: MPI worlds and distributed DL benchmarks")
     try:
         opts = options.all_options()

@@ -37,7 +37,7 @@ from .model import VERDICT_ORDER, Baseline, Metric, Result, Sample, Tolerance, V
 
 #: Significance level of the two-sided test.
 DEFAULT_ALPHA = 0.01
-#: Tolerance per metric name; others get ``DEFAULT_TOLERANCE``. docs/baselines.md says why these values.
+#: Tolerance per metric name; others get ``DEFAULT_TOLERANCE`` (docs/baselines.md says why).
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "busbw_GBps": Tolerance(-0.03, 0.03),
     "latency_us": Tolerance(-0.03, 0.03),
@@ -212,8 +212,8 @@ def baseline_from_sample(sample: Sample, metric: str, recorded: str = "",
     rounds = round_values(sample, metric)
     return Baseline(case=sample.case.name, metric=metric, unit=m.unit,
                     higher_is_better=m.higher_is_better, value=stats.median(rounds),
-                    rounds=tuple(rounds), samples=tuple(stats.thin(raw, MAX_BASELINE_SAMPLES)), median=summary["median"],
-                    iqr=summary["iqr"], mad=summary["mad"], n=int(summary["n"]),
+                    rounds=tuple(rounds), samples=tuple(stats.thin(raw, MAX_BASELINE_SAMPLES)),
+                    median=summary["median"], iqr=summary["iqr"], mad=summary["mad"], n=int(summary["n"]),
                     tolerance=tolerance, xfail=xfail, recorded=recorded)
 
 

@@ -122,12 +122,12 @@ class ReportRun:
 
     @classmethod
     def from_suite_run(cls, run: SuiteRun, source: str = "this run") -> "ReportRun":
-        stored = run.to_dict()  # the failure and skip records exactly as a results file holds them
         results = list(run.results) + [
             Result(o.spec.benchmark, o.spec.transport, o.spec.world_size, tuple(o.samples()),
                    error=f"{o.world}: world failed; partial") for o in run.failures if o.samples()]
         return cls(source=source, created=run.created, fingerprint=run.fingerprint, results=results,
-                   failures=stored["failures"], skipped=stored["skipped"])
+                   failures=[formats.failure_dict(o) for o in run.failures],
+                   skipped=[formats.skip_dict(o) for o in run.skipped])
 
 
 def load_runs(paths: Sequence[str | os.PathLike]) -> list[ReportRun]:

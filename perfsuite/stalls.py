@@ -23,9 +23,9 @@ isolates the disk and adds up with the other stalls.
 
 Noise: a difference of two medians is only a stall when it is outside the noise. Each stall
 gets a bootstrap confidence interval of the difference of medians (``stats``; each run
-resampled on its own). A stall must have its interval above 0 *and* be at least ``MIN_SHARE`` (3 %) of its
-reference run's step, since separate worlds of one configuration drift by that much on a busy
-machine. When the interval contains 0 (or the difference is under 3 %) the stall is reported as 0 with status ``within noise``
+resampled on its own). A stall must have its interval above 0 *and* be at least ``MIN_SHARE``
+(3 %) of its reference run's step, since separate worlds of one configuration drift by that much
+on a busy machine. When the interval contains 0 (or the difference is under 3 %) the stall is reported as 0 with status ``within noise``
 (the raw difference is kept beside it); when it lies wholly below 0 it is reported as 0 with
 status ``negative`` (the run with more work was faster: contention or drift, never a stall).
 So a stall that is really zero comes out 0, never as negative noise presented as a number.

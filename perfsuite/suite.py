@@ -12,7 +12,7 @@ from typing import Any
 
 from . import bench, fingerprint, regress, transports
 from .bench import Selection
-from .errors import LaunchError, RankFailure, Unavailable
+from .errors import ConfigError, LaunchError, RankFailure, Unavailable
 from .formats import SuiteRun, WorldOutcome
 from .launch.environment import free_ports, prepared
 from .launch.launchers import LaunchConfig
@@ -37,8 +37,9 @@ class SuiteConfig:
 def select_cases(sel: Selection) -> list[Case]:
     spec = bench.get(sel.benchmark)
     if spec.cases is None:
-        raise LaunchError(f"benchmark {sel.benchmark!r} is measured by its own command, not run "
-                          "case by case")
+        raise ConfigError(f"benchmark {sel.benchmark!r} is not selected case by case; it is measured "
+                          f"by its own experiment (e.g. perfsuite {sel.benchmark}); selectable: "
+                          f"{', '.join(bench.names())}")
     for t in sel.transports or ():
         transports.spec(t, spec.transports)  # names the bad transport
     if sel.transports is None:

@@ -92,8 +92,10 @@ def test_toy_runs_through_the_cli(toy, no_leftover_ranks):
     (sample,) = result["samples"]
     assert result["benchmark"] == "toy-sleep" and len(sample["times_s"]) == 20
     median = sample["metrics"]["sleep_us"]["value"]
-    # sleep() never returns early; a shared machine may add a little, never a factor of 3
-    assert SLEEP_US <= median < 3 * SLEEP_US, median
+    # sleep() never returns early, so less than the sleep is a harness that lost time. A busy
+    # machine can delay a wake-up by milliseconds; 10x still tells an iteration from the whole
+    # 20-iteration loop or the world's start, which a harness timing the wrong thing would report.
+    assert SLEEP_US <= median < 10 * SLEEP_US, median
     r = subprocess.run([sys.executable, "-m", "perfsuite.cli", "run", "--benchmarks", "toy-sleep,nope"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 2 and "benchmark 'nope' is unknown; choose from" in r.stderr
@@ -117,7 +119,7 @@ def test_toy(benchmark, perf_case, perf_measure):
     r.assert_outcomes(passed=1)
     (entry,) = json.loads(out.read_text())["benchmarks"]
     assert entry["name"] == "test_toy[mpi-n2-sleep]" and entry["stats"]["rounds"] == 20
-    assert SLEEP_US <= entry["stats"]["median"] * 1e6 < 3 * SLEEP_US, entry["stats"]
+    assert SLEEP_US <= entry["stats"]["median"] * 1e6 < 10 * SLEEP_US, entry["stats"]
 
 
 def test_a_benchmark_module_that_cannot_be_imported_is_one_line(pytester, monkeypatch):
@@ -132,3 +134,12 @@ def test_a_benchmark_module_that_cannot_be_imported_is_one_line(pytester, monkey
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines(["ERROR: PERFSUITE_BENCHMARKS names 'no_such_benchmark_module'*"])
     assert "Traceback" not in r.stdout.str() + r.stderr.str()
+
+
+def test_a_benchmark_measured_by_its_own_experiment_is_not_selected_case_by_case():
+    from perfsuite import suite
+    from perfsuite.errors import ConfigError
+
+    assert "stalls" in bench.names(runnable=False) and "stalls" not in bench.names()
+    with pytest.raises(ConfigError, match="'stalls' is not selected case by case.*perfsuite stalls"):
+        suite.select_cases(bench.Selection("stalls", ("mpi",), (2,)))

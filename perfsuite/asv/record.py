@@ -126,8 +126,8 @@ def describe(layout: AsvLayout, m: AsvMetric, params: list[list[str]]) -> dict[s
         param_names = list(layout.axes)
         timeout = 60.0
 
-    bench = TrackBenchmark(layout.name(m), recorded, [recorded, Attrs])
-    d = {k: v for k, v in bench.__dict__.items()
+    track = TrackBenchmark(layout.name(m), recorded, [recorded, Attrs])
+    d = {k: v for k, v in track.__dict__.items()
          if isinstance(v, (str, int, float, list, dict, bool)) and not k.startswith("_")}
     d["params"] = [list(p) for p in params]
     d["param_names"] = list(layout.axes)  # asv_runner trims names to the (empty) params given

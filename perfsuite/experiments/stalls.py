@@ -54,7 +54,7 @@ class StallRunOutcome:
                         _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
 
-def _skip_reason(run: stalls.StallRun, sc: StallConfig) -> str | None:
+def _skip_reason(run: stalls.StallRun) -> str | None:
     """Why this machine cannot make one of the runs (the stalls that need it are skipped)."""
     if run.across_nodes:
         reason = netns.unavailable_reason(fingerprint.is_root())
@@ -98,7 +98,7 @@ def run_stalls(sc: StallConfig, cfg: suite.SuiteConfig,
     info: dict[str, Any] = {"tf_threads": tf_threads, "prep_threads": sc.prep_threads,
                             "emulated_disk": sc.disk.label if sc.disk is not None else None}
     for run in stalls.plan(sc.world_size, data=sc.data_dir is not None, network=sc.network is not None):
-        reason = _skip_reason(run, sc)
+        reason = _skip_reason(run)
         if reason:
             skipped[run.key] = reason
             continue

@@ -117,22 +117,21 @@ register(TransportSpec("tf-grpc", "TensorFlow collective ring over gRPC (MultiWo
                        ("allreduce",), "perfsuite.transports.tf_grpc:TfGrpcAllreduce",
                        check=_tf.need_tf, needs_ports=True))
 for _name, _summary, _cls, _device, _check, _ports in (
-        ("plain", "no strategy, no gradient exchange: each worker trains alone", "PlainTraining",
+        ("plain", "no strategy, no gradient exchange: each worker trains alone", "tf_train:PlainTraining",
          "host", _tf.need_tf, False),
-        ("grpc", "MultiWorkerMirroredStrategy, RING collectives over gRPC", "GrpcTraining",
+        ("grpc", "MultiWorkerMirroredStrategy, RING collectives over gRPC", "tf_train:GrpcTraining",
          "host", _tf.need_tf, True),
         ("mpi", "GradientTape gradients fused and averaged with mpi4py Allreduce (Horovod-style)",
-         "MpiTraining", "host", _tf.need_tf, False),
-        ("horovod", "hvd.DistributedGradientTape over MPI", "HorovodTraining",
+         "tf_train:MpiTraining", "host", _tf.need_tf, False),
+        ("horovod", "hvd.DistributedGradientTape over MPI", "tf_train:HorovodTraining",
          "host", _tf.need_horovod, False),
-        ("grpc-nccl", "MultiWorkerMirroredStrategy, NCCL collectives", "GrpcNcclTraining",
+        ("grpc-nccl", "MultiWorkerMirroredStrategy, NCCL collectives", "tf_train:GrpcNcclTraining",
          "gpu", _tf.need_tf_gpu, True),
-        ("horovod-nccl", "hvd.DistributedGradientTape over NCCL", "HorovodNcclTraining",
+        ("horovod-nccl", "hvd.DistributedGradientTape over NCCL", "tf_train:HorovodNcclTraining",
          "gpu", _tf.need_horovod_gpu, False),
-        ("nccl", "fused gradients on the GPU, DLPack to CuPy, NCCL allreduce", "NcclTraining",
+        ("nccl", "fused gradients on the GPU, DLPack to CuPy, NCCL allreduce", "tf_train_gpu:NcclTraining",
          "gpu", _tf.need_tf_gpu, False),
         ("mpi-cuda", "fused gradients on the GPU, DLPack to CuPy, CUDA-aware MPI Allreduce",
-         "MpiCudaTraining", "gpu", _tf.need_tf_gpu, False)):
-    _module = "tf_train_gpu" if _device == "gpu" and _cls.startswith(("Nccl", "MpiCuda")) else "tf_train"
-    register(TransportSpec(_name, _summary, ("tf-epoch",), f"perfsuite.transports.{_module}:{_cls}",
+         "tf_train_gpu:MpiCudaTraining", "gpu", _tf.need_tf_gpu, False)):
+    register(TransportSpec(_name, _summary, ("tf-epoch",), f"perfsuite.transports.{_cls}",
                            device=_device, check=_check, needs_ports=_ports), key=f"tf-epoch:{_name}")
