@@ -53,3 +53,7 @@ class Unavailable(PerfsuiteError):
 
 class TransportUnavailable(Unavailable):
     """A transport cannot run here."""
+
+
+class PortInUse(ConfigError):
+    """A port a world was told to use is taken (raised inside the world, by every rank)."""

@@ -32,9 +32,10 @@ from typing import Any
 from .errors import ConfigError, FormatError, LaunchError, PerfsuiteError, RankFailure
 from .model import Case, Result, Sample, WorldSpec
 
+AB = "perfsuite-ab"
 JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "perfsuite-run",
                                        "perfsuite-baseline", "perfsuite-dataset")
-VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 1, DATASET: 1}
+VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 1, DATASET: 1, AB: 1}
 
 #: (format, old version) -> function turning such a dict into the next version's.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {}
@@ -45,6 +46,7 @@ REFRESH_BASELINE = ("re-record it with `perfsuite baseline update --from results
 #: What to do with a file of another format, and with one older than this perfsuite reads.
 _HINTS = {
     RUN: ("pass a file written by perfsuite run --json", RERUN),
+    AB: ("pass a file written by perfsuite ab --json", "re-run perfsuite ab with this perfsuite"),
     RESULT: ("pass a file written by perfsuite run --json", RERUN),
     JOB: ("jobs are written by perfsuite's world runner", "start the world with this perfsuite"),
     BASELINE: (f"move it away and {REFRESH_BASELINE}",

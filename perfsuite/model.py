@@ -8,6 +8,7 @@ Records know nothing of files: ``formats`` stores them, with a version per forma
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -243,7 +244,9 @@ class Result:
 
 #: Every verdict status, in the order a reader needs them: what got worse first. Tables, reports
 #: and the one-line summary of a case all sort by it.
-VERDICT_ORDER = ("regression", "invalid", "improvement", "missing", "new", "unchanged")
+VERDICT_ORDER = ("regression", "invalid", "improvement", "unknown", "missing", "new", "same")
+#: What each status is in the three-way language of comparisons.
+VERDICT_KIND = {"regression": "DIFFERENT", "improvement": "DIFFERENT", "same": "SAME", "unknown": "UNKNOWN"}
 
 
 @dataclass(frozen=True)
@@ -326,7 +329,9 @@ class Verdict:
     """What one metric of one case did against its baseline (see ``regress.verdict``).
 
     ``change`` is value / baseline - 1 in the metric's own terms (busbw -0.26 = 26% less
-    bandwidth, latency +0.30 = 30% more time); ``note`` is the one line a face prints.
+    bandwidth, latency +0.30 = 30% more time), ``low``/``high`` its interval (``high`` inf when
+    the data cannot bound it); ``rounds`` the rounds (or pairs) judged and ``dropped`` those
+    left out as contended; ``note`` is the one line a face prints.
     """
 
     case: str
@@ -337,12 +342,21 @@ class Verdict:
     value: float | None = None
     baseline: float | None = None
     change: float | None = None
+    low: float | None = None
+    high: float | None = None
     tolerance: Tolerance | None = None
     p_value: float | None = None
     test: str = ""
     system: str = ""
     xfail: str | None = None
     note: str = ""
+    rounds: int = 0
+    dropped: int = 0
+
+    @property
+    def kind(self) -> str:
+        """DIFFERENT, SAME or UNKNOWN for a comparison; the status itself otherwise."""
+        return VERDICT_KIND.get(self.status, self.status)
 
     @property
     def is_failure(self) -> bool:
@@ -352,4 +366,8 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["tolerance"] = self.tolerance.to_dict() if self.tolerance else None
+        d["kind"] = self.kind
+        for key in ("low", "high", "change"):  # JSON has no infinity
+            if isinstance(d[key], float) and math.isinf(d[key]):
+                d[key] = None
         return d

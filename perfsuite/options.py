@@ -77,13 +77,18 @@ COMMON: list[Opt] = [
     Opt("max-rounds", None, "adaptive sampling: more rounds, up to N, until each median is known to --precision", metavar="N"),
     Opt("precision", "0.01", "adaptive sampling stops when the 95% CI of each median is within +-this fraction", metavar="F"),
     Opt("round-budget", None, "adaptive sampling stops after this many seconds per world", metavar="S"),
+    Opt("max-contention", "0.05", "a round whose ranks waited for a CPU longer than this share of the timed "
+        "loop is contended: kept in the results, left out of verdicts and re-run", metavar="F"),
+    Opt("contention-retries", "3", "worlds re-run per world in place of contended rounds", metavar="N"),
     Opt("system", None, "baseline system name [default: from this machine's fingerprint]", metavar="NAME"),
     Opt("baseline-dir", "baselines", "folder of baselines/<system>/<benchmark>.json", metavar="DIR"),
     Opt("baseline-update", False, "record this run as the baselines (atomic; prints what changed)", kind="flag"),
-    Opt("strict", False, "also fail improvements beyond tolerance (a prompt to refresh the baseline)", kind="flag"),
-    Opt("alpha", None, "significance level of the gate's Mann-Whitney U test: a change beyond tolerance "
-        "counts only when p < alpha [default: 0.01]", metavar="P", parse=parse_alpha),
-    Opt("tolerance", None, "override every tolerance: 0.05 or LOWER:UPPER like -0.10:0.05 [default: per metric]",
+    Opt("strict", False, "also fail improvements beyond tolerance (a prompt to refresh the baseline); "
+        "the CLI exits 3 when a comparison stays UNKNOWN", kind="flag"),
+    Opt("alpha", None, "false-alarm rate of the gate: each change's interval has confidence 1 - alpha "
+        "(split over the looks adaptive sampling takes) [default: 0.01]", metavar="P", parse=parse_alpha),
+    Opt("tolerance", None, "override every tolerance: 0.05 or LOWER:UPPER like -0.10:0.05 [default: per metric, "
+        "widened to 2x the baseline's between-round spread]",
         metavar="TOL", parse=parse_tolerance),
     Opt("emulated-network", None, "run every world with one rank per emulated node (network namespaces, "
         "tbf-shaped veth links; root): 1gbit, 10gbit, 25gbit", metavar="RATE"),
@@ -145,7 +150,7 @@ def selection(values: Mapping[str, Any], benchmark: str = "allreduce", **extra: 
                      values={o.dest: parsed(o, v) for o in spec.options})
 
 
-def _launcher_args(text: str | None) -> tuple[str, ...]:
+def launcher_args(text: str | None) -> tuple[str, ...]:
     if not text:
         return ()
     try:
@@ -166,7 +171,7 @@ def launch_config(v: Mapping[str, Any]) -> LaunchConfig:
                         program=v["launcher_program"], hostfile=v["hostfile"], hosts=hosts,
                         ranks_per_node=whole_number(v["ppn"], "ranks per node (ppn)"),
                         oversubscribe=None if over == "auto" else over == "yes",
-                        env=parse_env(v["env"] or []), extra_args=_launcher_args(v["launcher_args"]))
+                        env=parse_env(v["env"] or []), extra_args=launcher_args(v["launcher_args"]))
 
 
 def suite_config(values: Mapping[str, Any]) -> SuiteConfig:
@@ -196,7 +201,22 @@ def rounds_policy(v: Mapping[str, Any]) -> RoundsPolicy:
                           "must be numbers, e.g. 0.01 and 60") from None
     return RoundsPolicy(rounds=whole_number(v.get("rounds") or 1, "rounds"),
                         max_rounds=whole_number(v.get("max_rounds"), "max rounds"),
-                        precision=precision, budget_s=budget)
+                        precision=precision, budget_s=budget,
+                        max_contention=contention_limit(v.get("max_contention", "0.05")),
+                        retries=whole_number(v.get("contention_retries") or "3", "contention retries", low=0))
+
+
+def contention_limit(value: Any) -> float | None:
+    """--max-contention: a fraction in (0, 1], or 'off' (judge contended rounds too)."""
+    if value is None or str(value).strip().lower() == "off":
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        f = -1.0
+    if not 0.0 < f <= 1.0:
+        raise ConfigError(f"max contention {value!r} must be a fraction in (0, 1], e.g. 0.05, or off")
+    return f
 
 
 def reference_markdown() -> str:

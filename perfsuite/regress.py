@@ -1,39 +1,45 @@
-"""Verdicts: a measured sample against its baseline -> regression, improvement, unchanged, new,
-missing or invalid. Pure functions over ``model`` records and ``stats``; nothing here reads a
-file or starts a process.
+"""Verdicts: a measured sample against its baseline, or arm B against arm A -> regression or
+improvement (DIFFERENT), same (SAME), unknown (UNKNOWN), new, missing or invalid. Pure
+functions over ``model`` records and ``stats``; nothing here reads a file or starts a process.
 
 How a change is decided (two-sided: improvements are reported like regressions)
 ----------------------------------------------------------------------------------
-A change counts only when it is both **beyond the tolerance** (an effect size the user cares
-about) and **statistically significant** (unlikely to be noise), as asv does.
+Every comparison ends with an interval for the change, and the interval against the tolerance
+(the effect the user cares about) decides, as Chromium's Pinpoint and equivalence testing do:
+entirely beyond the tolerance is DIFFERENT, entirely inside it is SAME, straddling it is
+UNKNOWN ("cannot tell yet"). A comparison that could not have seen the tolerance (one round
+against one, or every round contended) is UNKNOWN, never "unchanged".
 
 * The unit of replication is the **round**: one world run, summarised by its median over
-  iterations (the kernel's p50). On a shared 2-core machine rounds differ far more than
-  iterations within a round do (measured here: the p50 of 1 MiB allreduce moved by ~30% between
-  worlds while iterations within a world spread by ~2%, because another job sharing a core halves
-  a whole world's speed). Iterations of one world are therefore not independent draws of what a
-  rerun would see, and a test over them would call every between-world wobble significant.
-* The point estimate is the ratio of the medians of the round values: a median, so one contended
-  round cannot move it.
-* The test is **Mann-Whitney U, two-sided, over round values**. It is rank-based, so a round that
-  ran at half speed counts as one rank, not as a huge number; it assumes no distribution (the
-  round values here are bimodal); and it is the test asv uses for the same decision. We chose it
-  over a bootstrap CI of the median ratio because with the 5-10 rounds a gate can afford, a
-  bootstrap's percentile interval is too coarse and under-covers, while U's p-value is exact.
-* U over n1 vs n2 values cannot give p below 2/C(n1+n2, n1) (0.33 for 2 vs 2). When the rounds
-  cannot reach ``alpha`` (fewer than 4 + 4 at 0.05, 5 + 5 at 0.01), the test falls back to U over
-  the raw per-iteration samples, and the verdict says so (``test='mwu-iterations'``): that only
-  proves the two runs differ, so the tolerance alone guards against between-run noise. Use
-  ``rounds >= 5`` on a shared machine (docs/baselines.md says what that costs).
+  iterations (the kernel's p50). Worlds differ far more than iterations within a world do
+  (here: 4 B latency moves ~8% between quiet worlds, iterations of one world ~2%), so
+  iterations are not independent draws of what a rerun would see.
+* **Against a stored baseline** (independent samples): the interval of the shift of log round
+  values, new against baseline, from the Mann-Whitney test inverted (Hodges-Lehmann;
+  ``stats.shift_ci``): rank-based, so a round that ran at half speed counts as one rank; exact
+  for small counts; no distribution assumed. Its estimate is the reported change.
+* **Arm B against arm A** (``perfsuite ab``; pairs of worlds run next to each other): the
+  interval of the median of per-pair log ratios from the sign test (``stats.sign_ci``),
+  which needs neither symmetry nor a distribution.
+* **Repeated looks**: adaptive sampling judges after every round (or pair) and stops when
+  decided. Each look's interval is at confidence 1 - alpha/looks (Bonferroni over the most looks
+  the budget allows), so the chance that any look wrongly calls a change DIFFERENT stays below
+  alpha however the sampling stops.
+* **Tolerance**: the user's, else the baseline's own, else the metric's default widened to
+  ``NOISE_FACTOR`` x the baseline's between-round spread: a machine whose quiet worlds differ
+  by 8% cannot tell 3% from nothing, and a verdict must not pretend it can.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from . import stats
 from .errors import ConfigError
-from .model import VERDICT_ORDER, Baseline, Metric, Result, Sample, Tolerance, Verdict
+from .model import VERDICT_ORDER, Baseline, Sample, Tolerance, Verdict
+from .rounds import (ROUNDS_KEY, RoundsPolicy, pool_by_case, pool_results, pool_rounds,  # noqa: F401
+                     precise_enough, round_values)
 
 #: Significance level of the two-sided test.
 DEFAULT_ALPHA = 0.01
@@ -45,8 +51,6 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 DEFAULT_TOLERANCE = Tolerance(-0.05, 0.05)
 #: Raw per-iteration samples kept in a baseline (evenly spaced order statistics beyond this).
 MAX_BASELINE_SAMPLES = stats.MAX_KEPT_SAMPLES
-#: Key in ``Sample.info`` holding per-metric round values of a pooled sample.
-ROUNDS_KEY = "round_values"
 
 _SHORT_METRIC = {"busbw_GBps": "busbw", "algbw_GBps": "algbw", "latency_us": "latency"}
 
@@ -84,123 +88,6 @@ def parse_tolerance(text: str) -> Tolerance:
                           "-0.10:0.05 (lower <= 0 <= upper)") from None
 
 
-# --- rounds -------------------------------------------------------------------------------------
-
-def round_values(sample: Sample, metric: str) -> list[float]:
-    """The per-round values of ``metric`` (one per world run); a plain sample is one round."""
-    pooled = sample.info.get(ROUNDS_KEY, {}).get(metric)
-    if pooled:
-        return [float(x) for x in pooled]
-    return [float(sample.metrics[metric].value)]
-
-
-def pool_rounds(rounds: Sequence[Sample]) -> Sample:
-    """Merge samples of one case from several rounds into one sample.
-
-    The pooled value of each metric is the median of the round values; raw samples are
-    concatenated; ``info[ROUNDS_KEY]`` keeps the round values for the test. A sample that failed
-    validation in any round makes the pooled one invalid.
-    """
-    if not rounds:
-        raise ValueError("pool_rounds needs at least one sample")
-    case = rounds[0].case
-    for s in rounds:
-        if s.case != case:
-            raise ValueError(f"pool_rounds got {s.case.name} among rounds of {case.name}")
-    if len(rounds) == 1 and ROUNDS_KEY not in rounds[0].info:
-        return rounds[0]
-    metrics: dict[str, Metric] = {}
-    per_round: dict[str, list[float]] = {}
-    for name, first in rounds[0].metrics.items():
-        values = [v for s in rounds if name in s.metrics for v in round_values(s, name)]
-        raw = tuple(x for s in rounds if name in s.metrics for x in s.metrics[name].samples)
-        per_round[name] = values
-        metrics[name] = replace(first, value=stats.median(values), samples=raw)
-    info = dict(rounds[-1].info)
-    for key, last in info.items():
-        # Numbers the kernel reported (p50, p99, busbw, ...) become their median over the rounds,
-        # so tables built from ``info`` agree with the pooled metrics.
-        vals = [r.info.get(key) for r in rounds]
-        if (key != ROUNDS_KEY and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals)
-                and len(set(vals)) > 1):
-            info[key] = stats.median(vals)
-    info[ROUNDS_KEY] = per_round
-    info["rounds"] = len(next(iter(per_round.values()), []))
-    return Sample(case, metrics, all(s.valid for s in rounds),
-                  tuple(t for s in rounds for t in s.times_s), info)
-
-
-def pool_by_case(rounds: Iterable[Iterable[Sample]]) -> list[Sample]:
-    """Rounds (each a list of samples, one per case) -> one pooled sample per case, in order."""
-    by_case: dict[str, list[Sample]] = {}
-    for one_round in rounds:
-        for s in one_round:
-            by_case.setdefault(s.case.name, []).append(s)
-    return [pool_rounds(ss) for ss in by_case.values()]
-
-
-def precise_enough(samples: Iterable[Sample], target: float, confidence: float = 0.95,
-                   min_rounds: int = 3) -> bool:
-    """Adaptive sampling's stop rule: every metric's median over rounds is known to +-target.
-
-    ``target`` is the relative half-width of the distribution-free CI of the median of the round
-    values, e.g. 0.01. Fewer than ``min_rounds`` rounds never counts as precise.
-    """
-    for s in samples:
-        for name in s.metrics:
-            values = round_values(s, name)
-            if len(values) < min_rounds or stats.relative_ci_halfwidth(values, confidence) > target:
-                return False
-    return True
-
-
-@dataclass(frozen=True)
-class RoundsPolicy:
-    """How many rounds (worlds) to run per world spec and pool: at least ``rounds``; then, while
-    the median of some metric is not yet known to +-``precision`` (relative, 95%), more up to
-    ``max_rounds``, unless ``budget_s`` seconds have been spent on this world already."""
-
-    rounds: int = 1
-    max_rounds: int | None = None  # None: exactly ``rounds`` (no adaptive sampling)
-    precision: float = 0.01
-    budget_s: float | None = None
-
-    def __post_init__(self):
-        if self.rounds < 1:
-            raise ConfigError(f"rounds {self.rounds} must be >= 1")
-        if self.max_rounds is not None and self.max_rounds < self.rounds:
-            raise ConfigError(f"max rounds {self.max_rounds} must be >= rounds ({self.rounds})")
-        if not 0.0 < self.precision < 1.0:
-            raise ConfigError(f"precision {self.precision!r} must be a fraction like 0.01")
-        if self.budget_s is not None and self.budget_s <= 0:
-            raise ConfigError(f"round budget {self.budget_s!r} must be a number of seconds > 0")
-
-    def more(self, done: int, elapsed_s: float, pooled: Iterable[Sample]) -> bool:
-        """Whether to run another round after ``done`` rounds taking ``elapsed_s`` seconds."""
-        if done < self.rounds:
-            return True
-        if self.max_rounds is None or done >= self.max_rounds:
-            return False
-        if self.budget_s is not None and elapsed_s >= self.budget_s:
-            return False
-        return not precise_enough(pooled, self.precision, min_rounds=min(3, self.max_rounds))
-
-
-def pool_results(results: Sequence[Result]) -> Result:
-    """Several rounds of one world as one Result: samples pooled per case (``pool_by_case``),
-    wall time summed, ``extra['rounds']`` the number of rounds."""
-    if not results:
-        raise ValueError("pool_results needs at least one result")
-    if len(results) == 1:
-        return results[0]
-    last = results[-1]
-    starts = [r.world_start_s for r in results if r.world_start_s is not None]
-    return replace(last, samples=tuple(pool_by_case(r.samples for r in results)),
-                   world_start_s=stats.median(starts) if starts else None,
-                   wall_s=sum(r.wall_s or 0.0 for r in results),
-                   extra={**last.extra, "rounds": len(results)})
-
-
 # --- baselines from samples ---------------------------------------------------------------------
 
 def baseline_from_sample(sample: Sample, metric: str, recorded: str = "",
@@ -217,25 +104,51 @@ def baseline_from_sample(sample: Sample, metric: str, recorded: str = "",
                     tolerance=tolerance, xfail=xfail, recorded=recorded)
 
 
-# --- verdicts -----------------------------------------------------------------------------------
+# --- verdicts ---------------------------------------------------------------------------------
 
-def significance(new_rounds: Sequence[float], base_rounds: Sequence[float],
-                 new_raw: Sequence[float], base_raw: Sequence[float],
-                 alpha: float = DEFAULT_ALPHA) -> tuple[float, str]:
-    """(p, test name): U over rounds when they can reach ``alpha``, else over raw samples."""
-    if stats.mann_whitney_min_p(len(new_rounds), len(base_rounds)) < alpha:
-        return stats.mann_whitney_p(base_rounds, new_rounds), "mwu-rounds"
-    if new_raw and base_raw:
-        return stats.mann_whitney_p(base_raw, new_raw), "mwu-iterations"
-    return 1.0, "none"  # neither rounds nor raw samples: nothing can be significant
+#: A default tolerance is widened to this many times the baseline's between-round spread, but
+#: never past MAX_NOISE_TOLERANCE: beyond it a noisy baseline would call everything SAME.
+NOISE_FACTOR = 2.0
+MAX_NOISE_TOLERANCE = 0.20
+
+
+def interval_status(low: float, high: float, tol: Tolerance, higher_is_better: bool) -> str:
+    """The verdict of a change known to lie in [low, high] (fractions, value / reference - 1)."""
+    if high < tol.lower:
+        return "regression" if higher_is_better else "improvement"
+    if low > tol.upper:
+        return "improvement" if higher_is_better else "regression"
+    if tol.lower <= low and high <= tol.upper:
+        return "same"
+    return "unknown"
+
+
+def confidence(alpha: float, looks: int = 1) -> float:
+    """Each look's confidence so that ``looks`` looks together keep the false-alarm rate <= alpha."""
+    return 1.0 - alpha / max(1, looks)
+
+
+def noise_tolerance(metric: str, base_rounds: Sequence[float]) -> Tolerance:
+    """The metric's default tolerance, widened to what the baseline's own rounds can resolve."""
+    tol = default_tolerance(metric)
+    if len(base_rounds) < 3:
+        return tol
+    spread = min(NOISE_FACTOR * stats.relative_spread(base_rounds), MAX_NOISE_TOLERANCE)
+    return Tolerance(min(tol.lower, -spread), max(tol.upper, spread))
+
+
+def _log(values: Sequence[float]) -> list[float]:
+    return [math.log(max(v, 1e-300)) for v in values]
 
 
 def verdict(case: str, metric: str, sample: Sample | None, baseline: Baseline | None, *,
             tolerance: Tolerance | None = None, alpha: float = DEFAULT_ALPHA,
-            system: str = "") -> Verdict:
-    """The verdict of one metric of one case.
+            system: str = "", looks: int = 1) -> Verdict:
+    """The verdict of one metric of one case against its stored baseline.
 
-    Tolerance precedence: ``tolerance`` argument, then the baseline's own, then the metric default.
+    Tolerance precedence: ``tolerance`` argument, then the baseline's own, then the metric
+    default widened by the baseline's noise (``noise_tolerance``). ``looks``: how many times
+    this comparison may be judged while rounds are added (see the module notes).
     """
     if not 0.0 < alpha < 1.0:
         raise ConfigError(f"significance level {alpha!r} must be between 0 and 1, e.g. 0.01")
@@ -261,26 +174,57 @@ def verdict(case: str, metric: str, sample: Sample | None, baseline: Baseline | 
         raise ConfigError(f"{case} {metric}: baseline is in {baseline.unit!r} "
                           f"({_direction(baseline.higher_is_better)}), the result in {m.unit!r} "
                           f"({_direction(m.higher_is_better)}); update the baseline")
-    tol = tolerance or baseline.tolerance or default_tolerance(metric)
+    tol = tolerance or baseline.tolerance or noise_tolerance(metric, baseline.rounds)
     new_rounds = round_values(sample, metric)
     value = stats.median(new_rounds)
-    change = value / baseline.value - 1.0 if baseline.value else 0.0
-    p, test = significance(new_rounds, baseline.rounds, m.samples, baseline.samples, alpha)
-    below, above = change < tol.lower, change > tol.upper
-    worse = below if m.higher_is_better else above
-    better = above if m.higher_is_better else below
-    significant = p < alpha
-    status = ("regression" if worse and significant else
-              "improvement" if better and significant else "unchanged")
-    v = Verdict(case, metric, status, m.unit, m.higher_is_better, value=value,
-                baseline=baseline.value, change=change, tolerance=tol, p_value=p, test=test,
-                system=system, xfail=xfail)
-    return replace(v, note=describe(v, significant, worse or better))
+    est, lo, hi = stats.shift_ci(_log(new_rounds), _log(baseline.rounds), confidence(alpha, looks))
+    p = stats.mann_whitney_p(baseline.rounds, new_rounds)
+    v = Verdict(case, metric, interval_status(_change(lo), _change(hi), tol, m.higher_is_better),
+                m.unit, m.higher_is_better, value=value, baseline=baseline.value,
+                change=_change(est), low=_change(lo), high=_change(hi), tolerance=tol, p_value=p,
+                test="mwu-shift", system=system, xfail=xfail, rounds=len(new_rounds),
+                dropped=int(sample.info.get("rounds_dropped", 0)))
+    if sample.info.get("contended"):
+        v = replace(v, status="unknown", note=f"{case} {_short(metric)}: machine contended "
+                    f"({float(sample.info.get('contention') or 0):.0%} run-queue wait in the least "
+                    f"contended of {len(new_rounds)} round(s)); no verdict rests on contended rounds")
+        return v
+    return replace(v, note=describe(v))
+
+
+def paired_verdict(case: str, metric: str, ratios: Sequence[float], *, unit: str,
+                   higher_is_better: bool, tolerance: Tolerance, alpha: float = DEFAULT_ALPHA,
+                   looks: int = 1, dropped: int = 0, a: float | None = None,
+                   b: float | None = None, system: str = "") -> Verdict:
+    """The verdict of arm B against arm A from per-pair ratios B/A of one metric."""
+    if not ratios:
+        return Verdict(case, metric, "unknown", unit, higher_is_better, tolerance=tolerance,
+                       test="sign-pairs", system=system, dropped=dropped,
+                       note=f"{case} {_short(metric)}: no pair to judge ({dropped} dropped as contended)")
+    est, lo, hi = stats.sign_ci(_log(ratios), confidence(alpha, looks))
+    v = Verdict(case, metric, interval_status(_change(lo), _change(hi), tolerance, higher_is_better),
+                unit, higher_is_better, value=b, baseline=a, change=_change(est), low=_change(lo),
+                high=_change(hi), tolerance=tolerance, test="sign-pairs", system=system,
+                rounds=len(ratios), dropped=dropped)
+    return replace(v, note=describe(v))
+
+
+def _change(log_shift: float) -> float:
+    if log_shift == math.inf:
+        return math.inf
+    if log_shift == -math.inf:
+        return -1.0
+    return math.exp(log_shift) - 1.0
+
+
+def decided(v: Verdict) -> bool:
+    """Whether more rounds could change this verdict (UNKNOWN is the only undecided one)."""
+    return v.status != "unknown"
 
 
 def compare(samples: Iterable[Sample], baselines: Mapping[tuple[str, str], Baseline], *,
             tolerance: Tolerance | None = None, alpha: float = DEFAULT_ALPHA, system: str = "",
-            cases: Iterable[str] | None = None) -> list[Verdict]:
+            cases: Iterable[str] | None = None, looks: int = 1) -> list[Verdict]:
     """Every verdict: each metric of each sample, then each baseline with no sample (missing).
 
     ``baselines`` maps (case name, metric) to Baseline. ``cases``, when given, limits 'missing' to
@@ -293,7 +237,7 @@ def compare(samples: Iterable[Sample], baselines: Mapping[tuple[str, str], Basel
             key = (s.case.name, metric)
             seen.add(key)
             out.append(verdict(s.case.name, metric, s, baselines.get(key), tolerance=tolerance,
-                               alpha=alpha, system=system))
+                               alpha=alpha, system=system, looks=looks))
     wanted = set(cases) if cases is not None else None
     for key, b in baselines.items():
         if key not in seen and (wanted is None or key[0] in wanted):
@@ -326,43 +270,58 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
     """Every verdict as a terminal table, failures first, then a count per status."""
     order = {s: i for i, s in enumerate(VERDICT_ORDER)}
     rows = sorted(verdicts, key=lambda v: (order.get(v.status, 9), v.case, v.metric))
-    head = f"{'status':<12}{'case':<34}{'metric':<12}{'value':>10}{'baseline':>10}{'change':>8}{'tol':>6}{'p':>9}  test"
+    head = (f"{'status':<12}{'case':<34}{'metric':<12}{'value':>10}{'ref':>10}{'change':>8}"
+            f"{'interval':>18}{'tol':>6}{'rounds':>8}")
     lines = [head]
     for v in rows:
         status = v.status.upper() if v.is_failure and not v.xfail else v.status
         if v.xfail and v.is_failure:
             status += "(x)"
-        tol = ""
-        if v.tolerance is not None and v.change is not None:
-            tol = f"{(v.tolerance.lower if v.change < 0 else v.tolerance.upper):+.0%}"
+        tol = f"{v.tolerance.upper:.0%}" if v.tolerance is not None else ""
+        interval = f"[{_pct(v.low)}, {_pct(v.high)}]" if v.low is not None else ""
+        rounds = f"{v.rounds}" + (f"-{v.dropped}" if v.dropped else "") if v.rounds else ""
         lines.append(f"{status:<12}{v.case:<34}{_short(v.metric):<12}{_fmt(v.value):>10}"
-                     f"{_fmt(v.baseline):>10}{'' if v.change is None else format(v.change, '+.1%'):>8}"
-                     f"{tol:>6}{'' if v.p_value is None else format(v.p_value, '.2g'):>9}  {v.test}")
+                     f"{_fmt(v.baseline):>10}{'' if v.change is None else _pct(v.change):>8}"
+                     f"{interval:>18}{tol:>6}{rounds:>8}")
     counts = {}
     for v in verdicts:
         counts[v.status] = counts.get(v.status, 0) + 1
     lines.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: order.get(kv[0], 9)))
                  or "no verdicts")
+    if any(v.dropped for v in verdicts):
+        lines.append("# rounds N-D: N rounds judged, D more left out as contended")
     return "\n".join(lines)
 
 
-def describe(v: Verdict, significant: bool = True, beyond: bool = True) -> str:
-    """'allreduce[mpi-n2-1MiB] busbw 0.92 GB/s vs baseline 1.25 GB/s on sys (-26%, tolerance
-    -10%, p=0.001)' plus why an apparent change did not count."""
+def describe(v: Verdict) -> str:
+    """'allreduce[mpi-n2-1MiB] busbw 0.92 GB/s vs 1.25 GB/s on sys: -26% [-31%, -20%],
+    tolerance +-10%: regression' (what was decided and from how much)."""
     tol = v.tolerance
-    limit = ""
-    if tol is not None and v.change is not None:
-        # The bound on the side the value moved to, so the reader compares like with like.
-        limit = f"{tol.lower:+.0%}" if v.change < 0 else f"{tol.upper:+.0%}"
+    limit = (f"+-{tol.upper:.0%}" if tol is not None and -tol.lower == tol.upper
+             else f"{tol.lower:+.0%}/{tol.upper:+.0%}" if tol is not None else "n/a")
     system = f" on {v.system}" if v.system else ""
-    p = f"p={v.p_value:.2g}" if v.p_value is not None else "p=n/a"
-    line = (f"{v.case} {_short(v.metric)} {_fmt(v.value)} {v.unit} vs baseline "
-            f"{_fmt(v.baseline)} {v.unit}{system} ({v.change:+.0%}, tolerance {limit}, {p})")
-    if v.status == "unchanged" and beyond and not significant:
-        line += f": beyond tolerance but not significant ({v.test})"
+    ref = "baseline" if v.test != "sign-pairs" else "A"
+    unit = f" {v.unit}" if v.unit else ""
+    line = (f"{v.case} {_short(v.metric)} {_fmt(v.value)}{unit} vs {ref} {_fmt(v.baseline)}{unit}"
+            f"{system}: {_pct(v.change)} [{_pct(v.low)}, {_pct(v.high)}], tolerance {limit}, "
+            f"{v.rounds} {'pairs' if v.test == 'sign-pairs' else 'rounds'}")
+    if v.dropped:
+        line += f" ({v.dropped} dropped as contended)"
+    line += f": {v.status}"
+    if v.status == "unknown":
+        line += (" (the interval is unbounded: too few rounds to judge)" if v.high == math.inf
+                 else " (the interval straddles the tolerance)")
     if v.xfail:
         line += f" [expected failure: {v.xfail}]"
     return line
+
+
+def _pct(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    if x == math.inf:
+        return "+inf"
+    return f"{x:+.1%}"
 
 
 def _short(metric: str) -> str:

@@ -189,3 +189,76 @@ def rate_ci(hits: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
 def _check_confidence(confidence: float) -> None:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence {confidence!r} must be between 0 and 1, e.g. 0.95")
+
+
+def _mwu_lower_quantile(m: int, n: int, tail: float) -> int:
+    """The largest k with P(U < k) <= tail under no shift, U the Mann-Whitney count over m x n
+    pairs: exact (counting arrangements) up to m*n = 10000, normal approximation above."""
+    if m * n > 10000:
+        mu, sd = m * n / 2.0, math.sqrt(m * n * (m + n + 1) / 12.0)
+        return max(0, int(math.floor(mu - _sps.norm.ppf(1.0 - tail) * sd)))
+    # counts[u] = arrangements with U = u, built one value at a time (the classic recursion).
+    counts = np.zeros(m * n + 1)
+    counts[0] = 1.0
+    # Generating function: prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i).
+    for i in range(1, m + 1):
+        shifted = np.zeros_like(counts)
+        if n + i <= m * n:
+            shifted[n + i:] = counts[: m * n + 1 - (n + i)]
+        counts = counts - shifted
+        for u in range(i, m * n + 1):  # divide by (1 - q^i): running sum with stride i
+            counts[u] += counts[u - i]
+    cdf = np.cumsum(counts / counts.sum())
+    # P(U < k) = cdf[k - 1]
+    k = 0
+    while k < m * n and cdf[k] <= tail:
+        k += 1
+    return k
+
+
+def shift_ci(new: Sequence[float], base: Sequence[float], confidence: float = 0.95
+             ) -> tuple[float, float, float]:
+    """(estimate, low, high) of the shift of ``new`` against ``base`` (new - base), from the
+    Mann-Whitney test inverted (Hodges-Lehmann): distribution-free, two independent samples.
+    Too few values for the confidence give an infinite side (the data cannot bound it)."""
+    _check_confidence(confidence)
+    x, y = _array(new, "new values"), _array(base, "base values")
+    d = np.sort((x[:, None] - y[None, :]).ravel())
+    est = float(np.median(d))
+    k = _mwu_lower_quantile(x.size, y.size, (1.0 - confidence) / 2.0)
+    if k < 1:
+        return est, -math.inf, math.inf
+    return est, float(d[k - 1]), float(d[d.size - k])
+
+
+def sign_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(median, low, high): the sign test's distribution-free interval of the median of paired
+    differences; infinite sides when there are too few pairs for the confidence."""
+    _check_confidence(confidence)
+    a = np.sort(_array(values))
+    n = a.size
+    est = float(np.median(a))
+    # [a[k], a[n-1-k]] covers the median with probability 1 - 2 P(B <= k), B ~ Binomial(n, 1/2).
+    k = int(_sps.binom.ppf((1.0 - confidence) / 2.0, n, 0.5))
+    while k >= 0 and 2 * _sps.binom.cdf(k - 1, n, 0.5) > 1.0 - confidence:
+        k -= 1
+    if k < 1:
+        return est, -math.inf, math.inf
+    return est, float(a[k - 1]), float(a[n - k])
+
+
+def paired_ratio_ci(num: Sequence[float], den: Sequence[float], confidence: float = 0.95
+                    ) -> tuple[float, float, float]:
+    """(ratio, low, high) of num/den from pairs measured side by side: the geometric mean of
+    the per-pair ratios with a t interval on their logs (few pairs: the t quantile widens it,
+    and one pair gives no interval: low and high are NaN)."""
+    _check_confidence(confidence)
+    a, b = _array(num, "numerators"), _array(den, "denominators")
+    if a.size != b.size:
+        raise ValueError(f"paired ratios need as many numerators as denominators, got {a.size} and {b.size}")
+    logs = np.log(a / b)
+    mean = float(np.mean(logs))
+    if logs.size < 2:
+        return math.exp(mean), math.nan, math.nan
+    half = float(_sps.t.ppf(0.5 + confidence / 2.0, logs.size - 1) * np.std(logs, ddof=1) / math.sqrt(logs.size))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)

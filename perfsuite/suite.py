@@ -12,7 +12,7 @@ from typing import Any
 
 from . import bench, fingerprint, regress, transports
 from .bench import Selection
-from .errors import ConfigError, LaunchError, RankFailure, Unavailable
+from .errors import ConfigError, LaunchError, PerfsuiteError, PortInUse, RankFailure, Unavailable
 from .formats import SuiteRun, WorldOutcome
 from .launch.environment import free_ports, prepared
 from .launch.launchers import LaunchConfig
@@ -51,24 +51,19 @@ def plan(cases: Iterable[Case], options: dict[str, Any] | None = None) -> list[W
     return bench.plan(cases, options)
 
 
+#: A world whose gRPC (or other) port was taken between choosing and binding it, before it
+#: measured anything, is started again with fresh ports this many times.
+PORT_RETRIES = 2
+
+
 def run_one(spec: WorldSpec, cfg: SuiteConfig) -> WorldOutcome:
-    """Run one world in its environment unless it cannot run here; never raises for a rank's
-    fault (a failure is part of the outcome, with what was measured before it)."""
-    record = bench.find(spec.benchmark)
-    reason = _transport(spec).unavailable_reason()
-    if reason:
-        return WorldOutcome(spec, skipped=reason)
-    try:
-        with prepared(spec.world_size, cfg.launch, network=cfg.network, disk=cfg.disk,
-                      wire_bytes=record.wire_bytes if record else (lambda s: 0)) as env:
-            result = env.check(run_rounds(spec, replace(cfg, launch=env.launch)))
-    except Unavailable as exc:
-        return WorldOutcome(spec, skipped=str(exc))
-    except (RankFailure, LaunchError) as exc:
-        return WorldOutcome(spec, failure=exc)
-    if result.extra.get("unavailable"):  # found out inside the world (worker.py): a skip
-        return WorldOutcome(spec, skipped=str(result.extra["unavailable"]))
-    return WorldOutcome(spec, result=result)
+    """Run one world, as many rounds as ``cfg.rounds`` asks, in its environment, unless it cannot
+    run here; never raises for a rank's fault (a failure is part of the outcome, with what was
+    measured before it)."""
+    rounds = Rounds(spec, cfg)
+    while rounds.wants_more():
+        rounds.step()
+    return rounds.outcome()
 
 
 def _transport(spec: WorldSpec) -> transports.TransportSpec:
@@ -76,46 +71,107 @@ def _transport(spec: WorldSpec) -> transports.TransportSpec:
     return transports.spec(spec.transport, record.transports if record else spec.benchmark)
 
 
-def run_rounds(spec: WorldSpec, cfg: SuiteConfig) -> Result:
-    """Run the world as many rounds as ``cfg.rounds`` asks (noise handling on shared machines),
-    each case's samples pooled over the rounds; one round when no policy is set."""
-    policy = cfg.rounds or regress.RoundsPolicy()
-    needs_ports = _transport(spec).needs_ports
-    spec = replace(spec, options={**cfg.options, **spec.options})
-    results: list[Result] = []
-    t0 = time.monotonic()
-    while not results or policy.more(len(results), time.monotonic() - t0,
-                                     regress.pool_results(results).samples):
-        world = spec
-        if needs_ports and "ports" not in spec.options:
-            world = replace(spec, options={**spec.options, "ports": free_ports(spec.world_size)})
+class Rounds:
+    """One world spec's rounds, one ``step`` (one world) at a time, so that ``run`` can
+    interleave the rounds of several worlds (a burst of load then hits every one alike)."""
+
+    def __init__(self, spec: WorldSpec, cfg: SuiteConfig):
+        self.given = spec
+        self.spec = replace(spec, options={**cfg.options, **spec.options})
+        self.cfg = cfg
+        self.policy = cfg.rounds or regress.RoundsPolicy()
+        self.results: list[Result] = []
+        self.spent_s = 0.0
+        self.skipped: str | None = None
+        self.failure: PerfsuiteError | None = None
+        reason = _transport(spec).unavailable_reason()
+        if reason:
+            self.skipped = reason
+
+    def pooled(self) -> Result:
+        return regress.pool_results(self.results, self.policy.max_contention)
+
+    def wants_more(self) -> bool:
+        if self.skipped or self.failure:
+            return False
+        if not self.results:
+            return True
+        if self.results[-1].extra.get("unavailable"):  # the ranks found they cannot run: once is enough
+            return False
+        return self.policy.more(len(self.results), self.spent_s, self.pooled().samples)
+
+    def step(self) -> None:
+        """Run one more world; a failure ends the rounds, keeping what finished rounds measured."""
+        t0 = time.monotonic()
         try:
-            result = run_world(world, cfg.launch, cfg.timeout, cfg.workdir, keep=cfg.keep_worlds)
-        except RankFailure as exc:
-            if results:  # a later round failed: keep every case the finished rounds measured
-                exc.partial = list(regress.pool_results(results).samples)
-                exc.args = (f"{exc} (round {len(results) + 1}; the {len(results)} finished "
-                            f"round(s) are kept)",)
-            raise
-        results.append(result)
-        if result.extra.get("unavailable"):  # the ranks found they cannot run: once is enough
-            return result
-    return regress.pool_results(results)
+            self.results.append(self._world())
+        except Unavailable as exc:
+            self.skipped = str(exc)
+        except (RankFailure, LaunchError) as exc:
+            if self.results and isinstance(exc, RankFailure):
+                exc.partial = list(self.pooled().samples)
+                exc.args = (f"{exc} (round {len(self.results) + 1}; the {len(self.results)} "
+                            "finished round(s) are kept)",)
+            self.failure = exc
+        self.spent_s += time.monotonic() - t0
+
+    def _world(self) -> Result:
+        record = bench.find(self.spec.benchmark)
+        needs_ports = _transport(self.spec).needs_ports
+        for attempt in range(PORT_RETRIES + 1):
+            world = self.spec
+            if needs_ports and "ports" not in self.spec.options:
+                world = replace(world, options={**world.options, "ports": free_ports(world.world_size)})
+            try:
+                with prepared(world.world_size, self.cfg.launch, network=self.cfg.network,
+                              disk=self.cfg.disk,
+                              wire_bytes=record.wire_bytes if record else (lambda s: 0)) as env:
+                    result = run_world(world, env.launch, self.cfg.timeout, self.cfg.workdir,
+                                       keep=self.cfg.keep_worlds)
+                    return env.check(result)
+            except RankFailure as exc:
+                if (PortInUse.__name__ in str(exc) and not exc.partial and world is not self.spec
+                        and attempt < PORT_RETRIES):
+                    continue  # taken by someone else before the world bound it: fresh ports
+                raise
+        raise AssertionError("unreachable")
+
+    def outcome(self) -> WorldOutcome:
+        if self.skipped:
+            return WorldOutcome(self.given, skipped=self.skipped)
+        if self.failure is not None:
+            return WorldOutcome(self.given, failure=self.failure)
+        result = self.pooled()
+        if result.extra.get("unavailable"):  # found out inside the world (worker.py): a skip
+            return WorldOutcome(self.given, skipped=str(result.extra["unavailable"]))
+        return WorldOutcome(self.given, result=result)
 
 
 def run(cases: Sequence[Case], cfg: SuiteConfig,
         on_world: Callable[[str, WorldSpec, WorldOutcome | None], None] | None = None) -> SuiteRun:
-    """Run every world the cases need, one after another; a failed world never stops the rest.
+    """Run every world the cases need; a failed world never stops the rest. With several rounds
+    the worlds' rounds are interleaved (round 1 of each world, then round 2, ...), so drift and
+    bursts of load are shared by every world and cross-world ratios are taken from neighbours.
 
     ``on_world(event, spec, outcome)`` is told 'start' and 'done' (progress bars, live tables).
     """
     run_ = SuiteRun(fingerprint=fingerprint.collect(),
                     created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    for spec in plan(cases, cfg.options):
-        if on_world:
-            on_world("start", spec, None)
-        outcome = run_one(spec, cfg)
-        run_.outcomes.append(outcome)
-        if on_world:
-            on_world("done", spec, outcome)
+    pending = [Rounds(spec, cfg) for spec in plan(cases, cfg.options)]
+    started: set[int] = set()
+    while pending:
+        for r in list(pending):
+            if id(r) not in started and on_world:
+                on_world("start", r.given, None)
+            started.add(id(r))
+            if r.wants_more():
+                r.step()
+            if not r.wants_more():
+                pending.remove(r)
+                outcome = r.outcome()
+                run_.outcomes.append(outcome)
+                if on_world:
+                    on_world("done", r.given, outcome)
+    order = {spec.label: i for i, spec in enumerate(plan(cases, cfg.options))}
+    run_.outcomes.sort(key=lambda o: order.get(o.spec.label, len(order)))
     return run_

@@ -5,7 +5,8 @@ must fail naming the cases; a clean rerun must pass. Once through the CLI, once 
 
 The machine these run on is shared, and a world can run at half speed when a neighbour takes a
 core, so the tests use what docs/baselines.md recommends there: several rounds per world (a median of
-rounds ignores one contended round) and a slowdown (x11) far beyond a wide tolerance, so that
+rounds ignores one contended round; 5 against 5 is the fewest that bound a 99% interval of the
+change, fewer can only say UNKNOWN) and a slowdown (x11) far beyond a wide tolerance, so that
 they prove the plumbing without depending on how quiet the machine is. The tolerance is wide
 because a neighbour can hold a core for all three rounds of a world: clean reruns here read
 4 B latency up to +111% and 1 MiB latency up to +266% against their own baseline. For the
@@ -32,7 +33,9 @@ SLOWDOWN = "10.0"  # the most it takes: the timed call lasts 11x as long, busbw 
 # slowdown stays beyond both unless the baseline world was itself ~3x slow.
 TOLERANCE = "-0.75:3.0"
 CLEAN_TRIES = 3
-GATE = [f"--tolerance={TOLERANCE}", "--rounds", "3", "--system", "e2e-box"]
+# The gate's mechanics, not its contention rule (tests/test_regress.py has that): a busy CI
+# machine must not turn every round into a dropped one here.
+GATE = [f"--tolerance={TOLERANCE}", "--rounds", "3", "--system", "e2e-box", "--max-contention", "off"]
 WORLD = ["--transports", "mpi", "--sizes", "4,1MiB", "--world-sizes", "2", "--timeout", "120"]
 
 
@@ -55,10 +58,12 @@ def cli(*args: str, slowdown: str | None = None, cwd: Path) -> subprocess.Comple
 
 def test_cli_gate_fails_a_slowdown_and_passes_a_clean_rerun(tmp_path):
     base = tmp_path / "baselines"
-    r = cli("run", *WORLD, "--rounds", "3", "--json", "a.json", cwd=tmp_path)
+    # 10 baseline rounds (what --baseline-update records): against 3 the gate's 12 looks at
+    # alpha 0.01 could never bound a change, and every verdict would stay UNKNOWN.
+    r = cli("run", *WORLD, "--rounds", "10", "--json", "a.json", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     saved = json.loads((tmp_path / "a.json").read_text())
-    assert saved["results"][0]["extra"]["rounds"] == 3
+    assert 10 <= saved["results"][0]["extra"]["rounds"] <= 13  # contended rounds re-run, up to 3 more
 
     r = cli("baseline", "update", "--from", "a.json", "--system", "e2e-box",
             "--baseline-dir", str(base), cwd=tmp_path)
@@ -74,12 +79,12 @@ def test_cli_gate_fails_a_slowdown_and_passes_a_clean_rerun(tmp_path):
     assert slow.returncode == 1, slow.stdout + slow.stderr
     for case in ("allreduce[mpi-n2-4B]", "allreduce[mpi-n2-1MiB]"):
         assert f"REGRESSION: {case} " in slow.stdout, slow.stdout
-    assert "on e2e-box (" in slow.stdout and "tolerance" in slow.stdout
+    assert "on e2e-box: " in slow.stdout and "tolerance -75%/+300%" in slow.stdout
 
     clean = until_clean(lambda: cli("run", *WORLD, *GATE, "--compare", "--baseline-dir", str(base),
                                     cwd=tmp_path))
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "REGRESSION" not in clean.stdout and "4 unchanged" in clean.stdout
+    assert "REGRESSION" not in clean.stdout and "4 same" in clean.stdout
 
     # Two results files, same verdict logic: the slowed run against the baseline run.
     r = cli("compare", "a.json", "slow.json", f"--tolerance={TOLERANCE}", cwd=tmp_path)
@@ -91,7 +96,8 @@ def test_pytest_gate_fails_a_regressed_case_and_passes_a_clean_one(tmp_path):
     args = [sys.executable, "-m", "pytest", str(REPO / "benchmarks" / "test_allreduce.py"),
             "--benchmark-disable", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
             "--perf-transports", "mpi", "--perf-sizes", "4,1MiB", "--perf-world-sizes", "2",
-            "--perf-rounds", "3", f"--perf-tolerance={TOLERANCE}", "--perf-system", "e2e-box",
+            "--perf-rounds", "5", f"--perf-tolerance={TOLERANCE}", "--perf-system", "e2e-box",
+            "--perf-max-contention", "off",
             "--perf-baseline-dir", str(base)]
 
     def pytest_run(*extra: str, slowdown: str | None = None) -> subprocess.CompletedProcess:
@@ -115,4 +121,4 @@ def test_pytest_gate_fails_a_regressed_case_and_passes_a_clean_one(tmp_path):
 
     r = until_clean(pytest_run)
     assert r.returncode == 0, r.stdout[-3000:]
-    assert "2 passed" in r.stdout and "4 unchanged" in r.stdout
+    assert "2 passed" in r.stdout and "4 same" in r.stdout

@@ -1,13 +1,18 @@
 """Verdict logic pinned on seeded synthetic samples: both directions (busbw higher is better,
-latency lower is better), both units, every status, the tolerance-and-significance rule."""
+latency lower is better), both units, every status, the interval-against-tolerance rule
+(DIFFERENT beyond it, SAME inside it, UNKNOWN straddling it or unbounded), paired verdicts,
+and the pooling of rounds with contended ones set aside."""
 from __future__ import annotations
+
+import json
+import math
 
 import numpy as np
 import pytest
 
-from perfsuite import regress
+from perfsuite import regress, rounds as rounds_mod, stats
 from perfsuite.errors import ConfigError
-from perfsuite.model import Case, Metric, Sample, Tolerance
+from perfsuite.model import VERDICT_ORDER, Case, Metric, Sample, Tolerance
 
 LARGE = Case("allreduce", "mpi", 2, size_bytes=1 << 20)
 SMALL = Case("allreduce", "mpi", 2, size_bytes=4)
@@ -43,51 +48,79 @@ def test_both_directions_with_rounds(case, metric, worse, better):
     base = base_of(rounds(case, metric, centre, 6, seed=1), metric)
     v = regress.verdict(case.name, metric, rounds(case, metric, centre * worse, 6, seed=2), base,
                         tolerance=TOL, system="box")
-    assert v.status == "regression" and v.test == "mwu-rounds" and v.p_value < 0.01
+    assert v.status == "regression" and v.kind == "DIFFERENT" and v.test == "mwu-shift"
+    assert v.p_value < 0.01 and v.rounds == 6 and v.dropped == 0
     assert v.change == pytest.approx(worse - 1, abs=0.02)
+    assert v.low <= v.change <= v.high and v.high - v.low < 0.05  # 6 vs 6 at 99%: bounded
+    assert (v.high < TOL.lower) if metric == "busbw_GBps" else (v.low > TOL.upper)
     v = regress.verdict(case.name, metric, rounds(case, metric, centre * better, 6, seed=3), base,
                         tolerance=TOL)
-    assert v.status == "improvement"
+    assert v.status == "improvement" and v.kind == "DIFFERENT"
+    assert v.change == pytest.approx(better - 1, abs=0.02)
     v = regress.verdict(case.name, metric, rounds(case, metric, centre, 6, seed=4), base, tolerance=TOL)
-    assert v.status == "unchanged"
+    assert v.status == "same" and v.kind == "SAME"
+    assert TOL.lower <= v.low <= v.change <= v.high <= TOL.upper
 
 
 def test_the_failure_line_reads_like_the_issue_asks():
     base = base_of(rounds(LARGE, "busbw_GBps", 1.25, 6, seed=1), "busbw_GBps")
     v = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.92, 6, seed=2), base,
                         tolerance=TOL, system="xeon-2c")
-    assert v.note.startswith("allreduce[mpi-n2-1MiB] busbw 0.92 GB/s vs baseline 1.25 GB/s on xeon-2c (-26%, tolerance -10%, p=")
+    assert v.note == ("allreduce[mpi-n2-1MiB] busbw 0.92 GB/s vs baseline 1.25 GB/s on xeon-2c: "
+                      "-26.5% [-27.1%, -25.9%], tolerance +-10%, 6 rounds: regression")
     lat_base = base_of(rounds(SMALL, "latency_us", 10.0, 6, seed=1), "latency_us")
     v = regress.verdict(SMALL.name, "latency_us", rounds(SMALL, "latency_us", 13.0, 6, seed=2),
-                        lat_base, tolerance=TOL)
-    assert "latency 13 us vs baseline 10 us (+30%, tolerance +10%" in v.note
+                        lat_base, tolerance=Tolerance(-0.05, 0.10))
+    assert v.note == ("allreduce[mpi-n2-4B] latency 13 us vs baseline 10 us: +29.8% [+28.7%, +30.9%], "
+                      "tolerance -5%/+10%, 6 rounds: regression")
+    assert regress.describe(v) == v.note
 
 
-def test_beyond_tolerance_but_not_significant_is_unchanged():
-    """Rounds so noisy (30% between worlds) that 3 vs 3 cannot tell 15% apart at alpha 0.01:
-    with too few rounds for U over rounds, U over raw iterations decides; here we make the raw
-    samples of both sides come from one distribution so neither test sees a change."""
-    rng = np.random.default_rng(0)
-    shared = tuple(float(x) for x in 1.0 + 0.3 * rng.standard_normal(300))
-    mk = lambda v: Sample(LARGE, {"busbw_GBps": Metric("busbw_GBps", v, "GB/s", True, shared)})  # noqa: E731
-    base = base_of(mk(1.0), "busbw_GBps")
-    v = regress.verdict(LARGE.name, "busbw_GBps", mk(0.85), base, tolerance=TOL)
-    assert v.status == "unchanged" and v.test == "mwu-iterations" and v.p_value > 0.01
-    assert "beyond tolerance but not significant" in v.note
+def test_beyond_tolerance_but_not_surely_is_unknown():
+    """+13.7% (the Hodges-Lehmann estimate) against a 10% tolerance, and every new round slower
+    than every baseline round (p = 2/924), yet the 99% interval [+5.8%, +21.6%] reaches inside
+    the tolerance: the change may be within it, so UNKNOWN, not a regression."""
+    base = base_of(_pooled_latency([10.0, 10.1, 10.2, 10.3, 10.4, 10.5]), "latency_us")
+    new = _pooled_latency([10.9, 11.2, 11.5, 11.8, 12.1, 12.4])
+    v = regress.verdict(SMALL.name, "latency_us", new, base, tolerance=TOL)
+    assert v.status == "unknown" and v.kind == "UNKNOWN" and v.test == "mwu-shift"
+    assert v.p_value == pytest.approx(2 / 924) and v.change > TOL.upper
+    # by hand: 3rd smallest and 3rd largest of the 36 ratios new / base (k = 3 at 6 vs 6, 99%)
+    assert v.low == pytest.approx(10.9 / 10.3 - 1) and v.high == pytest.approx(12.1 / 9.95 - 1, abs=0.01)
+    assert v.low < TOL.upper < v.high
+    assert v.note.endswith("6 rounds: unknown (the interval straddles the tolerance)")
+    assert regress.failing([v]) == [] and not regress.decided(v)
 
 
-def test_significant_but_within_tolerance_is_unchanged():
+def test_significant_but_within_tolerance_is_same():
+    """-3%, surely (p < 0.01, the interval excludes 0), but the whole interval lies inside +-10%."""
     base = base_of(rounds(LARGE, "busbw_GBps", 1.0, 8, seed=1, between=0.001), "busbw_GBps")
     v = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.97, 8, seed=2, between=0.001),
                         base, tolerance=TOL)
-    assert v.p_value < 0.01 and v.status == "unchanged"
+    assert v.p_value < 0.01 and v.status == "same" and regress.decided(v)
+    assert TOL.lower < v.low <= v.high < 0.0
 
 
-def test_few_rounds_fall_back_to_iterations_and_say_so():
+def test_one_round_against_one_is_unknown_however_large_the_change():
+    """No fallback to raw iterations: one world against one cannot bound the change (worlds
+    differ more than iterations do), so -20% is UNKNOWN with an unbounded interval."""
     base = base_of(rounds(LARGE, "busbw_GBps", 1.0, 1, seed=1), "busbw_GBps")
     v = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.8, 1, seed=2), base,
                         tolerance=TOL)
-    assert v.test == "mwu-iterations" and v.status == "regression"
+    assert v.test == "mwu-shift" and v.status == "unknown" and v.rounds == 1
+    assert v.change == pytest.approx(-0.2, abs=0.01) and (v.low, v.high) == (-1.0, math.inf)
+    assert "unknown (the interval is unbounded: too few rounds to judge)" in v.note
+    d = v.to_dict()
+    assert d["kind"] == "UNKNOWN" and d["high"] is None and d["low"] == -1.0
+    json.dumps(d, allow_nan=False)  # a stored verdict is plain JSON: no Infinity
+    # 3 vs 3 is still too few at alpha 0.01 (min p 0.1); 4 vs 4 at alpha 0.05 is not (2/70)
+    three = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.5, 3, seed=2),
+                            base_of(rounds(LARGE, "busbw_GBps", 1.0, 3, seed=1), "busbw_GBps"), tolerance=TOL)
+    assert three.status == "unknown" and three.high == math.inf
+    four = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.5, 4, seed=2),
+                           base_of(rounds(LARGE, "busbw_GBps", 1.0, 4, seed=1), "busbw_GBps"),
+                           tolerance=TOL, alpha=0.05)
+    assert four.status == "regression" and four.high < TOL.lower
 
 
 def test_one_contended_round_does_not_move_the_median_of_rounds():
@@ -124,9 +157,12 @@ def test_compare_lists_missing_only_for_selected_cases():
     baselines = {(LARGE.name, "busbw_GBps"): b_large, (SMALL.name, "latency_us"): b_small}
     got = regress.compare([rounds(LARGE, "busbw_GBps", 1.0, 3, seed=5)], baselines,
                           cases=[LARGE.name])
-    assert [v.status for v in got] == ["unchanged"]
-    got = regress.compare([rounds(LARGE, "busbw_GBps", 1.0, 3, seed=5)], baselines)
-    assert sorted(v.status for v in got) == ["missing", "unchanged"]
+    assert [v.status for v in got] == ["unknown"]  # 3 rounds vs 3 at alpha 0.01: unbounded
+    got = regress.compare([rounds(LARGE, "busbw_GBps", 1.0, 6, seed=5)], baselines)
+    assert sorted(v.status for v in got) == ["missing", "unknown"]
+    got = regress.compare([rounds(LARGE, "busbw_GBps", 1.0, 6, seed=5)], baselines, alpha=0.05,
+                          cases=[LARGE.name])
+    assert [v.status for v in got] == ["same"]  # 6 vs 3 at alpha 0.05: bounded, inside 3%
 
 
 def test_xfail_excuses_a_regression_and_strict_fails_improvements():
@@ -143,11 +179,39 @@ def test_xfail_excuses_a_regression_and_strict_fails_improvements():
 def test_tolerance_precedence_argument_then_baseline_then_default():
     s = rounds(LARGE, "busbw_GBps", 0.94, 6, seed=2)
     b = base_of(rounds(LARGE, "busbw_GBps", 1.0, 6, seed=1), "busbw_GBps", tolerance=Tolerance(-0.2, 0.2))
-    assert regress.verdict(LARGE.name, "busbw_GBps", s, b).status == "unchanged"
+    v = regress.verdict(LARGE.name, "busbw_GBps", s, b)
+    assert v.status == "same" and v.tolerance == Tolerance(-0.2, 0.2)
     assert regress.verdict(LARGE.name, "busbw_GBps", s, b, tolerance=Tolerance(-0.02, 0.02)).status == "regression"
     b0 = base_of(rounds(LARGE, "busbw_GBps", 1.0, 6, seed=1), "busbw_GBps")
     v = regress.verdict(LARGE.name, "busbw_GBps", s, b0)
-    assert v.tolerance == regress.default_tolerance("busbw_GBps")
+    # a quiet baseline (0.5% between rounds) leaves the metric default as it is
+    assert v.tolerance == regress.noise_tolerance("busbw_GBps", b0.rounds) == regress.default_tolerance("busbw_GBps")
+    assert v.status == "regression"
+
+
+def test_a_noisy_baseline_widens_the_default_tolerance():
+    """Quiet worlds 8% apart cannot tell 3% from nothing: the default widens to 2x the
+    baseline's robust spread, so -6% is SAME against it where a quiet baseline calls it."""
+    noisy = [9.2, 9.6, 10.0, 10.0, 10.4, 10.8, 9.4, 10.6]
+    spread = stats.relative_spread(noisy)
+    tol = regress.noise_tolerance("latency_us", noisy)
+    assert spread > 0.03 and tol == Tolerance(-regress.NOISE_FACTOR * spread, regress.NOISE_FACTOR * spread)
+    assert regress.noise_tolerance("latency_us", [10.0, 10.01, 10.02]) == Tolerance(-0.03, 0.03)
+    assert regress.noise_tolerance("latency_us", [5.0, 20.0]) == Tolerance(-0.03, 0.03)  # < 3 rounds: as is
+    assert regress.noise_tolerance("algbw_GBps", [10.0, 10.0, 10.0]) == regress.DEFAULT_TOLERANCE
+    cap = regress.MAX_NOISE_TOLERANCE
+    assert 0.03 < cap < 0.5  # beyond the cap a noisy baseline would call everything SAME
+    wild = regress.noise_tolerance("busbw_GBps", [1.0, 3.0, 9.0, 0.2, 5.0])  # 2x spread = 198%
+    assert wild == Tolerance(-cap, cap)
+    base = base_of(_pooled_latency(noisy), "latency_us")
+    v = regress.verdict(SMALL.name, "latency_us", _pooled_latency([x * 0.94 for x in noisy]), base,
+                        alpha=0.05)
+    assert v.tolerance == regress.noise_tolerance("latency_us", base.rounds)
+    assert v.tolerance.upper == pytest.approx(tol.upper) and v.status == "same"
+    quiet = [10.0, 10.02, 9.98, 10.01, 9.99, 10.0, 10.03, 9.97]
+    v = regress.verdict(SMALL.name, "latency_us", _pooled_latency([x * 0.94 for x in quiet]),
+                        base_of(_pooled_latency(quiet), "latency_us"), alpha=0.05)
+    assert v.tolerance == Tolerance(-0.03, 0.03) and v.status == "improvement"
 
 
 def test_unit_mismatch_says_update_the_baseline():
@@ -176,13 +240,21 @@ def _pooled_latency(centres: list[float]) -> Sample:
 
 def test_alpha_decides_a_change_that_is_large_but_only_fairly_sure():
     """+14 % median latency, but one new round sits inside the baseline's range (U = 4 of 36,
-    p = 0.026): at the default alpha 0.01 it is not called, at 0.05 it is."""
+    p = 0.026): against a 1% tolerance, at the default alpha 0.01 the interval reaches back to
+    -1.5% (UNKNOWN), at 0.05 it starts at +1.5% (regression). By hand: the k-th smallest of the
+    36 ratios, k = 3 at 99% and k = 6 at 95%, are 10.15/10.3 and 10.15/10."""
     base = base_of(_pooled_latency([10.0, 10.1, 10.2, 10.3, 10.4, 10.5]), "latency_us")
     new = _pooled_latency([10.15, 11.5, 11.6, 11.7, 11.8, 11.9])
-    strict = regress.verdict(SMALL.name, "latency_us", new, base, tolerance=TOL)
-    loose = regress.verdict(SMALL.name, "latency_us", new, base, tolerance=TOL, alpha=0.05)
+    tol = Tolerance(-0.01, 0.01)
+    strict = regress.verdict(SMALL.name, "latency_us", new, base, tolerance=tol)
+    loose = regress.verdict(SMALL.name, "latency_us", new, base, tolerance=tol, alpha=0.05)
     assert strict.p_value == loose.p_value == pytest.approx(0.026, abs=0.001)
-    assert (strict.status, loose.status) == ("unchanged", "regression")
+    assert (strict.status, loose.status) == ("unknown", "regression")
+    assert strict.low == pytest.approx(10.15 / 10.3 - 1) and loose.low == pytest.approx(10.15 / 10.0 - 1)
+    assert strict.change == loose.change  # alpha moves the interval, not the estimate
+    # more looks (adaptive sampling) need more confidence per look: alpha 0.05 over 5 looks is 0.01 each
+    assert regress.verdict(SMALL.name, "latency_us", new, base, tolerance=tol, alpha=0.05, looks=5).low \
+        == pytest.approx(strict.low)
 
 
 def test_parse_alpha():
@@ -205,7 +277,24 @@ def test_case_line_picks_the_worst_metric():
     base = base_of(rounds(LARGE, "busbw_GBps", 1.0, 6, seed=1), "busbw_GBps")
     bad = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.7, 6, seed=2), base)
     fine = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 1.0, 6, seed=3), base)
-    assert regress.case_line([fine, bad]) == bad.note
+    unsure = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.7, 1, seed=3), base)
+    assert (bad.status, fine.status, unsure.status) == ("regression", "same", "unknown")
+    assert regress.case_line([fine, bad, unsure]) == bad.note
+    assert regress.case_line([fine, unsure]) == unsure.note
+
+
+def test_verdict_order_and_table_columns():
+    assert VERDICT_ORDER == ("regression", "invalid", "improvement", "unknown", "missing", "new", "same")
+    base = base_of(rounds(LARGE, "busbw_GBps", 1.0, 6, seed=1), "busbw_GBps")
+    same = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 1.0, 6, seed=3), base)
+    bad = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.7, 6, seed=2), base)
+    unsure = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.7, 1, seed=3), base)
+    lines = regress.verdict_table([same, unsure, bad]).splitlines()
+    assert lines[0].split() == ["status", "case", "metric", "value", "ref", "change", "interval", "tol", "rounds"]
+    assert [line.split()[0] for line in lines[1:4]] == ["REGRESSION", "unknown", "same"]
+    assert lines[1].split()[-1] == "6" and lines[1].split()[-2] == "3%"
+    assert "[-100.0%, +inf]" in lines[2] and lines[2].split()[-1] == "1"
+    assert lines[-1] == "1 regression, 1 unknown, 1 same"
 
 
 def test_detection_power_counts_hits_and_false_alarms_with_a_fake_runner():
@@ -249,9 +338,11 @@ def test_rounds_policy_minimum_then_adaptive_until_precise_or_budget():
     assert adaptive.more(5, 1.0, loose)  # not yet: another round
     assert not adaptive.more(5, 61.0, loose)  # budget spent
     assert not adaptive.more(8, 1.0, loose)  # max rounds reached
-    for bad in (dict(rounds=0), dict(rounds=3, max_rounds=2), dict(precision=0), dict(budget_s=-1)):
+    for bad in (dict(rounds=0), dict(rounds=3, max_rounds=2), dict(precision=0), dict(budget_s=-1),
+                dict(max_contention=0.0), dict(max_contention=1.5), dict(retries=-1)):
         with pytest.raises(ConfigError):
             regress.RoundsPolicy(**bad)
+    assert regress.RoundsPolicy() == regress.RoundsPolicy(max_contention=0.05, retries=3)
 
 
 def test_pool_results_keeps_rounds_and_sums_wall_time():
@@ -263,3 +354,200 @@ def test_pool_results_keeps_rounds_and_sums_wall_time():
     pooled = regress.pool_results(res)
     assert pooled.extra["rounds"] == 3 and pooled.wall_s == 6.0
     assert regress.round_values(pooled.samples[0], "busbw_GBps") == pytest.approx([1.0, 1.01, 1.02], abs=0.005)
+
+
+# --- the interval against the tolerance ----------------------------------------------------------
+
+@pytest.mark.parametrize("low,high,if_higher_better,if_lower_better", [
+    (-0.30, -0.20, "regression", "improvement"),  # wholly below the tolerance
+    (0.20, 0.30, "improvement", "regression"),  # wholly above it
+    (-0.05, 0.05, "same", "same"),  # wholly inside
+    (-0.10, 0.10, "same", "same"),  # the tolerance's own edges count as inside
+    (-0.05, 0.20, "unknown", "unknown"),  # straddles the upper edge
+    (-0.20, 0.05, "unknown", "unknown"),  # straddles the lower edge
+    (-0.20, 0.20, "unknown", "unknown"),  # wider than the tolerance on both sides
+    (0.10, 0.20, "unknown", "unknown"),  # starts on the edge: not beyond it
+    (-1.0, math.inf, "unknown", "unknown"),  # unbounded: too few rounds
+])
+def test_interval_status_both_directions(low, high, if_higher_better, if_lower_better):
+    assert regress.interval_status(low, high, TOL, higher_is_better=True) == if_higher_better
+    assert regress.interval_status(low, high, TOL, higher_is_better=False) == if_lower_better
+
+
+def test_interval_status_with_an_asymmetric_tolerance():
+    tol = Tolerance(-0.02, 0.10)
+    assert regress.interval_status(0.03, 0.08, tol, True) == "same"
+    assert regress.interval_status(-0.05, -0.03, tol, True) == "regression"
+    assert regress.interval_status(-0.05, -0.03, tol, False) == "improvement"
+    assert regress.interval_status(0.05, 0.12, tol, False) == "unknown"
+
+
+def test_confidence_splits_alpha_over_the_looks():
+    assert regress.confidence(0.01) == pytest.approx(0.99)
+    assert regress.confidence(0.05, looks=5) == pytest.approx(0.99)
+    assert regress.confidence(0.01, looks=0) == pytest.approx(0.99)  # at least one look
+
+
+# --- paired verdicts (arm B against arm A) -------------------------------------------------------
+
+PAIR_TOL = Tolerance(-0.03, 0.03)
+
+
+def test_paired_a_a_ratios_are_never_called_different():
+    """200 seeded A/A comparisons of 30 pairs, 2% noise per pair: none is DIFFERENT at alpha
+    0.01, and nearly all are SAME (the interval of the median ratio fits inside +-3%)."""
+    kinds = []
+    for seed in range(200):
+        ratios = np.exp(0.02 * np.random.default_rng(seed).standard_normal(30))
+        v = regress.paired_verdict("c", "latency_us", list(ratios), unit="us", higher_is_better=False,
+                                   tolerance=PAIR_TOL)
+        assert v.test == "sign-pairs" and v.rounds == 30
+        kinds.append(v.kind)
+    assert "DIFFERENT" not in kinds
+    assert kinds.count("SAME") >= 180
+
+
+@pytest.mark.parametrize("metric,higher_is_better,status", [
+    ("latency_us", False, "regression"),  # 10% more time
+    ("busbw_GBps", True, "improvement"),  # 10% more bandwidth
+])
+def test_paired_ten_percent_with_thirty_quiet_pairs_is_different(metric, higher_is_better, status):
+    ratios = 1.10 * np.exp(0.01 * np.random.default_rng(1).standard_normal(30))
+    v = regress.paired_verdict("allreduce[mpi-n2-4B]", metric, list(ratios), unit="us",
+                               higher_is_better=higher_is_better, tolerance=PAIR_TOL, a=10.0, b=11.0,
+                               dropped=2)
+    assert v.status == status and v.kind == "DIFFERENT" and v.test == "sign-pairs"
+    assert v.change == pytest.approx(0.10, abs=0.01) and PAIR_TOL.upper < v.low <= v.change <= v.high
+    # by hand: the sign test's 99% interval of 30 pairs is the 8th smallest to the 8th largest
+    logs = np.sort(np.log(ratios))
+    assert (v.low, v.high) == (pytest.approx(math.expm1(logs[7])), pytest.approx(math.expm1(logs[22])))
+    assert (v.value, v.baseline, v.rounds, v.dropped) == (11.0, 10.0, 30, 2)
+    assert "vs A 10 us" in v.note and "30 pairs (2 dropped as contended)" in v.note
+    assert v.note.endswith(f": {status}")
+    wider = regress.paired_verdict("c", metric, list(ratios), unit="us", higher_is_better=higher_is_better,
+                                   tolerance=PAIR_TOL, looks=20)
+    assert wider.low <= v.low and wider.high >= v.high  # each of 20 looks at 99.95%
+
+
+def test_paired_with_too_few_or_no_pairs_is_unknown():
+    few = regress.paired_verdict("c", "latency_us", [1.5] * 3 + [1.6, 1.7], unit="us",
+                                 higher_is_better=False, tolerance=PAIR_TOL)
+    assert few.status == "unknown" and few.high == math.inf  # 5 pairs cannot bound a 99% interval
+    none = regress.paired_verdict("c", "latency_us", [], unit="us", higher_is_better=False,
+                                  tolerance=PAIR_TOL, dropped=4)
+    assert none.status == "unknown" and none.dropped == 4
+    assert none.note == "c latency: no pair to judge (4 dropped as contended)"
+
+
+# --- rounds: contended ones set aside ------------------------------------------------------------
+
+def _round(value: float, contention: float | None, case: Case = LARGE, valid: bool = True) -> Sample:
+    info = {} if contention is None else {"contention": contention, "cpu_pressure": 0.1}
+    m = Metric("busbw_GBps", value, "GB/s", True, (value, value))
+    return Sample(case, {"busbw_GBps": m}, valid, (), info)
+
+
+def test_pool_rounds_leaves_contended_rounds_out():
+    rs = [_round(1.00, 0.01), _round(0.50, 0.40), _round(1.02, 0.02), _round(0.98, 0.03),
+          _round(0.40, 0.07), _round(1.01, None)]  # None: not measured, never dropped
+    pooled = rounds_mod.pool_rounds(rs, max_contention=0.05)
+    assert regress.round_values(pooled, "busbw_GBps") == [1.00, 1.02, 0.98, 1.01]
+    assert pooled.metrics["busbw_GBps"].value == pytest.approx(1.005)
+    assert pooled.info["rounds_dropped"] == 2 and pooled.info["contended"] is False
+    assert pooled.info["contention"] == 0.03  # the worst of the rounds kept
+    assert len(pooled.metrics["busbw_GBps"].samples) == 2 * 4
+    # without a limit nothing is dropped, and the result is what it always was
+    plain = rounds_mod.pool_rounds(rs)
+    assert len(regress.round_values(plain, "busbw_GBps")) == 6 and "rounds_dropped" not in plain.info
+    assert regress.pool_rounds is rounds_mod.pool_rounds  # regress re-exports the rounds module
+    # a contended round that failed validation still makes the pooled sample invalid
+    assert not rounds_mod.pool_rounds([_round(1.0, 0.0), _round(1.0, 0.9, valid=False)], 0.05).valid
+
+
+def test_pool_rounds_marks_all_contended_and_keeps_them_all():
+    rs = [_round(0.6, 0.30), _round(0.5, 0.20), _round(0.7, 0.50)]
+    pooled = rounds_mod.pool_rounds(rs, max_contention=0.05)
+    assert pooled.info["contended"] is True and pooled.info["rounds_dropped"] == 3
+    assert sorted(regress.round_values(pooled, "busbw_GBps")) == [0.5, 0.6, 0.7]
+    assert pooled.info["contention"] == 0.20  # the least contended of them
+    one = rounds_mod.pool_rounds([_round(0.6, 0.3)], max_contention=0.05)
+    assert one.info["contended"] is True and regress.round_values(one, "busbw_GBps") == [0.6]
+    by_case = rounds_mod.pool_by_case([[_round(1.0, 0.0), _round(5.0, 0.0, SMALL)],
+                                       [_round(0.4, 0.9), _round(5.1, 0.0, SMALL)]], max_contention=0.05)
+    assert [s.info["rounds_dropped"] for s in by_case] == [1, 0]
+
+
+def test_a_contended_sample_gets_no_verdict_however_large_the_change():
+    base = base_of(rounds(LARGE, "busbw_GBps", 1.0, 6, seed=1), "busbw_GBps")
+    contended = rounds_mod.pool_rounds([_round(x, c) for x, c in
+                                        ((0.5, 0.3), (0.52, 0.25), (0.49, 0.4), (0.51, 0.35), (0.5, 0.3), (0.5, 0.5))],
+                                       max_contention=0.05)
+    v = regress.verdict(LARGE.name, "busbw_GBps", contended, base, tolerance=TOL)
+    assert v.status == "unknown" and v.kind == "UNKNOWN" and regress.failing([v], strict=True) == []
+    assert "machine contended (25% run-queue wait" in v.note and "of 6 round(s)" in v.note
+    assert v.change == pytest.approx(-0.5, abs=0.02)  # the numbers are kept, only not judged
+    # some contended: judged on the calm rounds only, the dropped ones counted
+    mixed = rounds_mod.pool_rounds([_round(x, c) for x, c in
+                                    ((1.0, 0.01), (0.5, 0.3), (1.001, 0.0), (0.999, 0.02), (1.002, 0.01),
+                                     (1.0, 0.0), (0.998, 0.01), (0.4, 0.6))], max_contention=0.05)
+    v = regress.verdict(LARGE.name, "busbw_GBps", mixed, base, tolerance=TOL)
+    assert v.status == "same" and (v.rounds, v.dropped) == (6, 2)
+    assert "6 rounds (2 dropped as contended): same" in v.note
+    table = regress.verdict_table([v])
+    assert table.splitlines()[1].split()[-1] == "6-2" and "left out as contended" in table
+
+
+def test_rounds_policy_reruns_contended_rounds_up_to_the_retries():
+    def pooled(dropped: int) -> list[Sample]:
+        return [Sample(LARGE, {}, True, (), {"rounds_dropped": dropped})]
+
+    once = regress.RoundsPolicy(rounds=1, retries=3)
+    assert once.more(1, 0.0, pooled(1)) and once.more(2, 0.0, pooled(2)) and once.more(3, 0.0, pooled(3))
+    assert not once.more(4, 0.0, pooled(4))  # 3 retries spent, all contended: stop
+    assert not once.more(2, 0.0, pooled(1))  # the retry was calm: done
+    three = regress.RoundsPolicy(rounds=3, retries=3)
+    assert three.more(3, 0.0, pooled(1)) and not three.more(4, 0.0, pooled(1))
+    assert three.more(4, 0.0, pooled(2)) and not three.more(5, 0.0, pooled(2))
+    assert not three.more(6, 0.0, pooled(3))  # never more than rounds + retries worlds
+    # a busy spell: all 3 rounds and the first retry contended; the other 2 retries still run
+    assert three.more(3, 0.0, pooled(3)) and three.more(4, 0.0, pooled(4)) and three.more(5, 0.0, pooled(5))
+    assert not three.more(6, 0.0, pooled(6))
+    # 4 of 10 contended: the 3 retries run (9 calm rounds beat 6) even though 10 cannot be reached
+    ten = regress.RoundsPolicy(rounds=10, retries=3)
+    assert ten.more(10, 0.0, pooled(4)) and ten.more(12, 0.0, pooled(4)) and not ten.more(13, 0.0, pooled(4))
+    assert not regress.RoundsPolicy(rounds=1, retries=0).more(1, 0.0, pooled(1))
+    assert not regress.RoundsPolicy(rounds=1, budget_s=10).more(1, 10.0, pooled(1))  # budget first
+    # the worst case decides: one calm case does not hide a contended one
+    assert once.more(1, 0.0, [*pooled(0), *pooled(1)])
+
+
+def test_rounds_policy_adds_rounds_until_decided():
+    seen: list[int] = []
+
+    def decided_after(n: int):
+        def decided(samples: list[Sample]) -> bool:
+            seen.append(len(samples))
+            return int(samples[0].info.get("rounds", 1)) >= n
+        return decided
+
+    def at(done: int, dropped: int = 0) -> list[Sample]:
+        return [Sample(LARGE, {}, True, (), {"rounds": done - dropped, "rounds_dropped": dropped})]
+
+    policy = regress.RoundsPolicy(rounds=2, max_rounds=6, decided=decided_after(4))
+    assert policy.more(2, 0.0, at(2)) and policy.more(3, 0.0, at(3)) and not policy.more(4, 0.0, at(4))
+    assert seen == [1, 1, 1]  # called with the pooled samples
+    never = regress.RoundsPolicy(rounds=2, max_rounds=6, decided=lambda s: False)
+    assert never.more(5, 0.0, at(5)) and not never.more(6, 0.0, at(6))  # up to max_rounds
+    # a round left out as contended extends the cap by one, up to the retries
+    assert never.more(6, 0.0, at(6, dropped=1)) and not never.more(7, 0.0, at(7, dropped=1))
+    assert never.more(8, 0.0, at(8, dropped=3)) and not never.more(9, 0.0, at(9, dropped=3))
+    assert not never.more(9, 0.0, at(9, dropped=5))  # only ``retries`` (3) extra
+    spent = regress.RoundsPolicy(rounds=2, max_rounds=6, budget_s=5.0, decided=lambda s: False)
+    assert spent.more(3, 4.9, at(3)) and not spent.more(3, 5.0, at(3))  # the budget still stops it
+    # ``decided`` replaces the precision rule: decided stops even when the median is loose ...
+    loose = [rounds(LARGE, "busbw_GBps", 1.0, 5, seed=1, between=0.2)]
+    assert not regress.RoundsPolicy(rounds=2, max_rounds=8, decided=lambda s: True).more(5, 0.0, loose)
+    # ... and undecided goes on when it is tight
+    tight = [rounds(LARGE, "busbw_GBps", 1.0, 5, seed=1, between=0.0005)]
+    assert regress.RoundsPolicy(rounds=2, max_rounds=8, decided=lambda s: False).more(5, 0.0, tight)
+    assert not regress.RoundsPolicy(rounds=2, max_rounds=8, precision=0.01).more(5, 0.0, tight)

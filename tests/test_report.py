@@ -119,7 +119,7 @@ def render(page: Path, tmp_path: Path) -> dict:
 def test_page_renders_every_plot_and_red_regressions_first(run_json, tmp_path):
     runs = report.load_runs([run_json])
     verdicts = [  # shaped like regress' verdicts; the regression is listed last on purpose
-        {"case": "allreduce[mpi-n2-4B]", "metric": "latency_us", "status": "unchanged", "value": 12.0,
+        {"case": "allreduce[mpi-n2-4B]", "metric": "latency_us", "status": "same", "value": 12.0,
          "baseline": 12.1, "change": -0.008},
         {"case": "allreduce[ring-n2-1MiB]", "metric": "busbw_GBps", "status": "regression",
          "value": 1.0, "baseline": 1.4, "change": -0.29, "p_value": 0.001}]
@@ -160,15 +160,18 @@ def test_allreduce(benchmark, perf_case, perf_measure):
 
 @pytest.mark.world
 def test_an_injected_slowdown_shows_as_red_regressions_first(run_json, tmp_path, monkeypatch, capsys):
-    """Baselines from the fast run, a second run made 4x slower by the fault switch: the report
-    against the baselines lists regressions first and --fail-on-regression exits 1."""
+    """Baselines from a fast run, a second run made 4x slower by the fault switch: the report
+    against the baselines lists regressions first and --fail-on-regression exits 1. Five rounds
+    a side: one round against one can only be UNKNOWN, 5 vs 5 bounds a 99% interval."""
     from perfsuite import baselines
 
-    runs = report.load_runs([run_json])
+    fast = tmp_path / "fast.json"
+    assert cli.main(["run", *QUICK, "--rounds", "5", "--json", str(fast)]) == 0
+    runs = report.load_runs([fast])
     baselines.update(tmp_path / "b", "test-sys", [s for r in runs[0].results for s in r.samples])
     slow = tmp_path / "slow.json"
     monkeypatch.setenv("PERFSUITE_INJECT_SLOWDOWN", "3.0")  # every timed call takes 4x as long
-    assert cli.main(["run", *QUICK, "--json", str(slow)]) == 0
+    assert cli.main(["run", *QUICK, "--rounds", "5", "--json", str(slow)]) == 0
     monkeypatch.delenv("PERFSUITE_INJECT_SLOWDOWN")
     out = tmp_path / "report"
     rc = cli.main(["report", str(slow), "--out", str(out), "--baselines", str(tmp_path / "b"),
@@ -256,23 +259,33 @@ def test_ceiling_lines_come_from_every_copy_bandwidth(tmp_path):
 
 def test_verdict_rows_put_regressions_first():
     tol = Tolerance(-0.03, 0.03)
+
+    def verdict(case, metric, status, unit, hib, value, ref, change, low, high, p, **kw):
+        return Verdict(case, metric, status, unit, hib, value=value, baseline=ref, change=change, low=low,
+                       high=high, tolerance=tol, p_value=p, test="mwu-shift", rounds=6, **kw)
+
     verdicts = [
-        Verdict("allreduce[mpi-n2-4B]", "latency_us", "unchanged", "us", False, 12.0, 12.1, -0.008, tol, 0.4),
-        Verdict("allreduce[ring-n2-1MiB]", "busbw_GBps", "regression", "GB/s", True, 1.0, 1.4, -0.286, tol,
-                0.001, "mwu-rounds", xfail="known: ring on 2 cores"),
-        Verdict("allreduce[mpi-n2-1MiB]", "busbw_GBps", "improvement", "GB/s", True, 2.0, 1.5, 0.33, tol, 0.002),
-        Verdict("allreduce[ring-n2-4B]", "latency_us", "regression", "us", False, 90.0, 60.0, 0.5, tol, 0.001),
+        verdict("allreduce[mpi-n2-4B]", "latency_us", "same", "us", False, 12.0, 12.1, -0.008, -0.02, 0.01, 0.4),
+        verdict("allreduce[ring-n2-1MiB]", "busbw_GBps", "regression", "GB/s", True, 1.0, 1.4, -0.286, -0.3,
+                -0.25, 0.001, xfail="known: ring on 2 cores"),
+        verdict("allreduce[mpi-n2-1MiB]", "busbw_GBps", "improvement", "GB/s", True, 2.0, 1.5, 0.33, 0.3, 0.36,
+                0.002),
+        verdict("allreduce[mpi-n2-64KiB]", "busbw_GBps", "unknown", "GB/s", True, 1.9, 2.0, -0.05, -1.0,
+                float("inf"), 1.0),
+        verdict("allreduce[ring-n2-4B]", "latency_us", "regression", "us", False, 90.0, 60.0, 0.5, 0.45, 0.55,
+                0.001),
     ]
     rows = report.verdict_rows(verdicts)
     assert [(r["status"], r["css"]) for r in rows] == [
         ("regression", "regression"), ("regression", "xfail"), ("improvement", "improvement"),
-        ("unchanged", "unchanged")]
+        ("unknown", "unknown"), ("same", "same")]
     assert rows[0]["case"] == "allreduce[ring-n2-4B]" and rows[0]["tolerance"] == "-3%/+3%"
     assert rows[1]["note"] == "expected failure: known: ring on 2 cores"
     assert report.verdict_rows([v.to_dict() for v in verdicts]) == rows  # stored verdicts read the same
+    json.dumps([v.to_dict() for v in verdicts], allow_nan=False)  # an unbounded interval stores as null
     md = report.summary_markdown([], verdicts=verdicts)
-    assert "**1 failing verdict(s)** (regressions, invalid results) of 4." in md
-    assert "| REGRESSION | allreduce[ring-n2-4B] | latency_us | 90 us | 60 | +50.0% | -3%/+3% | 0.001 |" in md
+    assert "**1 failing verdict(s)** (regressions, invalid results) of 5." in md
+    assert "| REGRESSION | allreduce[ring-n2-4B] | latency_us | 90 us | 60 | +50.0% | -3%/+3% | 0.001 mwu-shift |" in md
     assert md.index("allreduce[ring-n2-4B]") < md.index("allreduce[mpi-n2-4B]")
 
 

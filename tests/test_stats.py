@@ -84,3 +84,141 @@ def test_confidence_out_of_range_is_refused():
     with pytest.raises(ValueError, match="confidence"):
         stats.median_ci([1.0, 2.0, 3.0], confidence=95)
     assert math.isinf(stats.relative_ci_halfwidth([0.0, 0.0, 0.0]))
+
+
+# --- shift_ci: Mann-Whitney inverted (Hodges-Lehmann), two independent samples ------------------
+
+def _u_lower_k(m: int, n: int, confidence: float) -> int:
+    """By brute force: the largest k with P(U < k) <= (1 - confidence) / 2 under no shift, U the
+    count of (new, base) pairs with new < base, over every arrangement of m + n distinct values."""
+    from fractions import Fraction
+    from itertools import combinations
+
+    counts = [0] * (m * n + 1)
+    for xs in combinations(range(m + n), m):
+        taken = set(xs)
+        ys = [p for p in range(m + n) if p not in taken]
+        counts[sum(1 for x in xs for y in ys if x < y)] += 1
+    total = sum(counts)
+    tail = Fraction((1.0 - confidence) / 2.0)
+    below, k = Fraction(0), 0
+    for u in range(m * n + 1):
+        below += Fraction(counts[u], total)  # P(U <= u) = P(U < u + 1)
+        assert abs(below - tail) > Fraction(1, 10**9), "an exact tie with the tail: pick other sizes"
+        if below > tail:
+            break
+        k = u + 1
+    return k
+
+
+@pytest.mark.parametrize("m,n", [(1, 1), (2, 3), (3, 3), (4, 4), (5, 3), (6, 6), (7, 5), (2, 9)])
+@pytest.mark.parametrize("confidence", [0.95, 0.99])
+def test_shift_ci_is_exact_for_small_samples(m, n, confidence):
+    """The interval is [k-th smallest, k-th largest] of the m x n differences, k from the exact
+    null distribution of U (here counted by brute force); k = 0 gives an unbounded interval."""
+    rng = np.random.default_rng(m * 100 + n)
+    new, base = rng.normal(1.0, 1.0, m), rng.normal(0.0, 1.0, n)
+    est, lo, hi = stats.shift_ci(new, base, confidence)
+    d = np.sort((new[:, None] - base[None, :]).ravel())
+    assert est == pytest.approx(float(np.median(d)))
+    k = _u_lower_k(m, n, confidence)
+    if k == 0:
+        assert (lo, hi) == (-math.inf, math.inf)
+    else:
+        assert (lo, hi) == (d[k - 1], d[d.size - k])
+
+
+def test_shift_ci_by_hand():
+    # 1 vs 1 and 3 vs 3 (min p 0.1) can never bound a 95% interval; 4 vs 4 (min p 2/70) can.
+    assert stats.shift_ci([5.0], [1.0], 0.95) == (4.0, -math.inf, math.inf)
+    est, lo, hi = stats.shift_ci([1.0, 2.0, 3.0], [0.0, 0.5, 0.7], 0.95)
+    assert (lo, hi) == (-math.inf, math.inf) and est == pytest.approx(1.5)
+    new, base = [10.0, 11.0, 12.0, 13.0], [0.0, 1.0, 2.0, 3.0]
+    assert stats.shift_ci(new, base, 0.95) == (10.0, 7.0, 13.0)  # [min, max] of the differences
+    # 6 vs 6 at 99%: P(U <= 2) = 4/924 <= 0.005 < P(U <= 3) = 7/924, so the 3rd from each end.
+    base6 = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    new6 = [20.0, 30.0, 40.0, 50.0, 60.0, 70.0]
+    d = sorted(x - y for x in new6 for y in base6)
+    _, lo, hi = stats.shift_ci(new6, base6, 0.99)
+    assert (lo, hi) == (d[2], d[-3]) == (17.0, 68.0)
+    # an exact shift of the same values: the estimate is the shift itself
+    b = [3.1, 4.7, 1.2, 9.9, 5.5]
+    assert stats.shift_ci([x + 0.7 for x in b], b, 0.9)[0] == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("m,n,dist", [(8, 8, "normal"), (20, 15, "exponential"), (110, 100, "normal")])
+def test_shift_ci_covers_the_true_shift_about_as_promised(m, n, dist):
+    """300 seeded draws per size (110 x 100 takes the normal approximation): the 95% interval
+    holds the true shift about 95% of the time, and is narrow enough to exclude 0 often when
+    the shift is 1.5 standard deviations."""
+    rng = np.random.default_rng(m + n)
+    draw = (lambda k: rng.standard_normal(k)) if dist == "normal" else (lambda k: rng.exponential(1.0, k))
+    shift = 1.5
+    hits = excluded = 0
+    for _ in range(300):
+        _, lo, hi = stats.shift_ci(draw(m) + shift, draw(n), 0.95)
+        hits += lo <= shift <= hi
+        excluded += lo > 0.0
+    assert 0.92 <= hits / 300 <= 0.995, hits
+    assert excluded / 300 >= 0.6, excluded
+
+
+def test_shift_ci_refuses_bad_input():
+    with pytest.raises(ValueError, match="confidence"):
+        stats.shift_ci([1.0, 2.0], [1.0, 2.0], confidence=1.0)
+    with pytest.raises(ValueError, match="new values"):
+        stats.shift_ci([], [1.0])
+    with pytest.raises(ValueError, match="base values.*finite"):
+        stats.shift_ci([1.0], [math.nan])
+
+
+# --- sign_ci: the sign test's interval of a median (paired differences) -------------------------
+
+def _sign_k(n: int, confidence: float) -> int:
+    """Largest k with 2 P(B <= k - 1) <= 1 - confidence, B ~ Binomial(n, 1/2), by exact sums."""
+    from fractions import Fraction
+
+    alpha = Fraction(1.0 - confidence)
+    k = 0
+    for j in range(1, n // 2 + 1):
+        p = 2 * Fraction(sum(math.comb(n, i) for i in range(j)), 2**n)
+        assert abs(p - alpha) > Fraction(1, 10**9), "an exact tie with alpha: pick other sizes"
+        if p <= alpha:
+            k = j
+    return k
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 6, 7, 9, 10, 20, 30, 51])
+@pytest.mark.parametrize("confidence", [0.95, 0.99])
+def test_sign_ci_is_exact(n, confidence):
+    values = np.random.default_rng(n).normal(0.0, 1.0, n)
+    est, lo, hi = stats.sign_ci(values, confidence)
+    a = np.sort(values)
+    assert est == pytest.approx(float(np.median(values)))
+    k = _sign_k(n, confidence)
+    if k == 0:
+        assert (lo, hi) == (-math.inf, math.inf)
+    else:
+        assert (lo, hi) == (a[k - 1], a[n - k])
+
+
+def test_sign_ci_by_hand():
+    # 5 pairs: [min, max] covers the median with 1 - 2/32 = 94% < 95%: unbounded. 6 pairs: 97%.
+    assert stats.sign_ci([1.0, 2.0, 3.0, 4.0, 5.0], 0.95)[1:] == (-math.inf, math.inf)
+    assert stats.sign_ci([6.0, 1.0, 2.0, 3.0, 4.0, 5.0], 0.95) == (3.5, 1.0, 6.0)
+    # 30 pairs at 99%: P(B <= 7) = 0.0026 <= 0.005 < P(B <= 8) = 0.0081: 8th from each end.
+    thirty = [float(i) for i in range(1, 31)]
+    assert stats.sign_ci(thirty, 0.99) == (15.5, 8.0, 23.0)
+    with pytest.raises(ValueError, match="confidence"):
+        stats.sign_ci(thirty, 0.0)
+
+
+def test_sign_ci_covers_the_median_of_a_skewed_distribution():
+    """Exponential values (median ln 2, far from the mean 1): the sign test needs no symmetry."""
+    rng = np.random.default_rng(17)
+    hits = sum(lo <= math.log(2) <= hi for _, lo, hi in
+               (stats.sign_ci(rng.exponential(1.0, 25), 0.95) for _ in range(300)))
+    assert 0.92 <= hits / 300 <= 0.995, hits
+    # ... and its interval is far narrower than the data when there are many pairs
+    _, lo, hi = stats.sign_ci(rng.exponential(1.0, 400), 0.95)
+    assert lo < math.log(2) < hi and hi - lo < 0.25

@@ -320,7 +320,17 @@ def test_table_and_the_mpi_over_grpc_ratio():
 
     mpi, grpc = sample("mpi", 0.05), sample("grpc", 0.09)
     assert transport_ratios([mpi, grpc]) == [
-        "# img/s(mpi)/img/s(grpc) = 1.80  (small-cnn, batch 32, 2 workers: 1280.0 vs 711.1 img/s)"]
+        "# img/s(mpi)/img/s(grpc) = 1.80 (no interval: 1 vs 1 rounds; use --rounds 3 or more)  "
+        "(small-cnn, batch 32, 2 workers: 1280.0 vs 711.1 img/s)"]
+    # Interleaved rounds: the ratio is the geometric mean of the pairs, with its t interval.
+    from perfsuite.rounds import pool_rounds
+
+    mpi3 = pool_rounds([sample("mpi", t) for t in (0.050, 0.052, 0.048)])
+    grpc3 = pool_rounds([sample("grpc", t) for t in (0.090, 0.095, 0.088)])
+    (line,) = transport_ratios([mpi3, grpc3])
+    assert line.startswith("# img/s(mpi)/img/s(grpc) = 1.8") and "95% over 3 interleaved rounds" in line
+    lo, hi = (float(x) for x in line.split("[")[1].split("]")[0].split(", "))
+    assert lo < 1.81 < hi and hi - lo < 0.3
     assert transport_ratios([mpi]) == []  # only when both ran
     table = report.result_table(Result("tf-epoch", "mpi", 2, (mpi,), extra={"tensorflow": "2.21.0"}))
     assert table.splitlines()[0].startswith("# tf-epoch  transport=mpi  world_size=2  TF 2.21.0")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from .. import stats
 from ..errors import ConfigError
 from ..kernels.tf_models import MODELS, check_batch
 from ..model import Case, Opt, Result, Sample, parse_names, parse_size, whole_number
@@ -91,17 +92,35 @@ def table(result: Result) -> str:
 
 
 def transport_ratios(samples: Sequence[Sample], pairs: Sequence[tuple[str, str]] = RATIOS) -> list[str]:
-    """'img/s(mpi)/img/s(grpc) = 1.80' for every model, batch and world size where both ran."""
-    img = {(s.case.transport, s.case.model, s.case.batch, s.case.world_size): s.metrics["img_per_s"].value
+    """'img/s(mpi)/img/s(grpc) = 1.80 [1.62, 2.00]' for every model, batch and world size where
+    both ran. With rounds, the suite interleaves the transports' worlds, so round k of one and
+    round k of the other ran side by side: the ratio is the geometric mean of those pairs, with
+    its 95% t interval (``stats.paired_ratio_ci``)."""
+    img = {(s.case.transport, s.case.model, s.case.batch, s.case.world_size): s
            for s in samples if s.case.benchmark == "tf-epoch" and "img_per_s" in s.metrics}
     out = []
     for num, den in pairs:
-        for (t, model, batch, n), value in img.items():
+        for (t, model, batch, n), s in img.items():
             other = img.get((den, model, batch, n))
-            if t == num and other:
-                out.append(f"# img/s({num})/img/s({den}) = {value / other:.2f}  "
-                           f"({model}, batch {batch}, {n} workers: {value:.1f} vs {other:.1f} img/s)")
+            if t != num or other is None:
+                continue
+            a, b = round_values(s, "img_per_s"), round_values(other, "img_per_s")
+            what = f"({model}, batch {batch}, {n} workers: {stats.median(a):.1f} vs {stats.median(b):.1f} img/s"
+            aligned = not (s.info.get("rounds_dropped") or other.info.get("rounds_dropped"))
+            if aligned and len(a) == len(b) and len(a) > 1 and min(a + b) > 0:
+                ratio, lo, hi = stats.paired_ratio_ci(a, b)
+                out.append(f"# img/s({num})/img/s({den}) = {ratio:.2f} [{lo:.2f}, {hi:.2f}] 95% over "
+                           f"{len(a)} interleaved rounds  {what})")
+            elif min(a + b) > 0:
+                out.append(f"# img/s({num})/img/s({den}) = {stats.median(a) / stats.median(b):.2f} "
+                           f"(no interval: {len(a)} vs {len(b)} rounds; use --rounds 3 or more)  {what})")
     return out
+
+
+def round_values(sample: Sample, metric: str) -> list[float]:
+    """Per-round values of a pooled sample (the suite keeps them in its info), else its value."""
+    kept = sample.info.get("round_values", {}).get(metric)
+    return [float(x) for x in kept] if kept else [float(sample.metrics[metric].value)]
 
 
 OPTIONS = (

@@ -13,10 +13,10 @@ import os
 import sys
 
 from ..errors import ConfigError, PerfsuiteError
-from . import experiments, run, show
+from . import ab, experiments, run, show
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
-COMMANDS = {**run.COMMANDS, **show.COMMANDS, **experiments.COMMANDS}
+COMMANDS = {**run.COMMANDS, **show.COMMANDS, **experiments.COMMANDS, **ab.COMMANDS}
 __all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
 

@@ -6,6 +6,8 @@ import argparse
 from .. import regress
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+#: ``--strict``: some comparison could not be decided (UNKNOWN), nothing failed.
+EXIT_UNKNOWN = 3
 
 
 def say(text: str = "") -> None:
@@ -19,8 +21,15 @@ def gate_settings(args: argparse.Namespace):
 
 
 def print_verdicts(verdicts: list, strict: bool) -> int:
+    """The table, a line per failure and per UNKNOWN; exit 1 on a failure, else 3 when strict
+    and something is UNKNOWN, else 0."""
     say(regress.verdict_table(verdicts))
     bad = regress.failing(verdicts, strict)
     for v in bad:
         say(f"{v.status.upper()}: {v.note}")
-    return EXIT_FAIL if bad else EXIT_OK
+    unknown = [v for v in verdicts if v.status == "unknown"]
+    for v in unknown:
+        say(f"UNKNOWN: {v.note}")
+    if bad:
+        return EXIT_FAIL
+    return EXIT_UNKNOWN if strict and unknown else EXIT_OK

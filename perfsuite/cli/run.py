@@ -46,7 +46,7 @@ def do_run(args: argparse.Namespace) -> int:
     from ..progress import SweepProgress
 
     cases, cfg = run_cases_from_args(args)
-    gate_settings(args)
+    cfg = judging(cfg, args)
     asv_to = asv_project.prepare(asv_project.target(vars(args)))  # bad --asv* is a usage error now
     with SweepProgress(suite.plan(cases, cfg.options)) as on_world:
         run = suite.run(cases, cfg, on_world=on_world)
@@ -68,6 +68,38 @@ COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster
 
 # --- baselines and verdicts -------------------------------------------------------------------
 
+#: Rounds a baseline is recorded with when --rounds is not given: enough that a later comparison
+#: can bound a change (one round against a few can only ever say UNKNOWN).
+BASELINE_ROUNDS = 10
+#: The most rounds ``run --compare`` adds while a verdict is UNKNOWN (unless --max-rounds).
+COMPARE_MAX_ROUNDS = 12
+
+
+def judging(cfg: suite.SuiteConfig, args: argparse.Namespace) -> suite.SuiteConfig:
+    """The rounds a judging run needs. ``--baseline-update``: BASELINE_ROUNDS unless --rounds.
+    ``--compare``: after each round every verdict of the world is taken against the stored
+    baselines, and rounds are added while one is UNKNOWN, up to COMPARE_MAX_ROUNDS (each look at
+    the confidence that keeps the false-alarm rate over all of them, ``regress.confidence``)."""
+    from .. import baselines
+
+    tol, alpha = gate_settings(args)
+    policy = cfg.rounds or regress.RoundsPolicy()
+    if args.baseline_update and args.rounds is None:
+        policy = replace(policy, rounds=BASELINE_ROUNDS)
+    if args.compare:
+        stored = baselines.load_all(args.baseline_dir or "baselines", baselines.system_for(None, args.system))
+        cap = policy.max_rounds or max(policy.rounds, COMPARE_MAX_ROUNDS)
+        args.looks = cap
+
+        def decided(samples: list) -> bool:
+            verdicts = regress.compare(samples, {k: b for k, b in stored.items()
+                                                 if k[0] in {s.case.name for s in samples}},
+                                       tolerance=tol, alpha=alpha, looks=cap)
+            return all(regress.decided(v) for v in verdicts)
+
+        policy = replace(policy, max_rounds=cap, decided=decided)
+    return replace(cfg, rounds=policy)
+
 def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
     """``run --compare``: verdicts against this system's baselines; ``--baseline-update``: record."""
     from .. import baselines
@@ -82,7 +114,8 @@ def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
         judged = {c.name for o in run.outcomes for c in o.spec.cases if not o.skipped}
         say(f"# verdicts on {system} against {root}/{system}/")
         verdicts = regress.compare(run.samples(), baselines.load_all(root, system), tolerance=tol,
-                                   alpha=alpha, system=system, cases=judged)
+                                   alpha=alpha, system=system, cases=judged,
+                                   looks=getattr(args, "looks", 1))
         code = print_verdicts(verdicts, bool(args.strict))
     if args.baseline_update:
         for line in baselines.update(root, system, [s for s in run.samples() if s.valid], run.machine):

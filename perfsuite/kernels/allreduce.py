@@ -16,7 +16,8 @@ import numpy as np
 from ..model import DTYPES, Case, Metric, Sample
 from ..transports import load as load_transport
 from .context import RankContext
-from .faults import slowdown_fraction, stretch
+from .contention import Probe, world_view
+from .faults import slowdown_fraction, spin
 
 SMALL_MESSAGE = 8192  # OMB's large-message threshold: fewer iterations above it
 SMALL_ITERS, SMALL_WARMUP = 1000, 100
@@ -47,11 +48,13 @@ def expected_sum(world_size: int, count: int, dtype: str) -> np.ndarray:
 
 
 def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: int,
-              inplace: bool, copy_GBps: float | None = None) -> Sample:
+              inplace: bool, copy_GBps: float | None = None,
+              machine: dict | None = None) -> Sample:
     """``times`` is iterations x ranks, seconds. Pure, so it is unit-tested without MPI.
 
     ``copy_GBps``: the buffers' own memory-copy bandwidth (device transports measure it), so
-    busbw is also stated as a fraction of what the memory itself can move.
+    busbw is also stated as a fraction of what the memory itself can move. ``machine``: the
+    world's contention figures over the timed loop (``contention.world_view``).
     """
     n = times.shape[1]
     per_rank_mean = times.mean(axis=0)
@@ -70,6 +73,7 @@ def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: in
         "latency_max_us": float(per_rank_mean.max() * 1e6),
         "p50_us": p50 * 1e6, "p99_us": p99 * 1e6,
         "algbw_GBps": algbw, "busbw_GBps": algbw * factor, "valid": bool(valid),
+        **(machine or {}),
     }
     if copy_GBps:
         info["copy_GBps"] = copy_GBps
@@ -98,6 +102,103 @@ def copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 10) -> float:
     return float(np.median(rates))
 
 
+def injected_turns(transport, send, recv, spinner, barrier=lambda: None, case=None,
+                   world_max=lambda x: x) -> int:
+    """Spin turns that make this rank's host call take the injected fraction longer, or -1
+    for device transports (timed by CUDA events: those spin after the call, ``Spin.add``).
+
+    Calibrated on what is reported (the median over calls of the slowest rank's time, via
+    ``world_max``) on the path the timed loop takes (barrier, call, inline turns): the median
+    of a few plain calls, then the turns corrected from what the spun calls really took, so
+    neither the per-turn cost measured when the switch was made nor the ranks' interplay at
+    the barrier decides the result alone. Every rank ends with the same turns.
+    """
+    if getattr(transport, "xp", np) is not np:
+        return -1
+    calls = 31 if (case is None or (case.size_bytes or 0) <= SMALL_MESSAGE) else 5
+
+    def took(turns: int) -> float:
+        times = timed_loop(transport, send, recv, calls, barrier, None, case, spinner, turns)
+        return float(np.median(world_max(times)))
+
+    plain = float(np.median(world_max(timed_loop(transport, send, recv, calls, barrier, None, case))))
+    want = plain * spinner.fraction
+    turns = spinner.turns(plain)
+    for _ in range(3):
+        added = took(turns) - plain
+        if turns > 0 and added > 0:
+            turns = max(0, int(turns * want / added + 0.5))
+    return turns
+
+
+def world_max(comm):
+    """Per call, the slowest rank's time: what the kernel reports (elementwise MAX over ranks)."""
+    from mpi4py import MPI
+
+    def slowest(times: np.ndarray) -> np.ndarray:
+        out = np.empty_like(times)
+        comm.Allreduce(times, out, op=MPI.MAX)
+        return out
+
+    return slowest
+
+
+def timed_loop(transport, send, recv, iters: int, barrier, fault, case: Case,
+               spinner=None, turns: int = -1) -> np.ndarray:
+    """``iters`` barrier-separated calls, each timed on this rank (seconds). With ``spinner``,
+    every call takes the injected fraction longer: ``turns`` inline turns inside the timed
+    region for host transports, a measured spin after the call otherwise."""
+    clock = time.perf_counter
+    spin_range = range(max(turns, 0))
+    times = np.empty(iters)
+    for i in range(iters):
+        barrier()
+        if fault is not None:
+            fault("timed", case)
+        if turns >= 0:
+            t0 = clock()
+            transport.allreduce(send, recv)  # host buffers: done when the call returns
+            for _ in spin_range:  # the injected slowdown, inline: a call would cost more
+                pass
+            times[i] = clock() - t0
+        else:
+            # The transport times its own call: the host clock, or CUDA events on a device.
+            dt = transport.time_one(send, recv)
+            times[i] = dt + spinner.add(dt) if spinner else dt
+    return times
+
+
+#: The canary: a fixed piece of memory and compute work, the same in every world and every
+#: version, timed between blocks of the measured loop (see docs/measurements.md for whether it
+#: predicts a world's speed).
+CANARY_BYTES, CANARY_REPEATS = 1 << 18, 20
+
+
+def canary_us(repeats: int = CANARY_REPEATS) -> float:
+    """Median microseconds of one canary piece on this rank."""
+    src = np.arange(CANARY_BYTES // 8, dtype=np.float64)
+    dst = np.empty_like(src)
+    took = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        dst *= 1.0000001
+        took.append(time.perf_counter() - t0)
+    return float(np.median(took) * 1e6)
+
+
+def timed_blocks(transport, send, recv, iters: int, barrier, fault, case: Case, spinner,
+                 turns: int, blocks: int) -> tuple[np.ndarray, float]:
+    """The timed loop in ``blocks`` pieces with the canary before each piece and after the
+    last: (times, this rank's median canary in microseconds)."""
+    parts, canary = [], [canary_us()]
+    for b in range(blocks):
+        n = iters // blocks + (1 if b < iters % blocks else 0)
+        parts.append(timed_loop(transport, send, recv, n, barrier, fault, case, spinner, turns))
+        canary.append(canary_us())
+    return np.concatenate(parts), float(np.median(canary))
+
+
 def run(ctx: RankContext) -> dict:
     from mpi4py import MPI
 
@@ -106,8 +207,11 @@ def run(ctx: RankContext) -> dict:
     inplace = bool(ctx.options.get("inplace", False))
     validate = bool(ctx.options.get("validate", True))
     slow = slowdown_fraction()
-    clock, barrier = time.perf_counter, comm.Barrier
-    fault_armed = bool(getattr(ctx.fault, "active", True))  # skip the call when no fault is set
+    spinner = spin(slow)
+    barrier = comm.Barrier
+    # Skip the call in the timed loop when no fault is set.
+    fault = ctx.fault if getattr(ctx.fault, "active", True) else None
+    canary_blocks = int(ctx.options.get("canary") or 0)
     # Device transports measure their memory's copy bandwidth (D2D) once, before the cases, so
     # every sample can state busbw as a fraction of it (rank 0's GPU; the others wait).
     device_copy = getattr(transport, "copy_bandwidth", None)
@@ -126,15 +230,18 @@ def run(ctx: RankContext) -> dict:
         for _ in range(warmup):
             transport.allreduce(send, recv)
         transport.sync()
-        times = np.empty(iters)
-        for i in range(iters):
-            barrier()
-            t0 = clock()
-            if fault_armed:
-                ctx.fault("timed", case)
-            # The transport times its own call: the host clock, or CUDA events on a device.
-            dt = transport.time_one(send, recv)
-            times[i] = stretch(t0, t0 + dt, slow) - t0 if slow else dt
+        turns = (injected_turns(transport, send, recv, spinner, barrier, case, world_max(comm))
+                 if spinner else -1)
+        probe = Probe()
+        if canary_blocks:
+            times, canary = timed_blocks(transport, send, recv, iters, barrier, fault, case,
+                                         spinner, turns, canary_blocks)
+        else:
+            times, canary = timed_loop(transport, send, recv, iters, barrier, fault, case,
+                                       spinner, turns), None
+        machine = probe.stop()
+        if canary is not None:
+            machine["canary_us"] = canary
         ok = True
         if validate:
             transport.fill(send, pattern(ctx.rank, count, case.dtype))
@@ -146,10 +253,11 @@ def run(ctx: RankContext) -> dict:
                 got[0] += 1
             ok = bool(np.array_equal(got, expected_sum(ctx.world_size, count, case.dtype)))
         ok = bool(comm.allreduce(ok, op=MPI.LAND))
-        gathered = comm.gather(times, root=0)
+        gathered = comm.gather((times, machine), root=0)
         if ctx.is_root:
-            sample = summarize(case, np.stack(gathered, axis=1), ok, iters, warmup, inplace,
-                               copy_GBps=copy_gbps)
+            sample = summarize(case, np.stack([g[0] for g in gathered], axis=1), ok, iters, warmup,
+                               inplace, copy_GBps=copy_gbps,
+                               machine=world_view([g[1] for g in gathered]))
             ctx.emit(sample.to_dict())
         del send, recv
     extra = {"transport_facts": transport.describe(), "inplace": inplace,

@@ -74,15 +74,75 @@ def slowdown_fraction(text: str | None = None) -> float:
     return f
 
 
-def stretch(t0: float, t1: float, fraction: float, clock=time.perf_counter) -> float:
-    """Spin inside the timed region until it lasted (1 + fraction) times what the call took.
+class Spin:
+    """Makes each timed call take ``fraction`` longer with a calibrated busy loop, and no clock
+    read inside the loop (a read per turn would set the granularity, and the loop's own cost
+    would add to small messages).
 
-    The operation really takes longer (the clock is read after spinning); no number is edited.
+    Two ways to use it. ``turns(dt)`` is how many turns add ``fraction`` x ``dt``; a kernel
+    that loops over ``range(turns)`` inside its own timed region adds exactly that,
+    as the time its clock reads: used with ``dt`` the call's median, measured before the timed
+    loop. ``add(dt)`` spins after a call timed elsewhere (CUDA events, a training step) and
+    returns the seconds it really took, measured around the loop. Either way the number
+    recorded is the time the rank spent, never an edited one.
     """
-    if fraction <= 0.0:
-        return t1
-    until = t0 + (t1 - t0) * (1.0 + fraction)
-    now = clock()
-    while now < until:
-        now = clock()
-    return now
+
+    def __init__(self, fraction: float, clock=time.perf_counter):
+        self.fraction = fraction
+        self.clock = clock
+        self.per_turn, self.fixed, self.call = self._calibrate()
+
+    def _calibrate(self) -> tuple[float, float, float]:
+        """(seconds per turn, seconds of an empty spin timed on its own, seconds the call of an
+        empty spin adds inside a region timed already): medians over the paths used."""
+        clock = self.clock
+
+        def median(f, repeats: int) -> float:
+            got = sorted(f() for _ in range(repeats))
+            return got[len(got) // 2]
+
+        def bare() -> float:
+            t0 = clock()
+            return clock() - t0
+
+        empty = range(0)
+
+        def inline() -> float:  # the loop as a kernel writes it inside its timed region
+            t0 = clock()
+            for _ in empty:
+                pass
+            return clock() - t0
+
+        median(lambda: self._timed(0), 200)  # warm the paths
+        fixed = median(lambda: self._timed(0), 2001)
+        many = 20_000
+        per_turn = max((median(lambda: self._timed(many), 51) - fixed) / many, 1e-10)
+        median(inline, 200)
+        return per_turn, fixed, max(median(inline, 2001) - median(bare, 2001), 0.0)
+
+    def _timed(self, turns: int) -> float:
+        clock = self.clock
+        t0 = clock()
+        spin_turns(turns)
+        return clock() - t0
+
+    def turns(self, dt: float, fixed: float | None = None) -> int:
+        """Turns that add ``fraction`` x ``dt``, less ``fixed`` seconds the path adds anyway
+        (default: an inline ``for _ in range(turns)`` in a region the caller times already)."""
+        fixed = self.call if fixed is None else fixed
+        n = int((dt * self.fraction - fixed) / self.per_turn + 0.5)
+        return n if n > 0 else 0
+
+    def add(self, dt: float) -> float:
+        return self._timed(self.turns(dt, self.fixed))
+
+
+def spin_turns(turns: int) -> None:
+    for _ in range(turns):
+        pass
+
+
+def spin(fraction: float | None = None) -> Spin | None:
+    """The calibrated spin ``PERFSUITE_INJECT_SLOWDOWN`` asks for, or None when it is off."""
+    f = slowdown_fraction() if fraction is None else fraction
+    return Spin(f) if f > 0 else None

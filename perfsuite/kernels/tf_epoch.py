@@ -33,7 +33,8 @@ from ..transports import load as load_transport
 from ..transports.tf_support import import_tf
 from ..transports.tf_train import plain_train_step
 from .context import RankContext, whole_option
-from .faults import slowdown_fraction, stretch
+from .contention import Probe, world_view
+from .faults import Spin, slowdown_fraction, spin
 from .tf_input import configure_threads, input_feed
 from .tf_models import build_model, check_batch, check_image_size, model_spec, synthetic_batch
 
@@ -62,7 +63,7 @@ def epoch_options(options: dict) -> dict[str, Any]:
 
 
 def timed_epoch(step: Callable[[], float | None], steps: int, fault: Callable, case: Case,
-                clock: Callable[[], float] = time.perf_counter, slow: float = 0.0
+                clock: Callable[[], float] = time.perf_counter, slow: Spin | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
     """(step seconds, allreduce seconds or NaN) for ``steps`` calls of ``step``."""
     times = np.empty(steps)
@@ -71,7 +72,8 @@ def timed_epoch(step: Callable[[], float | None], steps: int, fault: Callable, c
         t0 = clock()
         fault("timed", case)
         comm_s = step()
-        times[i] = stretch(t0, clock(), slow) - t0
+        dt = clock() - t0
+        times[i] = dt + slow.add(dt) if slow else dt
         if comm_s is not None:
             allreduce[i] = comm_s
     return times, allreduce
@@ -185,6 +187,7 @@ def run(ctx: RankContext) -> dict:
     transport.start(tf)
     start_s = time.perf_counter() - t0
     slow = slowdown_fraction()
+    spinner = spin(slow)
     loss_fn = _loss(tf)
     for case in ctx.cases:
         image, classes = _image_classes(case, opts)
@@ -209,7 +212,9 @@ def run(ctx: RankContext) -> dict:
         if feed is not None:
             feed.start_timed()
         comm.Barrier()  # every rank starts the timed epoch together
-        times, allreduce = timed_epoch(step, opts["steps"], ctx.fault, case, slow=slow)
+        probe = Probe(scope="process")
+        times, allreduce = timed_epoch(step, opts["steps"], ctx.fault, case, slow=spinner)
+        machine = probe.stop()
         if transport.synchronous and ctx.world_size > 1:
             identical, max_diff = weights_agree(comm, model.trainable_variables)
         else:
@@ -218,9 +223,9 @@ def run(ctx: RankContext) -> dict:
         if opts["baseline"] and case.name not in baselines:
             baseline = _root_baseline(
                 ctx, lambda: _plain_baseline(tf, case.model, image, classes, opts, loss_fn, x, y))
-        gathered = comm.gather((times, allreduce), root=0)
+        gathered = comm.gather((times, allreduce, machine), root=0)
         if ctx.is_root:
-            info = {"image_size": image, "classes": classes, "warmup": opts["warmup"],
+            info = {**world_view([g[2] for g in gathered]), "image_size": image, "classes": classes, "warmup": opts["warmup"],
                     "warmup_s": warmup_s, "params": _count_params(model.trainable_variables),
                     "weights_identical": identical if max_diff is not None else None,
                     "weights_max_diff": max_diff, "transport_facts": transport.describe(),

@@ -15,7 +15,7 @@ import socket
 from importlib import metadata
 from typing import Any
 
-from ..errors import ConfigError, TransportUnavailable
+from ..errors import ConfigError, PortInUse, TransportUnavailable
 
 TF_INSTALL = "TensorFlow is not installed (pip install 'perfsuite[tf]')"
 HOROVOD_INSTALL = ("Horovod is not installed; build it against this TensorFlow with "
@@ -115,7 +115,7 @@ def cluster_addresses(comm, options: dict) -> list[str]:
     if busy:
         # Every rank raises together (nobody is left waiting in a collective for the others).
         r, p = busy[0]
-        raise ConfigError(f"port {p} for rank {r}'s gRPC server is in use; free it or let the "
+        raise PortInUse(f"port {p} for rank {r}'s gRPC server is in use; free it or let the "
                           "suite choose ports (leave options['ports'] unset)")
     return [f"{LOOPBACK if same_host else h}:{p}" for h, p in zip(hosts, ports)]
 
