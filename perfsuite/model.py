@@ -190,6 +190,18 @@ class Sample:
                    times_s=tuple(d.get("times_s", ())), info=dict(d.get("info", {})))
 
 
+#: Key in ``Sample.info`` holding per-metric round values of a sample pooled over rounds.
+ROUNDS_KEY = "round_values"
+
+
+def round_values(sample: Sample, metric: str) -> list[float]:
+    """The per-round values of ``metric`` (one per world run); a plain sample is one round."""
+    pooled = sample.info.get(ROUNDS_KEY, {}).get(metric)
+    if pooled:
+        return [float(x) for x in pooled]
+    return [float(sample.metrics[metric].value)]
+
+
 @dataclass(frozen=True)
 class WorldSpec:
     """One world to start: every case in it shares benchmark, transport and world size."""

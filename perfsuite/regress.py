@@ -271,18 +271,18 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
     order = {s: i for i, s in enumerate(VERDICT_ORDER)}
     rows = sorted(verdicts, key=lambda v: (order.get(v.status, 9), v.case, v.metric))
     head = (f"{'status':<12}{'case':<34}{'metric':<12}{'value':>10}{'ref':>10}{'change':>8}"
-            f"{'interval':>18}{'tol':>6}{'rounds':>8}")
+            f"{'interval':>18}{'tol':>11}{'rounds':>8}")
     lines = [head]
     for v in rows:
         status = v.status.upper() if v.is_failure and not v.xfail else v.status
         if v.xfail and v.is_failure:
             status += "(x)"
-        tol = f"{v.tolerance.upper:.0%}" if v.tolerance is not None else ""
+        tol = _tol(v.tolerance)
         interval = f"[{_pct(v.low)}, {_pct(v.high)}]" if v.low is not None else ""
         rounds = f"{v.rounds}" + (f"-{v.dropped}" if v.dropped else "") if v.rounds else ""
         lines.append(f"{status:<12}{v.case:<34}{_short(v.metric):<12}{_fmt(v.value):>10}"
                      f"{_fmt(v.baseline):>10}{'' if v.change is None else _pct(v.change):>8}"
-                     f"{interval:>18}{tol:>6}{rounds:>8}")
+                     f"{interval:>18}{tol:>11}{rounds:>8}")
     counts = {}
     for v in verdicts:
         counts[v.status] = counts.get(v.status, 0) + 1
@@ -296,15 +296,13 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
 def describe(v: Verdict) -> str:
     """'allreduce[mpi-n2-1MiB] busbw 0.92 GB/s vs 1.25 GB/s on sys: -26% [-31%, -20%],
     tolerance +-10%: regression' (what was decided and from how much)."""
-    tol = v.tolerance
-    limit = (f"+-{tol.upper:.0%}" if tol is not None and -tol.lower == tol.upper
-             else f"{tol.lower:+.0%}/{tol.upper:+.0%}" if tol is not None else "n/a")
+    limit = _tol(v.tolerance) or "n/a"
     system = f" on {v.system}" if v.system else ""
     ref = "baseline" if v.test != "sign-pairs" else "A"
     unit = f" {v.unit}" if v.unit else ""
     line = (f"{v.case} {_short(v.metric)} {_fmt(v.value)}{unit} vs {ref} {_fmt(v.baseline)}{unit}"
             f"{system}: {_pct(v.change)} [{_pct(v.low)}, {_pct(v.high)}], tolerance {limit}, "
-            f"{v.rounds} {'pairs' if v.test == 'sign-pairs' else 'rounds'}")
+            f"{v.rounds} {'pair' if v.test == 'sign-pairs' else 'round'}{'' if v.rounds == 1 else 's'}")
     if v.dropped:
         line += f" ({v.dropped} dropped as contended)"
     line += f": {v.status}"
@@ -314,6 +312,13 @@ def describe(v: Verdict) -> str:
     if v.xfail:
         line += f" [expected failure: {v.xfail}]"
     return line
+
+
+def _tol(tol: Tolerance | None) -> str:
+    """'+-3%' for a symmetric tolerance, '-75%/+300%' otherwise."""
+    if tol is None:
+        return ""
+    return f"+-{tol.upper:.0%}" if -tol.lower == tol.upper else f"{tol.lower:+.0%}/{tol.upper:+.0%}"
 
 
 def _pct(x: float | None) -> str:

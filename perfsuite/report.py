@@ -157,7 +157,8 @@ def verdict_rows(verdicts: Sequence[Verdict | dict] | None) -> list[dict[str, An
         failed = status in ("regression", "invalid")
         rows.append({"case": str(d.get("case", "")), "metric": str(d.get("metric", "")), "status": status,
                      "unit": d.get("unit", ""), "value": d.get("value"), "baseline": d.get("baseline"),
-                     "change": d.get("change"), "p_value": d.get("p_value"), "test": d.get("test", ""),
+                     "change": d.get("change"), "low": d.get("low"), "high": d.get("high"),
+                     "rounds": d.get("rounds") or 0,
                      "tolerance": (f"{tol['lower']:+.0%}/{tol['upper']:+.0%}" if tol else ""),
                      "xfail": xfail,
                      # red for a failure nobody expected; an expected one is marked, not hidden
@@ -234,11 +235,18 @@ def _verdict_table_rows(rows: list[dict]) -> list[tuple[str, ...]]:
     return [(r["status"].upper() if r["css"] == "regression" else r["status"], r["case"], r["metric"],
              f"{_num(r['value'])} {r['unit']}".strip() if r["value"] is not None else "",
              _num(r["baseline"]), _change(r["change"]), r["tolerance"],
-             f"{_num(r['p_value'], '.2g')} {r['test']}".strip() if r["p_value"] is not None else "",
-             r["note"]) for r in rows]
+             _interval(r), str(r["rounds"] or ""), r["note"]) for r in rows]
 
 
-VERDICT_HEAD = ("status", "case", "metric", "value", "baseline", "change", "tolerance", "p", "note")
+def _interval(r: dict) -> str:
+    """The change's interval; an open end (stored as null) is unbounded."""
+    if r["low"] is None and r["high"] is None:
+        return ""
+    return f"[{_change(r['low'])}, {_change(r['high']) if r['high'] is not None else 'unbounded'}]"
+
+
+VERDICT_HEAD = ("status", "case", "metric", "value", "baseline", "change", "tolerance", "interval",
+                "rounds", "note")
 NO_VERDICTS = "No baseline was compared, so there are no verdicts."
 
 

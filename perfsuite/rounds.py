@@ -14,10 +14,8 @@ from dataclasses import dataclass, replace
 
 from . import stats
 from .errors import ConfigError
-from .model import Metric, Result, Sample
+from .model import ROUNDS_KEY, Metric, Result, Sample, round_values  # noqa: F401
 
-#: Key in ``Sample.info`` holding per-metric round values of a pooled sample.
-ROUNDS_KEY = "round_values"
 #: Run-queue wait over wall time above which a round is contended: quiet worlds here wait 0-3%
 #: of their timed loop, worlds sharing a core with another process 7-68% (docs/measurements.md).
 DEFAULT_MAX_CONTENTION = 0.05
@@ -42,14 +40,6 @@ def is_contended(sample: Sample, limit: float | None) -> bool:
 
 
 # --- rounds -------------------------------------------------------------------------------------
-
-def round_values(sample: Sample, metric: str) -> list[float]:
-    """The per-round values of ``metric`` (one per world run); a plain sample is one round."""
-    pooled = sample.info.get(ROUNDS_KEY, {}).get(metric)
-    if pooled:
-        return [float(x) for x in pooled]
-    return [float(sample.metrics[metric].value)]
-
 
 def pool_rounds(rounds: Sequence[Sample], max_contention: float | None = None) -> Sample:
     """Merge samples of one case from several rounds into one sample.

@@ -157,7 +157,8 @@ def run(cases: Sequence[Case], cfg: SuiteConfig,
     """
     run_ = SuiteRun(fingerprint=fingerprint.collect(),
                     created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    pending = [Rounds(spec, cfg) for spec in plan(cases, cfg.options)]
+    specs = plan(cases, cfg.options)
+    pending = [Rounds(spec, cfg) for spec in specs]
     started: set[int] = set()
     while pending:
         for r in list(pending):
@@ -172,6 +173,6 @@ def run(cases: Sequence[Case], cfg: SuiteConfig,
                 run_.outcomes.append(outcome)
                 if on_world:
                     on_world("done", r.given, outcome)
-    order = {spec.label: i for i, spec in enumerate(plan(cases, cfg.options))}
+    order = {spec.label: i for i, spec in enumerate(specs)}
     run_.outcomes.sort(key=lambda o: order.get(o.spec.label, len(order)))
     return run_

@@ -292,7 +292,7 @@ def test_verdict_order_and_table_columns():
     lines = regress.verdict_table([same, unsure, bad]).splitlines()
     assert lines[0].split() == ["status", "case", "metric", "value", "ref", "change", "interval", "tol", "rounds"]
     assert [line.split()[0] for line in lines[1:4]] == ["REGRESSION", "unknown", "same"]
-    assert lines[1].split()[-1] == "6" and lines[1].split()[-2] == "3%"
+    assert lines[1].split()[-1] == "6" and lines[1].split()[-2] == "+-3%"
     assert "[-100.0%, +inf]" in lines[2] and lines[2].split()[-1] == "1"
     assert lines[-1] == "1 regression, 1 unknown, 1 same"
 

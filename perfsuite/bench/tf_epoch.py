@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from .. import stats
 from ..errors import ConfigError
 from ..kernels.tf_models import MODELS, check_batch
-from ..model import Case, Opt, Result, Sample, parse_names, parse_size, whole_number
+from ..model import Case, Opt, Result, Sample, parse_names, parse_size, round_values, whole_number
 from . import BenchmarkSpec, Selection, heading, register
 from .allreduce import allreduce_wire_bytes
 
@@ -116,11 +116,6 @@ def transport_ratios(samples: Sequence[Sample], pairs: Sequence[tuple[str, str]]
                            f"(no interval: {len(a)} vs {len(b)} rounds; use --rounds 3 or more)  {what})")
     return out
 
-
-def round_values(sample: Sample, metric: str) -> list[float]:
-    """Per-round values of a pooled sample (the suite keeps them in its info), else its value."""
-    kept = sample.info.get("round_values", {}).get(metric)
-    return [float(x) for x in kept] if kept else [float(sample.metrics[metric].value)]
 
 
 OPTIONS = (

@@ -76,7 +76,8 @@ def do_ab(args: argparse.Namespace) -> int:
     if args.json:
         formats.write_json(args.json, formats.stamp(formats.AB, rep.to_dict()))
         say(f"# A/B written to {args.json}")
-    if any(v.kind == "DIFFERENT" for v in rep.verdicts):
+    # A failed world fails its pair, and the run: as `perfsuite run` does for a failed world.
+    if rep.failures or any(v.kind == "DIFFERENT" for v in rep.verdicts):
         return EXIT_FAIL
     return EXIT_OK
 

@@ -160,7 +160,7 @@ def add_compare(p: argparse.ArgumentParser) -> None:
     p.add_argument("new", metavar="NEW.json", help="results file judged against it")
     p.add_argument("--tolerance", metavar="TOL", help="0.05 or LOWER:UPPER [default: per metric]")
     p.add_argument("--strict", action="store_true", help="also fail improvements")
-    p.add_argument("--alpha", metavar="P", help="significance level of the U test [default: 0.01]")
+    p.add_argument("--alpha", metavar="P", help="false-alarm rate: each change's interval has confidence 1 - alpha [default: 0.01]")
 
 
 def do_compare(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import regress, rounds, stats, suite
-from ..errors import ConfigError
+from ..errors import ConfigError, PerfsuiteError
 from ..launch.launchers import LaunchConfig
 from ..model import Case, Sample, Tolerance, Verdict
 
@@ -173,11 +173,9 @@ def run(cfg: ABConfig, runner: Runner, progress: Callable[[str], None] | None = 
                 arm, cases = (cfg.a, cfg.cases_a) if side == "a" else (cfg.b, cfg.cases_b)
                 try:
                     got[side] = {s.case: s for s in runner(arm, cases)}
-                except Exception as exc:  # noqa: BLE001 - a failed world fails its pair only
-                    from ..errors import PerfsuiteError
-
-                    if not isinstance(exc, PerfsuiteError) or isinstance(exc, ConfigError):
-                        raise
+                except ConfigError:
+                    raise
+                except PerfsuiteError as exc:  # a failed world fails its pair only
                     failures.append(f"pair {pairs + 1}, arm {arm.name}: {exc}")
             pairs += 1
             if len(got) == 2:
@@ -201,10 +199,14 @@ def _add_pair(cfg, names, got, ratios, dropped, values, meta) -> None:
             continue
         calm = not (rounds.is_contended(sa, cfg.max_contention) or
                     rounds.is_contended(sb, cfg.max_contention))
+        if set(sa.metrics) != set(sb.metrics):
+            only = sorted(set(sa.metrics) ^ set(sb.metrics))
+            raise ConfigError(f"{name}: metric(s) {', '.join(only)} measured by one arm only; "
+                              "A/B compares what both arms measure (same benchmark, same kernel)")
         for metric, ma in sa.metrics.items():
-            mb = sb.metrics.get(metric)
-            if mb is None or ma.value <= 0 or mb.value <= 0:
-                continue
+            mb = sb.metrics[metric]
+            if ma.value <= 0 or mb.value <= 0:
+                continue  # a ratio needs two positive values (busbw of a 1-rank world is 0)
             k = (name, metric)
             meta[k] = (ma.unit, ma.higher_is_better)
             v = values.setdefault(name, {}).setdefault(metric, {"a": [], "b": []})

@@ -115,7 +115,9 @@ def injected_turns(transport, send, recv, spinner, barrier=lambda: None, case=No
     """
     if getattr(transport, "xp", np) is not np:
         return -1
-    calls = 31 if (case is None or (case.size_bytes or 0) <= SMALL_MESSAGE) else 5
+    # Medians of enough calls that one slow call cannot steer the turns: 31 up to 1 MiB (under
+    # 0.1 s here), 5 above (a 16 MiB call takes ~15 ms).
+    calls = 31 if (case is None or (case.size_bytes or 0) <= 1 << 20) else 5
 
     def took(turns: int) -> float:
         times = timed_loop(transport, send, recv, calls, barrier, None, case, spinner, turns)

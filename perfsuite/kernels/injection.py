@@ -46,7 +46,7 @@ def run(ctx: RankContext) -> dict:
         if ctx.is_root:
             ratios = np.array(injected) / np.array(plain) - 1.0
             sample = summarize(case, np.array(plain)[:, None], True, per_block * blocks, warmup, False)
-            info = {**sample.info, "asked": spinner.fraction, "measured": float(np.median(ratios)),
+            info = {**sample.info, "world_size": ctx.world_size, "asked": spinner.fraction, "measured": float(np.median(ratios)),
                     "measured_min": float(ratios.min()), "measured_max": float(ratios.max()),
                     "blocks": blocks, "turns": turns}
             ctx.emit({**sample.to_dict(), "info": info})
