@@ -108,28 +108,34 @@ def injected_turns(transport, send, recv, spinner, barrier=lambda: None, case=No
     for device transports (timed by CUDA events: those spin after the call, ``Spin.add``).
 
     Calibrated on what is reported (the median over calls of the slowest rank's time, via
-    ``world_max``) on the path the timed loop takes (barrier, call, inline turns): the median
-    of a few plain calls, then the turns corrected from what the spun calls really took, so
-    neither the per-turn cost measured when the switch was made nor the ranks' interplay at
-    the barrier decides the result alone. Every rank ends with the same turns.
+    ``world_max``) on the path the timed loop takes (barrier, call, inline turns). A first
+    guess from the per-turn cost, then corrected three times on the ratio spun / plain of
+    blocks run back to back (plain, spun, spun, plain), so neither the per-turn cost nor the
+    ranks' interplay at the barrier nor a drift of the machine decides the result alone. Every
+    rank ends with the same turns (the slowest rank's count).
     """
     if getattr(transport, "xp", np) is not np:
         return -1
-    # Medians of enough calls that one slow call cannot steer the turns: 31 up to 1 MiB (under
-    # 0.1 s here), 5 above (a 16 MiB call takes ~15 ms).
-    calls = 31 if (case is None or (case.size_bytes or 0) <= 1 << 20) else 5
+    # Medians of enough calls that one slow call cannot steer the turns: 201 small calls (~0.3
+    # ms; a turn is ~1% of a 4 B call, so the ratio must be known to well under that), 31 up to
+    # 1 MiB, 5 above (a 16 MiB call takes ~15 ms).
+    size = (case.size_bytes or 0) if case is not None else 0
+    calls = 201 if size <= SMALL_MESSAGE else (31 if size <= 1 << 20 else 5)
 
-    def took(turns: int) -> float:
-        times = timed_loop(transport, send, recv, calls, barrier, None, case, spinner, turns)
+    def median(turns: int) -> float:
+        times = timed_loop(transport, send, recv, calls, barrier, None, case,
+                           spinner if turns >= 0 else None, turns)
         return float(np.median(world_max(times)))
 
-    plain = float(np.median(world_max(timed_loop(transport, send, recv, calls, barrier, None, case))))
-    want = plain * spinner.fraction
-    turns = spinner.turns(plain)
+    def agreed(n: int) -> int:
+        return int(world_max(np.array([float(max(n, 0))]))[0])
+
+    turns = agreed(spinner.turns(median(-1)))
     for _ in range(3):
-        added = took(turns) - plain
+        p1, s1, s2, p2 = median(-1), median(turns), median(turns), median(-1)
+        added = (s1 + s2) / (p1 + p2) - 1.0
         if turns > 0 and added > 0:
-            turns = max(0, int(turns * want / added + 0.5))
+            turns = agreed(int(turns * spinner.fraction / added + 0.5))
     return turns
 
 
@@ -174,6 +180,7 @@ def timed_loop(transport, send, recv, iters: int, barrier, fault, case: Case,
 #: version, timed between blocks of the measured loop (see docs/measurements.md for whether it
 #: predicts a world's speed).
 CANARY_BYTES, CANARY_REPEATS = 1 << 18, 20
+CANARY_BLOCKS = 2  # the timed loop in 2 blocks: the canary before, between and after
 
 
 def canary_us(repeats: int = CANARY_REPEATS) -> float:
@@ -213,7 +220,9 @@ def run(ctx: RankContext) -> dict:
     barrier = comm.Barrier
     # Skip the call in the timed loop when no fault is set.
     fault = ctx.fault if getattr(ctx.fault, "active", True) else None
-    canary_blocks = int(ctx.options.get("canary") or 0)
+    # The canary runs between blocks of every size's loop (0 turns it off): verdicts compare
+    # rounds in one machine mode only, and the canary is what tells the modes apart.
+    canary_blocks = int(ctx.options.get("canary", CANARY_BLOCKS))
     # Device transports measure their memory's copy bandwidth (D2D) once, before the cases, so
     # every sample can state busbw as a fraction of it (rank 0's GPU; the others wait).
     device_copy = getattr(transport, "copy_bandwidth", None)
