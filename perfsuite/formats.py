@@ -11,8 +11,14 @@ register a migration in ``MIGRATIONS`` when the old one can still be read):
   failed worlds (``partial``), failures and skipped worlds. Failure and skip entries name their
   world by label; they also carry benchmark, transport and world size, and a skip its cases
   (``case_fields``); readers of older v1 files, which lack these, take the world from the label.
-- ``perfsuite-baseline`` v1: ``baselines/<system>/<benchmark>.json`` (see ``baselines``).
+- ``perfsuite-baseline`` v1: ``baselines/<system>/<benchmark>.json`` (see ``baselines``). A
+  metric may carry ``canary_rounds`` (the canary of each round); files without it are judged
+  across machine modes, as before.
 - ``perfsuite-dataset`` v1: the manifest of a generated JPEG dataset (see ``dataset``).
+- ``perfsuite-ab`` v1: ``perfsuite ab --json``: arms, tolerance, looks, verdicts, per-arm values.
+- ``perfsuite-detection`` v1: ``perfsuite detection-power --json``: the config, every world of
+  the stream in time order (per case: metrics, canary, contention, pressure), the canary study
+  and every window's verdicts.
 
 pyperf's habit: the version is checked before anything else is read, and an error says what
 to do (re-run, re-record, upgrade). The run file's one reader is ``load_run``; the report, the
@@ -33,9 +39,10 @@ from .errors import ConfigError, FormatError, LaunchError, PerfsuiteError, RankF
 from .model import Case, Result, Sample, WorldSpec
 
 AB = "perfsuite-ab"
+DETECTION = "perfsuite-detection"
 JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "perfsuite-run",
                                        "perfsuite-baseline", "perfsuite-dataset")
-VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 1, DATASET: 1, AB: 1}
+VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 1, DATASET: 1, AB: 1, DETECTION: 1}
 
 #: (format, old version) -> function turning such a dict into the next version's.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {}
@@ -47,6 +54,8 @@ REFRESH_BASELINE = ("re-record it with `perfsuite baseline update --from results
 _HINTS = {
     RUN: ("pass a file written by perfsuite run --json", RERUN),
     AB: ("pass a file written by perfsuite ab --json", "re-run perfsuite ab with this perfsuite"),
+    DETECTION: ("pass a file written by perfsuite detection-power --json",
+                "re-run perfsuite detection-power with this perfsuite"),
     RESULT: ("pass a file written by perfsuite run --json", RERUN),
     JOB: ("jobs are written by perfsuite's world runner", "start the world with this perfsuite"),
     BASELINE: (f"move it away and {REFRESH_BASELINE}",

@@ -309,6 +309,7 @@ class Baseline:
     tolerance: Tolerance | None = None
     xfail: str | None = None
     recorded: str = ""  # ISO time the baseline was measured
+    canary: tuple[float, ...] = ()  # the canary (us) of each round, when every round has one
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"unit": self.unit, "higher_is_better": self.higher_is_better,
@@ -320,6 +321,8 @@ class Baseline:
             d["tolerance"] = self.tolerance.to_dict()
         if self.xfail:
             d["xfail"] = self.xfail
+        if self.canary:
+            d["canary_rounds"] = list(self.canary)
         return d
 
     @classmethod
@@ -333,7 +336,8 @@ class Baseline:
                    median=summary.get("median"), iqr=summary.get("iqr"), mad=summary.get("mad"),
                    n=int(summary.get("n") or 0),
                    tolerance=Tolerance.from_dict(tol) if tol is not None else None,
-                   xfail=d.get("xfail") or None, recorded=str(d.get("recorded", "")))
+                   xfail=d.get("xfail") or None, recorded=str(d.get("recorded", "")),
+                   canary=tuple(float(x) for x in d.get("canary_rounds", ())))
 
 
 @dataclass(frozen=True)
@@ -343,7 +347,7 @@ class Verdict:
     ``change`` is value / baseline - 1 in the metric's own terms (busbw -0.26 = 26% less
     bandwidth, latency +0.30 = 30% more time), ``low``/``high`` its interval (``high`` inf when
     the data cannot bound it); ``rounds`` the rounds (or pairs) judged and ``dropped`` those
-    left out as contended; ``note`` is the one line a face prints.
+    left out as contended or in another machine mode; ``note`` is the one line a face prints.
     """
 
     case: str

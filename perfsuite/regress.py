@@ -38,8 +38,9 @@ from dataclasses import replace
 from . import stats
 from .errors import ConfigError
 from .model import VERDICT_ORDER, Baseline, Sample, Tolerance, Verdict
-from .rounds import (ROUNDS_KEY, RoundsPolicy, pool_by_case, pool_results, pool_rounds,  # noqa: F401
-                     precise_enough, round_values)
+from .rounds import (DEFAULT_CANARY_SHIFT, ROUNDS_KEY, RoundsPolicy, modal_canary,  # noqa: F401
+                     pool_by_case, pool_results, pool_rounds, precise_enough, round_canaries,
+                     round_values, same_mode)
 
 #: Significance level of the two-sided test.
 DEFAULT_ALPHA = 0.01
@@ -97,7 +98,10 @@ def baseline_from_sample(sample: Sample, metric: str, recorded: str = "",
     raw = list(m.samples) or round_values(sample, metric)
     summary = stats.summarize(raw)
     rounds = round_values(sample, metric)
-    return Baseline(case=sample.case.name, metric=metric, unit=m.unit,
+    canaries = round_canaries(sample)
+    canary = (tuple(float(c) for c in canaries)
+              if len(canaries) == len(rounds) and all(c is not None for c in canaries) else ())
+    return Baseline(case=sample.case.name, metric=metric, unit=m.unit, canary=canary,
                     higher_is_better=m.higher_is_better, value=stats.median(rounds),
                     rounds=tuple(rounds), samples=tuple(stats.thin(raw, MAX_BASELINE_SAMPLES)),
                     median=summary["median"], iqr=summary["iqr"], mad=summary["mad"], n=int(summary["n"]),
@@ -141,9 +145,35 @@ def _log(values: Sequence[float]) -> list[float]:
     return [math.log(max(v, 1e-300)) for v in values]
 
 
+#: Fewest baseline rounds in the candidate's machine mode that a verdict may rest on.
+MIN_MODE_ROUNDS = 3
+
+
+def in_mode(sample: Sample, metric: str, baseline: Baseline, limit: float | None
+            ) -> tuple[list[float], list[float], str | None]:
+    """(candidate rounds, baseline rounds) in the mode most candidate rounds ran in, by their
+    canaries, and why no verdict can be had across modes (None when one can). Without
+    canaries on both sides, or with ``limit`` None, every round."""
+    new, base = round_values(sample, metric), list(baseline.rounds)
+    canaries = round_canaries(sample)
+    if (limit is None or not baseline.canary or len(canaries) != len(new)
+            or any(c is None for c in canaries)):
+        return new, base, None
+    ref = modal_canary(canaries, limit)
+    new = [v for v, c in zip(new, canaries) if same_mode(c, ref, limit)]
+    base = [v for v, c in zip(base, baseline.canary) if same_mode(c, ref, limit)]
+    if len(base) < MIN_MODE_ROUNDS:
+        return new, base, (f"machine in another mode than the baseline: canary {ref:.0f} us now, "
+                           f"{len(base)} of {len(baseline.rounds)} baseline rounds within "
+                           f"+-{limit:.0%} of it (median {stats.median(baseline.canary):.0f} us); "
+                           "no verdict across modes")
+    return new, base, None
+
+
 def verdict(case: str, metric: str, sample: Sample | None, baseline: Baseline | None, *,
             tolerance: Tolerance | None = None, alpha: float = DEFAULT_ALPHA,
-            system: str = "", looks: int = 1) -> Verdict:
+            system: str = "", looks: int = 1,
+            canary_shift: float | None = DEFAULT_CANARY_SHIFT) -> Verdict:
     """The verdict of one metric of one case against its stored baseline.
 
     Tolerance precedence: ``tolerance`` argument, then the baseline's own, then the metric
@@ -174,22 +204,36 @@ def verdict(case: str, metric: str, sample: Sample | None, baseline: Baseline | 
         raise ConfigError(f"{case} {metric}: baseline is in {baseline.unit!r} "
                           f"({_direction(baseline.higher_is_better)}), the result in {m.unit!r} "
                           f"({_direction(m.higher_is_better)}); update the baseline")
-    tol = tolerance or baseline.tolerance or noise_tolerance(metric, baseline.rounds)
-    new_rounds = round_values(sample, metric)
+    # Rounds are compared within one machine mode: across modes the change is the machine's.
+    new_rounds, base_rounds, across = in_mode(sample, metric, baseline, canary_shift)
+    other_mode = len(round_values(sample, metric)) - len(new_rounds)
+    tol = tolerance or baseline.tolerance or noise_tolerance(metric, base_rounds)
+    dropped = int(sample.info.get("rounds_dropped", 0)) + other_mode
+    if across is not None:
+        v = Verdict(case, metric, "unknown", m.unit, m.higher_is_better, value=m.value,
+                    baseline=baseline.value, tolerance=tol, test="mwu-shift", system=system,
+                    xfail=xfail, rounds=len(new_rounds), dropped=dropped,
+                    note=f"{case} {_short(metric)}: {across}")
+        return _contended(v, sample) or v
     value = stats.median(new_rounds)
-    est, lo, hi = stats.shift_ci(_log(new_rounds), _log(baseline.rounds), confidence(alpha, looks))
-    p = stats.mann_whitney_p(baseline.rounds, new_rounds)
+    est, lo, hi = stats.shift_ci(_log(new_rounds), _log(base_rounds), confidence(alpha, looks))
+    p = stats.mann_whitney_p(base_rounds, new_rounds)
     v = Verdict(case, metric, interval_status(_change(lo), _change(hi), tol, m.higher_is_better),
-                m.unit, m.higher_is_better, value=value, baseline=baseline.value,
+                m.unit, m.higher_is_better, value=value, baseline=stats.median(base_rounds),
                 change=_change(est), low=_change(lo), high=_change(hi), tolerance=tol, p_value=p,
                 test="mwu-shift", system=system, xfail=xfail, rounds=len(new_rounds),
-                dropped=int(sample.info.get("rounds_dropped", 0)))
-    if sample.info.get("contended"):
-        v = replace(v, status="unknown", note=f"{case} {_short(metric)}: machine contended "
-                    f"({float(sample.info.get('contention') or 0):.0%} run-queue wait in the least "
-                    f"contended of {len(new_rounds)} round(s)); no verdict rests on contended rounds")
-        return v
-    return replace(v, note=describe(v))
+                dropped=dropped)
+    return _contended(v, sample) or replace(v, note=describe(v))
+
+
+def _contended(v: Verdict, sample: Sample) -> Verdict | None:
+    """UNKNOWN, "machine contended", when every round of ``sample`` was."""
+    if not sample.info.get("contended"):
+        return None
+    return replace(v, status="unknown", note=f"{v.case} {_short(v.metric)}: machine contended "
+                   f"({float(sample.info.get('contention') or 0):.0%} run-queue wait in the least "
+                   f"contended of {len(round_values(sample, v.metric))} round(s)); no verdict "
+                   "rests on contended rounds")
 
 
 def paired_verdict(case: str, metric: str, ratios: Sequence[float], *, unit: str,
@@ -224,7 +268,8 @@ def decided(v: Verdict) -> bool:
 
 def compare(samples: Iterable[Sample], baselines: Mapping[tuple[str, str], Baseline], *,
             tolerance: Tolerance | None = None, alpha: float = DEFAULT_ALPHA, system: str = "",
-            cases: Iterable[str] | None = None, looks: int = 1) -> list[Verdict]:
+            cases: Iterable[str] | None = None, looks: int = 1,
+            canary_shift: float | None = DEFAULT_CANARY_SHIFT) -> list[Verdict]:
     """Every verdict: each metric of each sample, then each baseline with no sample (missing).
 
     ``baselines`` maps (case name, metric) to Baseline. ``cases``, when given, limits 'missing' to
@@ -237,7 +282,7 @@ def compare(samples: Iterable[Sample], baselines: Mapping[tuple[str, str], Basel
             key = (s.case.name, metric)
             seen.add(key)
             out.append(verdict(s.case.name, metric, s, baselines.get(key), tolerance=tolerance,
-                               alpha=alpha, system=system, looks=looks))
+                               alpha=alpha, system=system, looks=looks, canary_shift=canary_shift))
     wanted = set(cases) if cases is not None else None
     for key, b in baselines.items():
         if key not in seen and (wanted is None or key[0] in wanted):
@@ -289,7 +334,8 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
     lines.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: order.get(kv[0], 9)))
                  or "no verdicts")
     if any(v.dropped for v in verdicts):
-        lines.append("# rounds N-D: N rounds judged, D more left out as contended")
+        lines.append("# rounds N-D: N rounds judged, D more left out as contended or in another "
+                     "machine mode")
     return "\n".join(lines)
 
 
@@ -304,7 +350,7 @@ def describe(v: Verdict) -> str:
             f"{system}: {_pct(v.change)} [{_pct(v.low)}, {_pct(v.high)}], tolerance {limit}, "
             f"{v.rounds} {'pair' if v.test == 'sign-pairs' else 'round'}{'' if v.rounds == 1 else 's'}")
     if v.dropped:
-        line += f" ({v.dropped} dropped as contended)"
+        line += f" ({v.dropped} dropped: contended or in another machine mode)"
     line += f": {v.status}"
     if v.status == "unknown":
         line += (" (the interval is unbounded: too few rounds to judge)" if v.high == math.inf

@@ -9,6 +9,7 @@ records: nothing here starts a world (``suite.run_rounds`` does).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -21,6 +22,12 @@ from .model import ROUNDS_KEY, Metric, Result, Sample, round_values  # noqa: F40
 DEFAULT_MAX_CONTENTION = 0.05
 #: Extra worlds run, per world, in place of contended rounds.
 DEFAULT_RETRIES = 3
+#: Two rounds are in the same machine mode when their canaries differ by at most this much.
+#: This machine's canary sits at ~100 us or ~165 us (two modes, each within ~10%), and worlds
+#: in the same mode differ half as much as worlds in any (docs/measurements.md).
+DEFAULT_CANARY_SHIFT = 0.15
+#: Key in ``Sample.info`` holding the canary of each pooled round (aligned with ROUNDS_KEY).
+CANARY_KEY = "round_canary"
 
 
 def contention_of(sample: Sample) -> float | None:
@@ -37,6 +44,30 @@ def contention_of(sample: Sample) -> float | None:
 def is_contended(sample: Sample, limit: float | None) -> bool:
     c = contention_of(sample)
     return limit is not None and c is not None and c > limit
+
+
+def canary_of(sample: Sample) -> float | None:
+    """The canary (us) the kernel timed between blocks of this sample's loop, if it did."""
+    c = sample.info.get("canary_us")
+    return float(c) if isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 else None
+
+
+def round_canaries(sample: Sample) -> list[float | None]:
+    """The canary of each round behind ``sample`` (a plain sample is one round)."""
+    pooled = sample.info.get(CANARY_KEY)
+    return list(pooled) if isinstance(pooled, list) else [canary_of(sample)]
+
+
+def same_mode(a: float | None, b: float | None, limit: float | None) -> bool:
+    """Whether two canaries put their rounds in the same machine mode (unknown: assume so)."""
+    if limit is None or a is None or b is None:
+        return True
+    return abs(math.log(a / b)) <= math.log1p(limit)
+
+
+def modal_canary(canaries: Sequence[float], limit: float) -> float:
+    """The canary most of ``canaries`` share a mode with (ties: the first such)."""
+    return max(canaries, key=lambda c: sum(same_mode(c, x, limit) for x in canaries))
 
 
 # --- rounds -------------------------------------------------------------------------------------
@@ -79,10 +110,11 @@ def pool_rounds(rounds: Sequence[Sample], max_contention: float | None = None) -
         # Numbers the kernel reported (p50, p99, busbw, ...) become their median over the rounds,
         # so tables built from ``info`` agree with the pooled metrics.
         vals = [r.info.get(key) for r in rounds]
-        if (key != ROUNDS_KEY and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals)
+        if (key not in (ROUNDS_KEY, CANARY_KEY) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals)
                 and len(set(vals)) > 1):
             info[key] = stats.median(vals)
     info[ROUNDS_KEY] = per_round
+    info[CANARY_KEY] = [c for s in rounds for c in round_canaries(s)]
     info["rounds"] = len(next(iter(per_round.values()), []))
     return Sample(case, metrics, all(s.valid for s in rounds),
                   tuple(t for s in rounds for t in s.times_s), info)

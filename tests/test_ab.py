@@ -75,3 +75,19 @@ def test_bad_input_is_one_line_and_exit_2(args, needle, capsys):
     assert main(["ab", "--sizes", "4", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
+
+
+def test_a_pair_whose_worlds_ran_in_different_machine_modes_is_dropped():
+    same = fake(1.0)
+    calls = {"n": 0}
+
+    def moded(arm, cases):  # every third world in the slow mode: most pairs straddle modes
+        calls["n"] += 1
+        canary = 165.0 if calls["n"] % 3 == 0 else 100.0
+        return [Sample(s.case, s.metrics, info={"contention": 0.0, "canary_us": canary})
+                for s in same(arm, cases)]
+
+    rep = ab.run(config(max_pairs=8), moded)
+    assert all(v.rounds + v.dropped == 8 and v.dropped > 0 for v in rep.verdicts)
+    rep = ab.run(config(max_pairs=8, canary_shift=None), moded)
+    assert all(v.rounds == 8 and v.dropped == 0 for v in rep.verdicts)

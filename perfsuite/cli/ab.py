@@ -14,7 +14,7 @@ from .common import EXIT_FAIL, EXIT_OK, say
 COMMANDS = {}
 SHARED = ("transports", "world-sizes", "sizes", "dtypes", "models", "batches", "image-size", "launcher",
           "launcher-program", "mpi-flavor", "hostfile", "hosts", "ppn", "oversubscribe", "env",
-          "timeout", "iters", "warmup", "workdir", "max-contention")
+          "timeout", "iters", "warmup", "workdir", "max-contention", "max-canary-shift")
 
 
 def add_ab(p: argparse.ArgumentParser) -> None:
@@ -67,6 +67,7 @@ def do_ab(args: argparse.Namespace) -> int:
                       max_pairs=whole_number(args.max_pairs, "max pairs", low=2), budget_s=budget,
                       tolerance=tol, alpha=regress.parse_alpha(args.alpha),
                       max_contention=options.contention_limit(values.get("max_contention") or "0.05"),
+                      canary_shift=options.canary_limit(values.get("max_canary_shift") or "0.15"),
                       seed=whole_number(args.seed, "seed", low=0))
     suite_cfg = options.suite_config({**values, "transports": arms[0].transport})
     say(f"# A/B: {len(cases[0])} case(s), up to {cfg.max_pairs} pairs ...")

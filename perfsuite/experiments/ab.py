@@ -7,8 +7,9 @@ randomized-interleaved-trial practice: drift and bursts of load fall on both arm
 adjacent A and B make a pair, and each case's metric is judged on the per-pair ratios B/A
 (``regress.paired_verdict``: sign-test interval at the confidence that holds over every look).
 Blocks are added until every metric is decided (DIFFERENT or SAME) or the budget is spent.
-A pair in which either world was contended is dropped (and counted); a world that fails
-fails its pair, with the rank's message, and the other pairs are kept.
+A pair in which either world was contended, or whose worlds ran in different machine modes
+(their canaries differ by more than ``canary_shift``), is dropped (and counted); a world that
+fails fails its pair, with the rank's message, and the other pairs are kept.
 """
 from __future__ import annotations
 
@@ -88,6 +89,7 @@ class ABConfig:
     tolerance: Tolerance = DEFAULT_TOLERANCE
     alpha: float = regress.DEFAULT_ALPHA
     max_contention: float | None = rounds.DEFAULT_MAX_CONTENTION
+    canary_shift: float | None = rounds.DEFAULT_CANARY_SHIFT
     seed: int | None = None
 
     def __post_init__(self):
@@ -127,7 +129,7 @@ class ABReport:
                          "python": x.python, "launcher_args": list(x.launcher_args)}
         return {"arms": {"a": arm(c.a), "b": arm(c.b)}, "identical_arms": c.identical,
                 "tolerance": c.tolerance.to_dict(), "alpha": c.alpha, "looks": c.looks,
-                "max_pairs": c.max_pairs, "pairs": self.pairs, "wall_s": self.wall_s,
+                "max_pairs": c.max_pairs, "canary_shift": c.canary_shift, "pairs": self.pairs, "wall_s": self.wall_s,
                 "failures": self.failures, "verdicts": [v.to_dict() for v in self.verdicts],
                 "values": self.values}
 
@@ -197,8 +199,10 @@ def _add_pair(cfg, names, got, ratios, dropped, values, meta) -> None:
             continue
         if not (sa.valid and sb.valid):
             continue
+        # A pair is evidence when neither world was contended and both ran in one machine mode.
         calm = not (rounds.is_contended(sa, cfg.max_contention) or
-                    rounds.is_contended(sb, cfg.max_contention))
+                    rounds.is_contended(sb, cfg.max_contention)) and rounds.same_mode(
+            rounds.canary_of(sa), rounds.canary_of(sb), cfg.canary_shift)
         if set(sa.metrics) != set(sb.metrics):
             only = sorted(set(sa.metrics) ^ set(sb.metrics))
             raise ConfigError(f"{name}: metric(s) {', '.join(only)} measured by one arm only; "
