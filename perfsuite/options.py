@@ -80,11 +80,14 @@ COMMON: list[Opt] = [
     Opt("max-contention", "0.05", "a round whose ranks waited for a CPU longer than this share of the timed "
         "loop is contended: kept in the results, left out of verdicts and re-run", metavar="F"),
     Opt("contention-retries", "3", "worlds re-run per world in place of contended rounds", metavar="N"),
+    Opt("max-canary-shift", "0.15", "rounds whose canaries differ by more than this fraction ran in different "
+        "machine modes: verdicts compare rounds in one mode only (off: every round)", metavar="F",
+        parse=lambda v: canary_limit(v)),
     Opt("system", None, "baseline system name [default: from this machine's fingerprint]", metavar="NAME"),
     Opt("baseline-dir", "baselines", "folder of baselines/<system>/<benchmark>.json", metavar="DIR"),
     Opt("baseline-update", False, "record this run as the baselines (atomic; prints what changed)", kind="flag"),
-    Opt("strict", False, "also fail improvements beyond tolerance (a prompt to refresh the baseline); "
-        "the CLI exits 3 when a comparison stays UNKNOWN", kind="flag"),
+    Opt("strict", False, "also fail improvements beyond tolerance (a prompt to refresh the baseline) "
+        "and comparisons that stay UNKNOWN (pytest fails the case; the CLI exits 3)", kind="flag"),
     Opt("alpha", None, "false-alarm rate of the gate: each change's interval has confidence 1 - alpha "
         "(split over the looks adaptive sampling takes) [default: 0.01]", metavar="P", parse=parse_alpha),
     Opt("tolerance", None, "override every tolerance: 0.05 or LOWER:UPPER like -0.10:0.05 [default: per metric, "
@@ -216,6 +219,19 @@ def contention_limit(value: Any) -> float | None:
         f = -1.0
     if not 0.0 < f <= 1.0:
         raise ConfigError(f"max contention {value!r} must be a fraction in (0, 1], e.g. 0.05, or off")
+    return f
+
+
+def canary_limit(value: Any) -> float | None:
+    """--max-canary-shift: a fraction > 0, or 'off' (compare rounds across machine modes)."""
+    if value is None or str(value).strip().lower() == "off":
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        f = -1.0
+    if not 0.0 < f <= 10.0:
+        raise ConfigError(f"max canary shift {value!r} must be a fraction in (0, 10], e.g. 0.15, or off")
     return f
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,10 @@ class PerfState:
         self.samples: list[Sample] = []
         self.verdicts: list = []  # regress.Verdict per metric of each measured case
         self.baselines: dict | None = None  # (case, metric) -> Baseline, loaded on first use
+        self.baselines_for: str | None = None  # the system they were loaded for
         self.system: str | None = None  # baseline system, set when the first case is judged
+        self.looks = 1  # how often each comparison may be looked at while rounds are added
+        self.canary_shift = options.canary_limit(self.values.get("max_canary_shift") or "0.15")
         self.logs_shown: dict[tuple, str] = {}  # world key -> the failed case that shows its logs
 
     def selection(self, benchmark: str, **extra: Any) -> bench.Selection:
@@ -95,8 +99,34 @@ class PerfState:
         if key not in self.outcomes:
             cases = self.selected.get(key) or [case]
             spec = suite.plan(cases, self.suite_config.options)[0]
-            self.outcomes[key] = suite.run_one(spec, self.suite_config)
+            self.outcomes[key] = suite.run_one(spec, self.judging())
         return self.outcomes[key]
+
+    def judging(self) -> suite.SuiteConfig:
+        """As ``perfsuite run``: a baseline update records more rounds; otherwise rounds are
+        added while a verdict against a stored baseline is UNKNOWN. Baselines that cannot be read
+        here are left to ``_gate``, which fails the case with the reason."""
+        from . import baselines
+        from .errors import BaselineFormatError
+
+        v = self.values
+        stored = tol = None
+        alpha = regress.DEFAULT_ALPHA
+        if not v.get("baseline_update"):
+            try:
+                if self.baselines is None:
+                    self.baselines_for = baselines.system_for(None, v.get("system"))
+                    self.baselines = baselines.load_all(_baseline_root(self), self.baselines_for)
+                stored = self.baselines
+                tol = regress.parse_tolerance(v["tolerance"]) if v.get("tolerance") else None
+                alpha = regress.parse_alpha(v.get("alpha"))
+            except (ConfigError, BaselineFormatError, OSError):
+                stored = None
+        policy, self.looks = suite.judging_rounds(
+            self.suite_config.rounds, update=bool(v.get("baseline_update")),
+            rounds_given=v.get("rounds") is not None, baselines=stored, tolerance=tol, alpha=alpha,
+            canary_shift=self.canary_shift)
+        return replace(self.suite_config, rounds=policy)
 
 
 def _values(config: pytest.Config) -> dict[str, Any]:
@@ -344,19 +374,23 @@ def _gate(state: PerfState, sample: Sample, fingerprint: dict | None) -> None:
     v = state.values
     try:
         system = baselines.system_for(fingerprint or None, v.get("system"))
-        if state.baselines is None:
+        if state.baselines is None or state.baselines_for != system:
             state.baselines = baselines.load_all(_baseline_root(state), system)
+            state.baselines_for = system
         tol = regress.parse_tolerance(v["tolerance"]) if v.get("tolerance") else None
         alpha = regress.parse_alpha(v.get("alpha"))
     except (ConfigError, BaselineFormatError) as exc:
         pytest.fail(str(exc), pytrace=False)
     state.system = system
     verdicts = regress.compare([sample], state.baselines, tolerance=tol, alpha=alpha, system=system,
-                               cases=[sample.case.name])
+                               cases=[sample.case.name], looks=state.looks,
+                               canary_shift=state.canary_shift)
     state.verdicts += verdicts
     if v.get("baseline_update"):
         return
     bad = regress.failing(verdicts, strict=bool(v.get("strict")))
+    if v.get("strict"):  # the CLI exits 3 on UNKNOWN; here the undecided case fails
+        bad += [x for x in verdicts if x.status == "unknown" and not x.xfail]
     if bad:
         pytest.fail(regress.case_line(bad), pytrace=False)
     excused = [x for x in verdicts if x.xfail and x.is_failure]

@@ -176,3 +176,40 @@ def run(cases: Sequence[Case], cfg: SuiteConfig,
     order = {spec.label: i for i, spec in enumerate(specs)}
     run_.outcomes.sort(key=lambda o: order.get(o.spec.label, len(order)))
     return run_
+
+
+# --- rounds a judging run needs -----------------------------------------------------------------
+
+#: Rounds a baseline is recorded with when no rounds are asked for: enough that a later
+#: comparison can bound a change (one round against a few can only ever say UNKNOWN).
+BASELINE_ROUNDS = 10
+#: The most rounds a comparison adds while a verdict is UNKNOWN (unless max rounds are set).
+COMPARE_MAX_ROUNDS = 12
+
+
+def judging_rounds(policy: regress.RoundsPolicy | None, *, update: bool, rounds_given: bool,
+                   baselines: dict | None = None, tolerance=None,
+                   alpha: float = regress.DEFAULT_ALPHA,
+                   canary_shift: float | None = regress.DEFAULT_CANARY_SHIFT
+                   ) -> tuple[regress.RoundsPolicy, int]:
+    """(rounds policy, looks) for both faces. Recording a baseline: BASELINE_ROUNDS unless rounds
+    were asked for. Judging against ``baselines``: after each round every verdict of the world
+    is taken, and rounds are added while one is UNKNOWN, up to COMPARE_MAX_ROUNDS; each look is
+    at the confidence that keeps the false-alarm rate over all of them (``regress.confidence``),
+    so the final verdict must be taken with the same ``looks``."""
+    policy = policy or regress.RoundsPolicy()
+    if update and not rounds_given:
+        policy = replace(policy, rounds=BASELINE_ROUNDS)
+    if baselines is None:
+        return policy, 1
+    cap = policy.max_rounds or max(policy.rounds, COMPARE_MAX_ROUNDS)
+
+    def decided(samples: list) -> bool:
+        names = {s.case.name for s in samples}
+        verdicts = regress.compare(samples, {k: b for k, b in baselines.items() if k[0] in names},
+                                   tolerance=tolerance, alpha=alpha, looks=cap,
+                                   canary_shift=canary_shift)
+        return all(regress.decided(v) for v in verdicts)
+
+    return replace(policy, max_rounds=cap, decided=decided), cap
+

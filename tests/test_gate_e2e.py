@@ -39,9 +39,11 @@ TOLERANCE = "-0.75:3.0"
 # not calls, so this changes nothing it checks.
 ITERS = ["--iters", "20"]
 CLEAN_TRIES = 3
-# The gate's mechanics, not its contention rule (tests/test_regress.py has that): a busy CI
-# machine must not turn every round into a dropped one here.
-GATE = [f"--tolerance={TOLERANCE}", "--rounds", "3", "--system", "e2e-box", "--max-contention", "off"]
+# The gate's mechanics, not its contention and machine-mode rules (tests/test_regress.py has
+# those): a busy CI machine must not turn every round into a dropped one, nor a change of mode
+# between the baseline and the candidate turn every verdict into UNKNOWN.
+CALM = ["--max-contention", "off", "--max-canary-shift", "off"]
+GATE = [f"--tolerance={TOLERANCE}", "--rounds", "3", "--system", "e2e-box", *CALM]
 WORLD = ["--transports", "mpi", "--sizes", "4,1MiB", "--world-sizes", "2", "--timeout", "120", *ITERS]
 
 
@@ -93,7 +95,8 @@ def test_cli_gate_fails_a_slowdown_and_passes_a_clean_rerun(tmp_path):
     assert "REGRESSION" not in clean.stdout and "4 same" in clean.stdout
 
     # Two results files, same verdict logic: the slowed run against the baseline run.
-    r = cli("compare", "a.json", "slow.json", f"--tolerance={TOLERANCE}", cwd=tmp_path)
+    r = cli("compare", "a.json", "slow.json", f"--tolerance={TOLERANCE}", "--max-canary-shift", "off",
+            cwd=tmp_path)
     assert r.returncode == 1 and "REGRESSION: allreduce[mpi-n2-1MiB] busbw" in r.stdout, r.stdout
 
 
@@ -103,7 +106,7 @@ def test_pytest_gate_fails_a_regressed_case_and_passes_a_clean_one(tmp_path):
             "--benchmark-disable", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
             "--perf-transports", "mpi", "--perf-sizes", "4,1MiB", "--perf-world-sizes", "2",
             "--perf-rounds", "5", "--perf-iters", "20", f"--perf-tolerance={TOLERANCE}", "--perf-system", "e2e-box",
-            "--perf-max-contention", "off",
+            "--perf-max-contention", "off", "--perf-max-canary-shift", "off",
             "--perf-baseline-dir", str(base)]
 
     def pytest_run(*extra: str, slowdown: str | None = None) -> subprocess.CompletedProcess:
@@ -128,3 +131,8 @@ def test_pytest_gate_fails_a_regressed_case_and_passes_a_clean_one(tmp_path):
     r = until_clean(pytest_run)
     assert r.returncode == 0, r.stdout[-3000:]
     assert "2 passed" in r.stdout and "4 same" in r.stdout
+
+    # One round against ten can never bound a change at 99%: UNKNOWN, which --perf-strict fails.
+    r = pytest_run("--perf-rounds", "1", "--perf-max-rounds", "1", "--perf-strict")
+    assert r.returncode == 1 and "2 failed" in r.stdout, r.stdout[-3000:]
+    assert "4 unknown" in r.stdout and "the interval straddles the tolerance" in r.stdout

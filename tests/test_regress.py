@@ -12,7 +12,7 @@ import pytest
 
 from perfsuite import regress, rounds as rounds_mod, stats
 from perfsuite.errors import ConfigError
-from perfsuite.model import VERDICT_ORDER, Case, Metric, Sample, Tolerance
+from perfsuite.model import VERDICT_ORDER, Baseline, Case, Metric, Sample, Tolerance
 
 LARGE = Case("allreduce", "mpi", 2, size_bytes=1 << 20)
 SMALL = Case("allreduce", "mpi", 2, size_bytes=4)
@@ -297,37 +297,6 @@ def test_verdict_order_and_table_columns():
     assert lines[-1] == "1 regression, 1 unknown, 1 same"
 
 
-def test_detection_power_counts_hits_and_false_alarms_with_a_fake_runner():
-    """The experiment's bookkeeping on fake worlds: a clean rerun differs only by 0.5% noise, a
-    slowdown shifts every iteration; so the rates must be ~0 for clean and ~1 for +20%."""
-    from perfsuite.experiments import detection
-
-    rng = np.random.default_rng(11)
-
-    def runner(spec, slowdown):
-        out = []
-        for case in spec.cases:
-            t = (1e-5 if case.size_bytes == 4 else 1e-2) * (1 + slowdown) * (1 + 0.005 * rng.standard_normal()) \
-                * (1 + 0.002 * rng.standard_normal(50))
-            bw = case.size_bytes / t / 1e9
-            out.append(Sample(case, {
-                "latency_us": Metric("latency_us", float(np.median(t * 1e6)), "us", False, tuple(t * 1e6)),
-                "busbw_GBps": Metric("busbw_GBps", float(np.median(bw)), "GB/s", True, tuple(bw))}))
-        return out
-
-    cfg = detection.DetectionConfig(worlds=10, rounds=5, slowdowns=(0.2,), comparisons=40)
-    rep = detection.run(cfg, runner)
-    for case, metric in cfg.metrics:
-        assert rep.row(case, metric, 0.0).rate == 0.0
-        hit = rep.row(case, metric, 0.2)
-        assert hit.rate == 1.0 and hit.measured == pytest.approx(0.2 if metric == "latency_us" else -1 / 6, abs=0.02)
-        assert rep.smallest_detected(case, metric) == 0.2
-    text = detection.format_report(rep)
-    assert "smallest slowdown meeting the target: +20%" in text and "within" in text
-    with pytest.raises(ConfigError, match="twice the rounds"):
-        detection.DetectionConfig(worlds=6, rounds=5)
-
-
 def test_rounds_policy_minimum_then_adaptive_until_precise_or_budget():
     fixed = regress.RoundsPolicy(rounds=3)
     assert fixed.more(1, 0.0, []) and fixed.more(2, 0.0, []) and not fixed.more(3, 0.0, [])
@@ -422,7 +391,7 @@ def test_paired_ten_percent_with_thirty_quiet_pairs_is_different(metric, higher_
     logs = np.sort(np.log(ratios))
     assert (v.low, v.high) == (pytest.approx(math.expm1(logs[7])), pytest.approx(math.expm1(logs[22])))
     assert (v.value, v.baseline, v.rounds, v.dropped) == (11.0, 10.0, 30, 2)
-    assert "vs A 10 us" in v.note and "30 pairs (2 dropped as contended)" in v.note
+    assert "vs A 10 us" in v.note and "30 pairs (2 dropped: contended or in another machine mode)" in v.note
     assert v.note.endswith(f": {status}")
     wider = regress.paired_verdict("c", metric, list(ratios), unit="us", higher_is_better=higher_is_better,
                                    tolerance=PAIR_TOL, looks=20)
@@ -492,7 +461,7 @@ def test_a_contended_sample_gets_no_verdict_however_large_the_change():
                                      (1.0, 0.0), (0.998, 0.01), (0.4, 0.6))], max_contention=0.05)
     v = regress.verdict(LARGE.name, "busbw_GBps", mixed, base, tolerance=TOL)
     assert v.status == "same" and (v.rounds, v.dropped) == (6, 2)
-    assert "6 rounds (2 dropped as contended): same" in v.note
+    assert "6 rounds (2 dropped: contended or in another machine mode): same" in v.note
     table = regress.verdict_table([v])
     assert table.splitlines()[1].split()[-1] == "6-2" and "left out as contended" in table
 
@@ -551,3 +520,55 @@ def test_rounds_policy_adds_rounds_until_decided():
     tight = [rounds(LARGE, "busbw_GBps", 1.0, 5, seed=1, between=0.0005)]
     assert regress.RoundsPolicy(rounds=2, max_rounds=8, decided=lambda s: False).more(5, 0.0, tight)
     assert not regress.RoundsPolicy(rounds=2, max_rounds=8, precision=0.01).more(5, 0.0, tight)
+
+
+def test_judging_rounds_record_ten_and_add_rounds_while_unknown():
+    from perfsuite import suite
+
+    policy, looks = suite.judging_rounds(None, update=True, rounds_given=False)
+    assert policy.rounds == suite.BASELINE_ROUNDS and looks == 1 and policy.decided is None
+    asked = regress.RoundsPolicy(rounds=3)
+    assert suite.judging_rounds(asked, update=True, rounds_given=True)[0].rounds == 3
+    base = {(LARGE.name, "busbw_GBps"): base_of(rounds(LARGE, "busbw_GBps", 1.0, 10, seed=1), "busbw_GBps")}
+    policy, looks = suite.judging_rounds(None, update=False, rounds_given=False, baselines=base)
+    assert looks == policy.max_rounds == suite.COMPARE_MAX_ROUNDS
+    one = rounds(LARGE, "busbw_GBps", 0.5, 1, seed=2)  # 1 round against 10 cannot be bounded
+    assert policy.more(1, 0.0, [one])
+    assert not policy.more(8, 0.0, [rounds(LARGE, "busbw_GBps", 0.5, 8, seed=2)])  # -50%: decided
+    assert not policy.more(12, 0.0, [one])  # the cap
+    # a case with no baseline is 'new', decided at once: no rounds are added for it
+    other = Case("allreduce", "mpi", 2, size_bytes=4)
+    assert not policy.more(1, 0.0, [rounds(other, "busbw_GBps", 1.0, 1, seed=3)])
+
+
+def _moded(value: float, canary: float) -> Sample:
+    m = Metric("busbw_GBps", value, "GB/s", True, (value,))
+    return Sample(LARGE, {"busbw_GBps": m}, True, (), {"contention": 0.0, "canary_us": canary})
+
+
+def test_verdicts_compare_rounds_in_one_machine_mode_only():
+    """A machine with two modes (canary ~100 us: 1.4 GB/s; ~165 us: 0.95 GB/s). A baseline of
+    both modes, a clean candidate mostly in the slow one: across modes it reads -20% and more;
+    within the slow mode it is the same. The canary goes into the baseline file and back."""
+    fast = [_moded(1.40 * (1 + 0.004 * k), 100 + k) for k in range(-2, 3)]
+    slow = [_moded(0.95 * (1 + 0.004 * k), 165 + k) for k in range(-2, 3)]
+    base = base_of(rounds_mod.pool_rounds(fast + slow), "busbw_GBps")
+    assert base.canary == (98.0, 99.0, 100.0, 101.0, 102.0, 163.0, 164.0, 165.0, 166.0, 167.0)
+    again = Baseline.from_dict(base.case, base.metric, json.loads(json.dumps(base.to_dict())))
+    assert again.canary == base.canary
+    cand = rounds_mod.pool_rounds([_moded(0.95 * (1 + 0.003 * k), 164 + k) for k in range(-3, 3)]
+                                  + [_moded(1.41, 101)])
+    assert rounds_mod.round_canaries(cand)[-1] == 101
+    v = regress.verdict(LARGE.name, "busbw_GBps", cand, again, tolerance=TOL)
+    assert v.status == "same" and (v.rounds, v.dropped) == (6, 1) and v.baseline == pytest.approx(0.95)
+    assert "1 dropped: contended or in another machine mode" in v.note
+    off = regress.verdict(LARGE.name, "busbw_GBps", cand, again, tolerance=TOL, canary_shift=None)
+    assert off.status != "same" and off.rounds == 7  # across modes: a change that is the machine's
+    # A candidate in a mode the baseline never ran in: no verdict across modes.
+    odd = rounds_mod.pool_rounds([_moded(0.7, 240 + k) for k in range(6)])
+    v = regress.verdict(LARGE.name, "busbw_GBps", odd, again, tolerance=TOL)
+    assert v.status == "unknown" and "machine in another mode than the baseline: canary 2" in v.note
+    assert "0 of 10 baseline rounds within +-15%" in v.note
+    # A baseline without canaries (older files): every round, as before.
+    plain = regress.Baseline(**{**again.__dict__, "canary": ()})
+    assert regress.verdict(LARGE.name, "busbw_GBps", cand, plain, tolerance=TOL).rounds == 7

@@ -68,37 +68,24 @@ COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster
 
 # --- baselines and verdicts -------------------------------------------------------------------
 
-#: Rounds a baseline is recorded with when --rounds is not given: enough that a later comparison
-#: can bound a change (one round against a few can only ever say UNKNOWN).
-BASELINE_ROUNDS = 10
-#: The most rounds ``run --compare`` adds while a verdict is UNKNOWN (unless --max-rounds).
-COMPARE_MAX_ROUNDS = 12
+def canary_shift(args: argparse.Namespace) -> float | None:
+    return options.canary_limit(getattr(args, "max_canary_shift", None) or "0.15")
 
 
 def judging(cfg: suite.SuiteConfig, args: argparse.Namespace) -> suite.SuiteConfig:
-    """The rounds a judging run needs. ``--baseline-update``: BASELINE_ROUNDS unless --rounds.
-    ``--compare``: after each round every verdict of the world is taken against the stored
-    baselines, and rounds are added while one is UNKNOWN, up to COMPARE_MAX_ROUNDS (each look at
-    the confidence that keeps the false-alarm rate over all of them, ``regress.confidence``)."""
+    """The rounds a judging run needs (``suite.judging_rounds``): --baseline-update records
+    more, --compare adds rounds while a verdict is UNKNOWN."""
     from .. import baselines
 
     tol, alpha = gate_settings(args)
-    policy = cfg.rounds or regress.RoundsPolicy()
-    if args.baseline_update and args.rounds is None:
-        policy = replace(policy, rounds=BASELINE_ROUNDS)
-    if args.compare:
-        stored = baselines.load_all(args.baseline_dir or "baselines", baselines.system_for(None, args.system))
-        cap = policy.max_rounds or max(policy.rounds, COMPARE_MAX_ROUNDS)
-        args.looks = cap
-
-        def decided(samples: list) -> bool:
-            verdicts = regress.compare(samples, {k: b for k, b in stored.items()
-                                                 if k[0] in {s.case.name for s in samples}},
-                                       tolerance=tol, alpha=alpha, looks=cap)
-            return all(regress.decided(v) for v in verdicts)
-
-        policy = replace(policy, max_rounds=cap, decided=decided)
+    stored = (baselines.load_all(args.baseline_dir or "baselines", baselines.system_for(None, args.system))
+              if args.compare else None)
+    policy, args.looks = suite.judging_rounds(cfg.rounds, update=bool(args.baseline_update),
+                                              rounds_given=args.rounds is not None,
+                                              baselines=stored, tolerance=tol, alpha=alpha,
+                                              canary_shift=canary_shift(args))
     return replace(cfg, rounds=policy)
+
 
 def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
     """``run --compare``: verdicts against this system's baselines; ``--baseline-update``: record."""
@@ -115,7 +102,7 @@ def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
         say(f"# verdicts on {system} against {root}/{system}/")
         verdicts = regress.compare(run.samples(), baselines.load_all(root, system), tolerance=tol,
                                    alpha=alpha, system=system, cases=judged,
-                                   looks=getattr(args, "looks", 1))
+                                   looks=getattr(args, "looks", 1), canary_shift=canary_shift(args))
         code = print_verdicts(verdicts, bool(args.strict))
     if args.baseline_update:
         for line in baselines.update(root, system, [s for s in run.samples() if s.valid], run.machine):
@@ -161,6 +148,8 @@ def add_compare(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", metavar="TOL", help="0.05 or LOWER:UPPER [default: per metric]")
     p.add_argument("--strict", action="store_true", help="also fail improvements")
     p.add_argument("--alpha", metavar="P", help="false-alarm rate: each change's interval has confidence 1 - alpha [default: 0.01]")
+    p.add_argument("--max-canary-shift", metavar="F",
+                   help="compare rounds whose canaries agree within F only; off: every round [default: 0.15]")
 
 
 def do_compare(args: argparse.Namespace) -> int:
@@ -168,7 +157,8 @@ def do_compare(args: argparse.Namespace) -> int:
     tol, alpha = gate_settings(args)
     ref = {(s.case.name, m): regress.baseline_from_sample(s, m)
            for s in old.samples() if s.valid for m in s.metrics}
-    verdicts = regress.compare(new.samples(), ref, tolerance=tol, alpha=alpha, system=args.old)
+    verdicts = regress.compare(new.samples(), ref, tolerance=tol, alpha=alpha, system=args.old,
+                               canary_shift=canary_shift(args))
     say(f"# {args.new} against {args.old}")
     return print_verdicts(verdicts, args.strict)
 
