@@ -18,47 +18,62 @@ def add_detection_power(p: argparse.ArgumentParser) -> None:
     from ..experiments.detection import DetectionConfig
 
     c = DetectionConfig()
-    slowdowns = ",".join(f"{s:g}" for s in c.slowdowns)
     p.add_argument("--small", default=str(c.small), metavar="SIZE", help=f"latency size [default: {c.small}]")
     p.add_argument("--large", default="16MiB", metavar="SIZE", help="busbw size [default: 16MiB]")
     p.add_argument("--transport", default=c.transport, help=f"[default: {c.transport}]")
-    p.add_argument("--worlds", default=str(c.worlds), metavar="K",
-                   help=f"worlds measured per condition (clean and each slowdown) [default: {c.worlds}]")
-    p.add_argument("--rounds", default=str(c.rounds), metavar="N",
-                   help=f"rounds pooled on each side of a comparison [default: {c.rounds}]")
-    p.add_argument("--slowdowns", default=slowdowns, metavar="LIST",
-                   help=f"injected slowdowns as fractions [default: {slowdowns}]")
-    p.add_argument("--comparisons", default=str(c.comparisons), metavar="N",
-                   help=f"comparisons drawn per row [default: {c.comparisons}]")
-    p.add_argument("--tolerance", metavar="TOL", help="0.05 or LOWER:UPPER [default: per metric]")
+    p.add_argument("--blocks", default=str(c.blocks), metavar="K",
+                   help=f"blocks of three pairs (A/A, A/+small, A/+large), 6 worlds each [default: {c.blocks}]")
+    p.add_argument("--small-slowdown", default=f"{c.small_slowdown:g}", metavar="F",
+                   help=f"slowdown A/B mode is asked to catch [default: {c.small_slowdown:g}]")
+    p.add_argument("--large-slowdown", default=f"{c.large_slowdown:g}", metavar="F",
+                   help=f"slowdown the stored-baseline gate is asked to catch [default: {c.large_slowdown:g}]")
+    p.add_argument("--gap", default=f"{c.gap_s:g}", metavar="S",
+                   help=f"seconds between a baseline and its candidates [default: {c.gap_s:g}]")
+    p.add_argument("--max-pairs", default=str(c.max_pairs), metavar="N",
+                   help=f"A/B mode: pairs per window at most [default: {c.max_pairs}]")
+    p.add_argument("--tolerance", metavar="TOL", help="stored mode: 0.05 or LOWER:UPPER [default: the gate's]")
     p.add_argument("--alpha", default=str(c.alpha), help=f"significance level [default: {c.alpha}]")
+    p.add_argument("--max-contention", default="0.05", metavar="F",
+                   help="contended worlds are left out, as the gate does [default: 0.05; off]")
+    p.add_argument("--seed", default=str(c.seed), metavar="N", help=f"order of pairs [default: {c.seed}]")
     p.add_argument("--timeout", default="120", metavar="S", help="seconds one world may take [default: 120]")
+    p.add_argument("--json", metavar="PATH", help="write the versioned file: every world, every window")
+
+
+def _fraction(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"--{what} {text!r} takes a fraction, e.g. 0.05") from None
 
 
 def do_detection_power(args: argparse.Namespace) -> int:
     from ..experiments import detection as d
 
-    try:
-        slowdowns = tuple(float(x) for x in args.slowdowns.split(",") if x.strip())
-    except ValueError:
-        raise ConfigError(f"--slowdowns {args.slowdowns!r} takes fractions, e.g. 0.05,0.1") from None
     tol, alpha = gate_settings(args)
     cfg = d.DetectionConfig(small=parse_size(args.small), large=parse_size(args.large),
-                            transport=args.transport, worlds=whole_number(args.worlds, "worlds"),
-                            rounds=whole_number(args.rounds, "rounds"), slowdowns=slowdowns,
-                            comparisons=whole_number(args.comparisons, "comparisons"),
-                            tolerance=tol, alpha=alpha)
+                            transport=args.transport, blocks=whole_number(args.blocks, "blocks"),
+                            small_slowdown=_fraction(args.small_slowdown, "small-slowdown"),
+                            large_slowdown=_fraction(args.large_slowdown, "large-slowdown"),
+                            gap_s=options.seconds(args.gap, "gap") if args.gap != "0" else 0.0,
+                            max_pairs=whole_number(args.max_pairs, "max pairs", low=2),
+                            tolerance=tol, alpha=alpha,
+                            max_contention=options.contention_limit(args.max_contention),
+                            seed=whole_number(args.seed, "seed", low=0))
     transports.spec(cfg.transport, "allreduce")
     runner = d.world_runner(suite.SuiteConfig(timeout=options.seconds(args.timeout)))
-    say(f"# detection power: {cfg.worlds * (1 + len(cfg.slowdowns))} worlds "
-           f"({cfg.worlds} per condition, interleaved) ...")
+    say(f"# detection power: {cfg.blocks * 6} worlds in {cfg.blocks} blocks ...")
     rep = d.run(cfg, runner, progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
     say(d.format_report(rep))
+    if args.json:
+        formats.write_json(args.json, formats.stamp(formats.DETECTION, rep.to_dict()))
+        say(f"# detection stream written to {args.json}")
     return EXIT_OK
 
 
 COMMANDS["detection-power"] = (add_detection_power, do_detection_power,
-                               "measure how often the gate flags an injected 5/10/20%% slowdown and a clean rerun")
+                               "measure how often A/B and stored-baseline verdicts flag a slowdown "
+                               "and a clean rerun, and whether the canary earns an adjustment")
 
 
 OVERHEAD_OPTIONS = ("world-sizes", "sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor",

@@ -1,45 +1,55 @@
-"""Detection power of the gate, measured here: how often an injected slowdown is flagged (hit
-rate) and how often a clean rerun is flagged (false-alarm rate).
+"""Detection power of the verdicts, measured here, in the two ways they are used.
 
-Experiment
-----------
-Worlds are run in interleaved cycles, one per condition per cycle (clean, +5%, +10%, +20%, ...),
-so a burst of load from a neighbour hits every condition alike. A slowdown is injected with
-``PERFSUITE_INJECT_SLOWDOWN`` (the kernel spins inside the timed region; no number is edited).
-Each world is one round. Then each *comparison* draws ``rounds`` clean worlds as the baseline and
-``rounds`` other worlds as the candidate (clean worlds disjoint from the baseline for the false
-alarm, slowed worlds for the hit rate), pools them as the suite pools rounds, and asks
-``regress.verdict`` exactly as the gate does. Many comparisons are drawn from the measured worlds
-(they share worlds, so the rates' error bars are wider than their count suggests; the table
-also gives the number of worlds behind them).
+One stream of worlds, in time order
+-----------------------------------
+Worlds run in blocks; each block holds one pair of each kind, in random order: A/A (two clean
+worlds), A/+small (a clean world and one with ``PERFSUITE_INJECT_SLOWDOWN=small``, 5% by
+default) and A/+large (30%), each pair in random order (A first or B first). Every world runs
+the small (latency) and the large (busbw) message, with the canary measured between blocks of
+the timed loop, and records contention and CPU pressure. Nothing is edited: a slowdown is a
+calibrated spin inside the timed region.
 
-Metrics: busbw of the large message, latency of the small one.
+From that one stream (``windows.py``):
+
+* **A/B mode**, as ``perfsuite ab`` judges: the pairs of one kind in time order, split into
+  contiguous windows; each window grows by two pairs per look (an ABBA block) until every metric
+  is decided or ``max_pairs`` is reached. Windows share no world, so each is one independent
+  comparison.
+* **Stored-baseline mode**, as ``run --baseline-update`` then ``run --compare`` judge: the first
+  ``baseline_rounds`` calm clean worlds are a baseline; candidates are clean worlds (a clean
+  rerun) or +large worlds measured at least ``gap_s`` later, judged in time order in contiguous
+  windows that grow one round per look up to ``max_rounds``. The next baseline is the next
+  unused clean worlds, and so on: no world serves twice.
+
+Before the stream, the injection is checked inside worlds (``kernels/injection.py``: plain and
+spun blocks alternate in one world), for both slowdowns and both sizes.
+
+And ``canary.py``: does the canary explain the worlds' spread (correlation, lag-1
+autocorrelation, pair differences raw against canary-adjusted)?
 """
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import regress, stats, suite
+from .. import regress, rounds, suite
 from ..bench.allreduce import allreduce_cases
 from ..errors import ConfigError, PerfsuiteError
-from ..kernels.faults import SLOWDOWN_ENV
+from ..kernels.faults import MAX_SLOWDOWN, SLOWDOWN_ENV
 from ..model import Sample, Tolerance, WorldSpec
+from . import ab
 
-TARGET_HIT = 0.95
-TARGET_FALSE_ALARM = 0.01
-#: 5, 10 and 20% (what a regression suite is asked to catch), then larger ones so that on a
-#: noisy machine the table can still name the smallest slowdown that meets the target.
-DEFAULT_SLOWDOWNS = (0.05, 0.10, 0.20, 0.50, 1.00)
-DEFAULT_WORLDS = 12  # per condition: 6 conditions x 12 worlds of 2-4 s fits the 10 min budget
-DEFAULT_COMPARISONS = 400
+#: Pair kinds: name -> which slowdown of the config the B world runs with.
+KINDS = ("A/A", "A/+small", "A/+large")
+CANARY_BLOCKS = 4
+#: What a stored world keeps of each sample's info (the raw iterations stay out: 500 worlds).
+WORLD_INFO = ("canary_us", "contention", "cpu_pressure", "involuntary_switches")
 
-#: runner(spec, slowdown) -> the samples of one world run with that injected slowdown; a world
-#: that failed raises PerfsuiteError, whose message the report keeps.
+#: runner(spec, slowdown) -> the samples of one world; a failed world raises PerfsuiteError.
 Runner = Callable[[WorldSpec, float], list[Sample]]
 
 
@@ -49,244 +59,259 @@ class DetectionConfig:
     large: int = 16 << 20
     transport: str = "mpi"
     world_size: int = 2
-    worlds: int = DEFAULT_WORLDS  # measured worlds per condition
-    rounds: int = 6  # rounds pooled on each side: 6 + 6 lets U at 0.01 tolerate 2 swapped pairs
-    slowdowns: tuple[float, ...] = DEFAULT_SLOWDOWNS
-    comparisons: int = DEFAULT_COMPARISONS
-    tolerance: Tolerance | None = None  # None: each metric's default
+    blocks: int = 60  # each block: one pair of each kind, 6 worlds
+    small_slowdown: float = 0.05  # what A/B mode is asked to catch
+    large_slowdown: float = 0.30  # what the stored-baseline gate is asked to catch
+    baseline_rounds: int = suite.BASELINE_ROUNDS  # what --baseline-update records
+    gap_s: float = 600.0
+    max_pairs: int = ab.DEFAULT_MAX_PAIRS
+    max_rounds: int = suite.COMPARE_MAX_ROUNDS  # what run --compare adds up to
+    ab_tolerance: Tolerance = ab.DEFAULT_TOLERANCE
+    tolerance: Tolerance | None = None  # stored mode; None: the gate's default
     alpha: float = regress.DEFAULT_ALPHA
+    max_contention: float | None = rounds.DEFAULT_MAX_CONTENTION
+    canary_shift: float | None = rounds.DEFAULT_CANARY_SHIFT
     seed: int = 0
-    options: dict = field(default_factory=lambda: {"copy_bw": False})
 
     def __post_init__(self):
-        if self.rounds < 1:
-            raise ConfigError(f"rounds {self.rounds} must be >= 1")
-        if self.worlds < 2 * self.rounds:
-            raise ConfigError(f"worlds per condition ({self.worlds}) must be at least twice the "
-                              f"rounds per side ({self.rounds}): a clean rerun needs worlds the "
-                              f"baseline did not use; use --worlds {2 * self.rounds} or more")
-        if not self.slowdowns or any(not 0.0 < s <= 10.0 for s in self.slowdowns):
-            raise ConfigError(f"slowdowns {self.slowdowns} must be fractions in (0, 10], e.g. 0.05,0.1")
+        for name in ("small_slowdown", "large_slowdown"):
+            s = getattr(self, name)
+            if not 0.0 < s <= MAX_SLOWDOWN:
+                raise ConfigError(f"{name.replace('_', ' ')} {s!r} must be a fraction in "
+                                  f"(0, {MAX_SLOWDOWN:g}], e.g. 0.05")
         if self.small >= self.large:
             raise ConfigError(f"small size {self.small} must be below large size {self.large}")
+        if self.gap_s < 0:
+            raise ConfigError(f"gap {self.gap_s!r} must be >= 0 seconds")
+        if self.max_pairs < 2 or self.max_rounds < 1 or self.baseline_rounds < 2:
+            raise ConfigError("max pairs must be >= 2, max rounds >= 1 and baseline rounds >= 2")
+
+    def slowdown(self, kind: str) -> float:
+        return {"A/A": 0.0, "A/+small": self.small_slowdown, "A/+large": self.large_slowdown}[kind]
 
     @property
     def metrics(self) -> tuple[tuple[str, str], ...]:
-        """(case name, metric) pairs the experiment judges."""
+        """(case name, metric) pairs judged: busbw of the large message, latency of the small."""
         small, large = allreduce_cases([self.transport], [self.world_size], [self.small, self.large])
         return ((large.name, "busbw_GBps"), (small.name, "latency_us"))
 
     def spec(self) -> WorldSpec:
         cases = allreduce_cases([self.transport], [self.world_size], [self.small, self.large])
-        return suite.plan(cases, self.options)[0]
+        return suite.plan(cases, {"copy_bw": False, "canary": CANARY_BLOCKS})[0]
 
 
 @dataclass
-class Row:
-    case: str
-    metric: str
-    slowdown: float  # 0.0 = clean rerun
-    flagged: int
-    comparisons: int
-    measured: float = math.nan  # median of this condition's round values vs clean, minus 1
-
-    @property
-    def rate(self) -> float:
-        return self.flagged / self.comparisons if self.comparisons else math.nan
-
-
-@dataclass
-class DetectionReport:
-    config: DetectionConfig
-    rows: list[Row]
-    noise: dict[tuple[str, str], dict[str, float]]  # per metric: within/between-round spread
-    worlds_run: int
+class World:
+    index: int
+    t: float  # seconds since the stream started, at the world's start
     wall_s: float
-    failures: list[str] = field(default_factory=list)
+    slowdown: float
+    kind: str
+    pair: int
+    role: str  # "a" (clean) or "b"
+    samples: list[Sample] = field(default_factory=list)
+    failure: str | None = None
 
-    def row(self, case: str, metric: str, slowdown: float) -> Row | None:
-        for r in self.rows:
-            if (r.case, r.metric, r.slowdown) == (case, metric, slowdown):
-                return r
-        return None
+    def sample(self, case: str) -> Sample | None:
+        return next((s for s in self.samples if s.case.name == case), None)
 
-    def smallest_detected(self, case: str, metric: str) -> float | None:
-        """Smallest measured slowdown meeting both targets for this metric, or None."""
-        clean = self.row(case, metric, 0.0)
-        if clean is None or clean.rate > TARGET_FALSE_ALARM:
-            return None
-        for s in sorted(self.config.slowdowns):
-            r = self.row(case, metric, s)
-            if r is not None and r.rate >= TARGET_HIT:
-                return s
-        return None
+    def value(self, case: str, metric: str) -> float | None:
+        s = self.sample(case)
+        return s.metrics[metric].value if s is not None and metric in s.metrics else None
+
+    def canary(self, case: str) -> float | None:
+        s = self.sample(case)
+        c = s.info.get("canary_us") if s is not None else None
+        return float(c) if isinstance(c, (int, float)) and c > 0 else None
+
+    def usable(self, max_contention: float | None) -> bool:
+        """Validated, measured, and calm in every case."""
+        return (self.failure is None and bool(self.samples) and all(s.valid for s in self.samples)
+                and not any(rounds.is_contended(s, max_contention) for s in self.samples))
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "t": self.t, "wall_s": self.wall_s, "slowdown": self.slowdown,
+                "kind": self.kind, "pair": self.pair, "role": self.role, "failure": self.failure,
+                "cases": {s.case.name: {"valid": s.valid,
+                                        "metrics": {k: m.value for k, m in s.metrics.items()},
+                                        **{k: s.info.get(k) for k in WORLD_INFO}}
+                          for s in self.samples}}
 
 
 def measure(cfg: DetectionConfig, runner: Runner, progress: Callable[[str], None] | None = None,
-            failures: list[str] | None = None) -> dict[float, list[list[Sample]]]:
-    """Run ``cfg.worlds`` worlds per condition, interleaved; return condition -> rounds. Why a
-    world failed or did not validate goes into ``failures``."""
-    conditions = (0.0, *cfg.slowdowns)
-    pool: dict[float, list[list[Sample]]] = {c: [] for c in conditions}
-    spec = cfg.spec()
-    for cycle in range(cfg.worlds):
-        for c in conditions:
-            try:
-                samples = runner(spec, c)
-            except PerfsuiteError as exc:
-                if failures is not None:
-                    failures.append(f"cycle {cycle + 1}, slowdown {c:g}: {exc}")
-                continue
-            bad = [s.case.name for s in samples if not s.valid]
-            if bad and failures is not None:
-                failures.append(f"cycle {cycle + 1}, slowdown {c:g}: wrong result in {', '.join(bad)}")
-            if samples and not bad:
-                pool[c].append(samples)
-        if progress:
-            progress(f"cycle {cycle + 1}/{cfg.worlds} done")
-    return pool
-
-
-def evaluate(cfg: DetectionConfig, pool: dict[float, list[list[Sample]]]) -> tuple[list[Row], dict]:
-    """Hit and false-alarm rates from measured rounds (pure: no world is started here)."""
+            clock: Callable[[], float] = time.monotonic) -> list[World]:
+    """The stream: ``cfg.blocks`` blocks of one pair per kind, kinds and roles in random order."""
     rng = np.random.default_rng(cfg.seed)
-    clean = pool.get(0.0, [])
-    if len(clean) < 2 * cfg.rounds:
-        raise PerfsuiteError(f"only {len(clean)} clean worlds succeeded; need {2 * cfg.rounds} "
-                             f"for {cfg.rounds} rounds per side")
-    rows: list[Row] = []
-    for case, metric in cfg.metrics:
-        for cond in (0.0, *cfg.slowdowns):
-            flagged = n = 0
-            if cond and len(pool.get(cond, [])) < cfg.rounds:
-                continue
-            for _ in range(cfg.comparisons):
-                order = rng.permutation(len(clean))
-                base_idx = order[:cfg.rounds]
-                if cond == 0.0:
-                    cand = [clean[i] for i in order[cfg.rounds:2 * cfg.rounds]]
-                else:
-                    src = pool[cond]
-                    cand = [src[i] for i in rng.choice(len(src), cfg.rounds, replace=False)]
-                base = _pooled(case, [clean[i] for i in base_idx])
-                new = _pooled(case, cand)
-                if base is None or new is None:
-                    continue
-                b = regress.baseline_from_sample(base, metric)
-                v = regress.verdict(case, metric, new, b, tolerance=cfg.tolerance, alpha=cfg.alpha)
-                n += 1
-                # A clean rerun is a false alarm when flagged either way; a slowdown is a hit
-                # only when flagged as a regression.
-                flagged += (v.status in ("regression", "improvement")) if cond == 0.0 else (v.status == "regression")
-            rows.append(Row(case, metric, cond, flagged, n, _shift(case, metric, pool.get(cond, []), clean)))
-    return rows, noise_figures(cfg, clean)
-
-
-def noise_figures(cfg: DetectionConfig, clean: list[list[Sample]]) -> dict:
-    """Per judged metric: within-round spread (robust CV of iterations, median over rounds),
-    between-round spread (robust CV of round values) and the slowdown it allows to detect."""
-    out = {}
-    for case, metric in cfg.metrics:
-        within, values = [], []
-        for one in clean:
-            for s in one:
-                if s.case.name == case and metric in s.metrics:
-                    m = s.metrics[metric]
-                    values.append(m.value)
-                    if m.samples:
-                        within.append(stats.relative_spread(m.samples))
-        if not values:
-            continue
-        between = stats.relative_spread(values) if len(values) > 2 else math.nan
-        # The ratio of two medians of `rounds` values has a spread of about
-        # sqrt(2 * pi / 2 / rounds) * between (a median's efficiency is 2/pi of a mean's);
-        # telling +d from 0 at 95%/1% two-sided needs d >= (1.645 + 2.576) * that.
-        ratio_sd = between * math.sqrt(math.pi / cfg.rounds)
-        out[(case, metric)] = {"within": float(np.median(within)) if within else math.nan,
-                               "between": between, "ratio_sd": ratio_sd,
-                               "detectable": (1.645 + 2.576) * ratio_sd,
-                               "max": float(np.max(values)), "min": float(np.min(values))}
-    return out
-
-
-def _shift(case: str, metric: str, rounds: list[list[Sample]], clean: list[list[Sample]]) -> float:
-    """How much the injected slowdown really moved the metric (median of rounds vs clean)."""
-    def med(rs):
-        vals = [s.metrics[metric].value for one in rs for s in one if s.case.name == case and metric in s.metrics]
-        return stats.median(vals) if vals else math.nan
-    base = med(clean)
-    return med(rounds) / base - 1.0 if base else math.nan
-
-
-def _pooled(case: str, rounds: Sequence[list[Sample]]) -> Sample | None:
-    picked = [s for one in rounds for s in one if s.case.name == case]
-    return regress.pool_rounds(picked) if picked else None
-
-
-def run(cfg: DetectionConfig, runner: Runner,
-        progress: Callable[[str], None] | None = None) -> DetectionReport:
-    t0 = time.monotonic()
-    why: list[str] = []
-    pool = measure(cfg, runner, progress, why)
-    rows, noise = evaluate(cfg, pool)
-    expected = cfg.worlds * (1 + len(cfg.slowdowns))
-    got = sum(len(v) for v in pool.values())
-    failures = ([f"{expected - got} of {expected} worlds failed or did not validate", *why]
-                if got < expected else [])
-    return DetectionReport(cfg, rows, noise, got, time.monotonic() - t0, failures)
+    spec = cfg.spec()
+    worlds: list[World] = []
+    t0 = clock()
+    pair = 0
+    for block in range(cfg.blocks):
+        for kind in rng.permutation(KINDS):
+            roles = ("a", "b") if rng.random() < 0.5 else ("b", "a")
+            for role in roles:
+                slow = cfg.slowdown(kind) if role == "b" else 0.0
+                start = clock()
+                w = World(len(worlds), start - t0, 0.0, slow, str(kind), pair, role)
+                try:
+                    w.samples = runner(spec, slow)
+                except PerfsuiteError as exc:  # a failed world fails its pair, and is reported
+                    w.failure = str(exc)
+                w.wall_s = clock() - start
+                worlds.append(w)
+            pair += 1
+        if progress:
+            progress(f"block {block + 1}/{cfg.blocks}: {len(worlds)} worlds in "
+                     f"{clock() - t0:.0f} s")
+    return worlds
 
 
 def world_runner(suite_cfg: suite.SuiteConfig) -> Runner:
     """A Runner over real worlds (``suite.run_one``), the slowdown injected into every rank."""
+    one = replace(suite_cfg, rounds=None)
 
     def runner(spec: WorldSpec, slowdown: float) -> list[Sample]:
-        env = dict(suite_cfg.launch.env)
+        env = dict(one.launch.env)
         if slowdown:
             env[SLOWDOWN_ENV] = repr(slowdown)
-        outcome = suite.run_one(spec, replace(suite_cfg, launch=replace(suite_cfg.launch, env=env)))
+        outcome = suite.run_one(spec, replace(one, launch=replace(one.launch, env=env)))
         if outcome.failure is not None:
             raise outcome.failure
         if outcome.skipped:
-            raise PerfsuiteError(f"{spec.label} cannot run here: {outcome.skipped}")
+            raise ConfigError(f"{spec.label} cannot run here: {outcome.skipped}")
         return list(outcome.result.samples)
 
     return runner
 
 
+INJECTION_WORLDS = 3
+
+
+def check_injection(cfg: DetectionConfig, runner: Runner) -> list[dict]:
+    """Asked against measured, inside ``INJECTION_WORLDS`` worlds per slowdown."""
+    cases = allreduce_cases([cfg.transport], [cfg.world_size], [cfg.small, cfg.large])
+    out: list[dict] = []
+    for _ in range(INJECTION_WORLDS):
+        for f in (cfg.small_slowdown, cfg.large_slowdown):
+            spec = replace(suite.plan(cases, {"fraction": f, "copy_bw": False})[0],
+                           kernel="perfsuite.kernels.injection")
+            try:
+                samples = runner(spec, 0.0)
+            except PerfsuiteError as exc:
+                out.append({"asked": f, "failure": str(exc)})
+                continue
+            out += [{"asked": f, "case": x.case.name, "measured": x.info.get("measured"),
+                     "turns": x.info.get("turns")} for x in samples]
+    return out
+
+
+def format_injection(checks: list[dict]) -> list[str]:
+    lines = ["# injection, checked inside each world (plain and spun blocks alternate):"]
+    keys = sorted({(c["asked"], c["case"]) for c in checks if "case" in c})
+    for asked, case in keys:
+        got = [c["measured"] for c in checks if c.get("case") == case and c["asked"] == asked]
+        lines.append(f"#   asked {asked:+.0%} {case}: measured "
+                     + ", ".join(f"{g:+.1%}" for g in got) + f" (median {float(np.median(got)):+.1%})")
+    lines += [f"#   FAILED asked {c['asked']:+.0%}: {c['failure']}" for c in checks if "failure" in c]
+    return lines
+
+
+@dataclass
+class DetectionReport:
+    config: DetectionConfig
+    worlds: list[World]
+    wall_s: float
+    canary: dict = field(default_factory=dict)
+    injection: list = field(default_factory=list)
+    ab_rows: list = field(default_factory=list)
+    stored_rows: list = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[str]:
+        return [f"world {w.index + 1} ({w.kind} {w.role}): {w.failure}" for w in self.worlds if w.failure]
+
+    def to_dict(self) -> dict:
+        c = self.config
+        return {"config": {"small": c.small, "large": c.large, "transport": c.transport,
+                           "world_size": c.world_size, "blocks": c.blocks,
+                           "small_slowdown": c.small_slowdown, "large_slowdown": c.large_slowdown,
+                           "baseline_rounds": c.baseline_rounds, "gap_s": c.gap_s,
+                           "max_pairs": c.max_pairs, "max_rounds": c.max_rounds, "alpha": c.alpha,
+                           "max_contention": c.max_contention, "canary_shift": c.canary_shift},
+                "wall_s": self.wall_s, "canary": self.canary, "injection": self.injection,
+                "ab": [r.to_dict() for r in self.ab_rows],
+                "stored": [r.to_dict() for r in self.stored_rows],
+                "worlds": [w.to_dict() for w in self.worlds]}
+
+
+def run(cfg: DetectionConfig, runner: Runner, progress: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic) -> DetectionReport:
+    from . import canary, windows
+
+    injection = check_injection(cfg, runner)
+    t0 = clock()
+    worlds = measure(cfg, runner, progress, clock)
+    rep = DetectionReport(cfg, worlds, clock() - t0, injection=injection)
+    rep.canary = canary.study(cfg, worlds)
+    rep.ab_rows = windows.ab_rows(cfg, worlds)
+    rep.stored_rows = windows.stored_rows(cfg, worlds)
+    return rep
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1%}"
+
+
+TARGETS = {("A/B", "slowed"): ("flagged a regression", 0.95, ">="),
+           ("A/B", "clean"): ("flagged either way", 0.01, "<="),
+           ("stored", "slowed"): ("flagged a regression", 0.95, ">="),
+           ("stored", "clean"): ("flagged either way", 0.01, "<=")}
+
+
 def format_report(rep: DetectionReport) -> str:
-    """The table `perfsuite detection-power` prints, and what limits detection here."""
+    from . import canary
+    from .. import stats
+
     cfg = rep.config
-    tol = (f"{cfg.tolerance.lower:+.0%}/{cfg.tolerance.upper:+.0%}" if cfg.tolerance
-           else "metric defaults")
-    lines = [f"# detection power: {cfg.transport} allreduce, world size {cfg.world_size}, "
-             f"{cfg.rounds} rounds per side, tolerance {tol}, alpha {cfg.alpha:g}",
-             f"# {rep.worlds_run} worlds in {rep.wall_s:.0f} s ({cfg.worlds} per condition, "
-             f"interleaved); {cfg.comparisons} comparisons per row drawn from them",
-             f"# target: slowdown flagged in >= {TARGET_HIT:.0%}, clean rerun flagged in "
-             f"<= {TARGET_FALSE_ALARM:.0%}",
-             f"{'case':<28}{'metric':<12}{'slowdown':>9}{'measured':>9}{'flagged':>10}{'rate':>8}  95% CI"]
-    for r in rep.rows:
-        lo, hi = stats.rate_ci(r.flagged, r.comparisons) if r.comparisons else (math.nan, math.nan)
-        what = "clean" if r.slowdown == 0.0 else f"+{r.slowdown:.0%}"
-        lines.append(f"{r.case:<28}{r.metric:<12}{what:>9}{r.measured:>+9.1%}{r.flagged:>6}/{r.comparisons:<4}"
-                     f"{r.rate:>7.1%}  [{lo:.1%}, {hi:.1%}]")
-    lines.append("# noise (robust CV): within = iterations of one world, between = worlds")
-    for (case, metric), nz in rep.noise.items():
-        lines.append(f"#   {case} {metric}: within {nz['within']:.1%}, between {nz['between']:.1%}, "
-                     f"round values {nz['min']:.4g}..{nz['max']:.4g}; with {cfg.rounds} rounds a "
-                     f"slowdown of ~{nz['detectable']:.0%} is the least these figures can separate")
-    for case, metric in cfg.metrics:
-        best = rep.smallest_detected(case, metric)
-        clean = rep.row(case, metric, 0.0)
-        if best is not None:
-            lines.append(f"{case} {metric}: smallest slowdown meeting the target: +{best:.0%}")
-        elif clean is not None and clean.rate > TARGET_FALSE_ALARM:
-            lines.append(f"{case} {metric}: no slowdown meets the target: clean reruns are flagged "
-                         f"in {clean.rate:.1%} (> {TARGET_FALSE_ALARM:.0%}); widen the tolerance or "
-                         "pool more rounds")
-        else:
-            lines.append(f"{case} {metric}: none of the tested slowdowns "
-                         f"({', '.join(f'+{s:.0%}' for s in cfg.slowdowns)}) is flagged in "
-                         f">= {TARGET_HIT:.0%}; test larger ones or pool more rounds")
-    lines += [f"# {f}" for f in rep.failures]
+    usable = sum(w.usable(cfg.max_contention) for w in rep.worlds)
+    lines = [f"# detection power: {cfg.transport} allreduce, world size {cfg.world_size}; "
+             f"{len(rep.worlds)} worlds in {rep.wall_s:.0f} s, {usable} calm and valid "
+             f"(contention <= {cfg.max_contention if cfg.max_contention is not None else 'off'})",
+             f"# one stream: {cfg.blocks} blocks of one A/A, one A/+{cfg.small_slowdown:.0%} and one "
+             f"A/+{cfg.large_slowdown:.0%} pair, in random order",
+             *format_injection(rep.injection),
+             *canary.format_study(rep.canary, cfg),
+             f"# A/B mode (as perfsuite ab): windows of up to {cfg.max_pairs} pairs, a look every "
+             f"2, tolerance {cfg.ab_tolerance.lower:+.0%}/{cfg.ab_tolerance.upper:+.0%}, alpha "
+             f"{cfg.alpha:g}",
+             f"# stored mode (as run --compare): {cfg.baseline_rounds}-round baselines, candidates "
+             f">= {cfg.gap_s:.0f} s later, up to {cfg.max_rounds} rounds, tolerance "
+             + (f"{cfg.tolerance.lower:+.0%}/{cfg.tolerance.upper:+.0%}" if cfg.tolerance
+                else "the gate's default"),
+             "# a window is one independent comparison (no world serves two); flagged = a "
+             "regression for a slowdown, either way for a clean one",
+             f"{'mode':<7}{'cond':>6} {'rounds':<7}{'case':<28}{'metric':<11}{'windows':>8}"
+             f"{'flagged':>8}{'rate':>8}  {'95% CI':<16}{'same':>5}{'unkn':>5}{'used':>6}{'time':>7}"]
+    for r in (*rep.ab_rows, *rep.stored_rows):
+        lo, hi = stats.rate_ci(r.hits, r.n) if r.n else (math.nan, math.nan)
+        rate = r.hits / r.n if r.n else math.nan
+        lines.append(f"{r.mode:<7}{r.condition:>6} {r.rounds:<7}{r.case:<28}{_short(r.metric):<11}"
+                     f"{r.n:>8}{r.hits:>8}{pct(rate):>8}  {'[' + pct(lo) + ', ' + pct(hi) + ']':<16}"
+                     f"{r.count('same'):>5}{r.count('unknown'):>5}{_num(r.median_used(), ''):>6}"
+                     f"{_num(r.median_time(), 's'):>7}")
+    lines.append("# rounds: '1 mode' compares rounds (pairs) whose canaries agree within "
+                 f"{cfg.canary_shift if cfg.canary_shift is not None else 'off'} (what verdicts do), "
+                 "'all' every one; used: median pairs (A/B) or rounds (stored) per window; time: "
+                 "median worlds' wall time per verdict; unfinished windows are not counted")
+    for (mode, cond), (what, target, op) in TARGETS.items():
+        lines.append(f"# target {mode} {cond}: {what} {op} {target:.0%}")
+    lines += [f"# FAILED {f}" for f in rep.failures]
     return "\n".join(lines)
+
+
+def _num(x: float, unit: str) -> str:
+    return "-" if math.isnan(x) else f"{x:.0f}{unit}"
+
+
+def _short(metric: str) -> str:
+    return {"busbw_GBps": "busbw", "latency_us": "latency"}.get(metric, metric)
