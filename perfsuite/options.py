@@ -209,30 +209,27 @@ def rounds_policy(v: Mapping[str, Any]) -> RoundsPolicy:
                         retries=whole_number(v.get("contention_retries") or "3", "contention retries", low=0))
 
 
-def contention_limit(value: Any) -> float | None:
-    """--max-contention: a fraction in (0, 1], or 'off' (judge contended rounds too)."""
+def _limit_or_off(value: Any, what: str, high: float, example: str) -> float | None:
+    """A fraction in (0, high], or None for 'off'."""
     if value is None or str(value).strip().lower() == "off":
         return None
     try:
         f = float(value)
     except (TypeError, ValueError):
         f = -1.0
-    if not 0.0 < f <= 1.0:
-        raise ConfigError(f"max contention {value!r} must be a fraction in (0, 1], e.g. 0.05, or off")
+    if not 0.0 < f <= high:
+        raise ConfigError(f"{what} {value!r} must be a fraction in (0, {high:g}], e.g. {example}, or off")
     return f
+
+
+def contention_limit(value: Any) -> float | None:
+    """--max-contention: a fraction in (0, 1], or 'off' (judge contended rounds too)."""
+    return _limit_or_off(value, "max contention", 1.0, "0.05")
 
 
 def canary_limit(value: Any) -> float | None:
     """--max-canary-shift: a fraction > 0, or 'off' (compare rounds across machine modes)."""
-    if value is None or str(value).strip().lower() == "off":
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        f = -1.0
-    if not 0.0 < f <= 10.0:
-        raise ConfigError(f"max canary shift {value!r} must be a fraction in (0, 10], e.g. 0.15, or off")
-    return f
+    return _limit_or_off(value, "max canary shift", 10.0, "0.15")
 
 
 def reference_markdown() -> str:
