@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import regress
+from .. import options, regress
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 #: ``--strict``: some comparison could not be decided (UNKNOWN), nothing failed.
@@ -18,6 +18,16 @@ def gate_settings(args: argparse.Namespace):
     """(tolerance or None, alpha): the gate's settings, refused before any world runs."""
     tol = regress.parse_tolerance(args.tolerance) if getattr(args, "tolerance", None) else None
     return tol, regress.parse_alpha(getattr(args, "alpha", None))
+
+
+def add_canary_shift(p: argparse.ArgumentParser) -> None:
+    """--max-canary-shift for the commands that judge stored results (run has it as an option)."""
+    p.add_argument("--max-canary-shift", metavar="F",
+                   help="compare rounds whose canaries agree within F only; off: every round [default: 0.15]")
+
+
+def canary_shift(args: argparse.Namespace) -> float | None:
+    return options.canary_limit(getattr(args, "max_canary_shift", None) or "0.15")
 
 
 def print_verdicts(verdicts: list, strict: bool) -> int:

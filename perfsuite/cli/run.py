@@ -8,7 +8,8 @@ from pathlib import Path
 from .. import bench, formats, options, regress, report, suite, transports
 from ..asv import project as asv_project
 from ..errors import ConfigError
-from .common import EXIT_FAIL, EXIT_OK, gate_settings, print_verdicts, say
+from .common import (EXIT_FAIL, EXIT_OK, add_canary_shift, canary_shift, gate_settings, print_verdicts,
+                     say)
 
 COMMANDS = {}
 
@@ -67,10 +68,6 @@ COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster
 
 
 # --- baselines and verdicts -------------------------------------------------------------------
-
-def canary_shift(args: argparse.Namespace) -> float | None:
-    return options.canary_limit(getattr(args, "max_canary_shift", None) or "0.15")
-
 
 def judging(cfg: suite.SuiteConfig, args: argparse.Namespace) -> suite.SuiteConfig:
     """The rounds a judging run needs (``suite.judging_rounds``): --baseline-update records
@@ -148,8 +145,7 @@ def add_compare(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", metavar="TOL", help="0.05 or LOWER:UPPER [default: per metric]")
     p.add_argument("--strict", action="store_true", help="also fail improvements")
     p.add_argument("--alpha", metavar="P", help="false-alarm rate: each change's interval has confidence 1 - alpha [default: 0.01]")
-    p.add_argument("--max-canary-shift", metavar="F",
-                   help="compare rounds whose canaries agree within F only; off: every round [default: 0.15]")
+    add_canary_shift(p)
 
 
 def do_compare(args: argparse.Namespace) -> int:

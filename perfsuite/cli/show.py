@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import regress, report, transports
 from ..asv import project as asv_project
 from ..errors import ConfigError
-from .common import EXIT_FAIL, EXIT_OK, say
+from .common import EXIT_FAIL, EXIT_OK, add_canary_shift, canary_shift, say
 
 COMMANDS = {}
 
@@ -50,9 +50,11 @@ def add_report(p: argparse.ArgumentParser) -> None:
                    "results file's fingerprint]")
     p.add_argument("--fail-on-regression", action="store_true",
                    help="exit 1 when a verdict is a regression or an invalid result (not excused by xfail)")
+    add_canary_shift(p)
 
 
-def report_verdicts(runs: list, root: str, system: str | None) -> list:
+def report_verdicts(runs: list, root: str, system: str | None,
+                    shift: float | None = regress.DEFAULT_CANARY_SHIFT) -> list:
     """Each results file against the baselines of the system it ran on."""
     from .. import baselines
 
@@ -61,7 +63,7 @@ def report_verdicts(runs: list, root: str, system: str | None) -> list:
         name = baselines.system_for(run.fingerprint or None, system)
         samples = [s for r in run.results for s in r.samples]
         verdicts += regress.compare(samples, baselines.load_all(root, name), system=name,
-                                    cases={s.case.name for s in samples})
+                                    cases={s.case.name for s in samples}, canary_shift=shift)
     return verdicts
 
 
@@ -71,7 +73,8 @@ def do_report(args: argparse.Namespace) -> int:
     if args.fail_on_regression and not args.baselines:
         raise ConfigError("--fail-on-regression needs --baselines DIR (what to compare with)")
     runs = report.load_runs(args.results)
-    verdicts = report_verdicts(runs, args.baselines, args.system) if args.baselines else None
+    verdicts = (report_verdicts(runs, args.baselines, args.system, canary_shift(args))
+                if args.baselines else None)
     if args.print_format == "csv":
         sys.stdout.write(report.csv_text(runs))
     elif args.print_format == "md":
