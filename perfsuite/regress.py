@@ -244,7 +244,8 @@ def paired_verdict(case: str, metric: str, ratios: Sequence[float], *, unit: str
     if not ratios:
         return Verdict(case, metric, "unknown", unit, higher_is_better, tolerance=tolerance,
                        test="sign-pairs", system=system, dropped=dropped,
-                       note=f"{case} {_short(metric)}: no pair to judge ({dropped} dropped as contended)")
+                       note=f"{case} {_short(metric)}: no pair to judge ({dropped} dropped: "
+                            "contended or in another machine mode)")
     est, lo, hi = stats.sign_ci(_log(ratios), confidence(alpha, looks))
     v = Verdict(case, metric, interval_status(_change(lo), _change(hi), tolerance, higher_is_better),
                 unit, higher_is_better, value=b, baseline=a, change=_change(est), low=_change(lo),

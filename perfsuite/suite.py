@@ -203,11 +203,15 @@ def judging_rounds(policy: regress.RoundsPolicy | None, *, update: bool, rounds_
     if baselines is None:
         return policy, 1
     cap = policy.max_rounds or max(policy.rounds, COMPARE_MAX_ROUNDS)
+    asked = policy  # what the user asked for, kept for worlds no baseline judges
 
     def decided(samples: list) -> bool:
         names = {s.case.name for s in samples}
-        verdicts = regress.compare(samples, {k: b for k, b in baselines.items() if k[0] in names},
-                                   tolerance=tolerance, alpha=alpha, looks=cap,
+        judged = {k: b for k, b in baselines.items() if k[0] in names}
+        if not judged:  # nothing to decide: the asked rounds, or the precision rule
+            return asked.max_rounds is None or regress.precise_enough(
+                samples, asked.precision, min_rounds=min(3, asked.max_rounds))
+        verdicts = regress.compare(samples, judged, tolerance=tolerance, alpha=alpha, looks=cap,
                                    canary_shift=canary_shift)
         return all(regress.decided(v) for v in verdicts)
 

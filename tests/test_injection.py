@@ -37,3 +37,21 @@ def test_every_sample_says_how_contended_its_loop_was_and_the_canary_runs_betwee
         assert i["contention_scope"] == "thread" and 0.0 <= i["contention"] <= 1.0
         assert i["involuntary_switches"] >= 0 and i["canary_us"] > 0
         assert len(s.times_s) == 30  # the blocks together are the whole timed loop
+
+
+def test_a_paused_probe_leaves_out_what_ran_between_its_regions():
+    """The canary runs between blocks of the timed loop with the probe paused: its time (and any
+    wait in it) is not the loop's."""
+    import time
+
+    from perfsuite.kernels.contention import Probe
+
+    probe = Probe()
+    probe.pause()
+    time.sleep(0.2)  # the canary's place
+    probe.start()
+    probe.pause()
+    probe.pause()  # pausing a paused probe adds nothing
+    got = probe.stop()
+    assert probe.timed_s < 0.1 and got["contention_scope"] == "thread"
+    assert got["contention"] is None or 0.0 <= got["contention"] <= 1.0

@@ -405,7 +405,7 @@ def test_paired_with_too_few_or_no_pairs_is_unknown():
     none = regress.paired_verdict("c", "latency_us", [], unit="us", higher_is_better=False,
                                   tolerance=PAIR_TOL, dropped=4)
     assert none.status == "unknown" and none.dropped == 4
-    assert none.note == "c latency: no pair to judge (4 dropped as contended)"
+    assert none.note == "c latency: no pair to judge (4 dropped: contended or in another machine mode)"
 
 
 # --- rounds: contended ones set aside ------------------------------------------------------------
@@ -536,9 +536,14 @@ def test_judging_rounds_record_ten_and_add_rounds_while_unknown():
     assert policy.more(1, 0.0, [one])
     assert not policy.more(8, 0.0, [rounds(LARGE, "busbw_GBps", 0.5, 8, seed=2)])  # -50%: decided
     assert not policy.more(12, 0.0, [one])  # the cap
-    # a case with no baseline is 'new', decided at once: no rounds are added for it
+    # a case with no baseline adds no rounds for verdicts: exactly the rounds asked for ...
     other = Case("allreduce", "mpi", 2, size_bytes=4)
     assert not policy.more(1, 0.0, [rounds(other, "busbw_GBps", 1.0, 1, seed=3)])
+    # ... or, with max rounds asked, until its median is precise (the adaptive rule it asked for)
+    precise, _ = suite.judging_rounds(regress.RoundsPolicy(rounds=1, max_rounds=8, precision=0.01),
+                                      update=False, rounds_given=True, baselines=base)
+    assert precise.more(5, 0.0, [rounds(other, "busbw_GBps", 1.0, 5, seed=3, between=0.2)])
+    assert not precise.more(5, 0.0, [rounds(other, "busbw_GBps", 1.0, 5, seed=3, between=0.0005)])
 
 
 def _moded(value: float, canary: float) -> Sample:

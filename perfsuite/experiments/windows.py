@@ -93,6 +93,7 @@ def _pairs(worlds: Sequence, kind: str) -> list[tuple[object, object]]:
 def ab_windows(cfg, worlds: Sequence, kind: str, shift: float | None) -> tuple[list[Window], int]:
     """Windows as ``perfsuite ab`` grows them: a look every two pairs, at most max_pairs."""
     looks = math.ceil(cfg.max_pairs / 2)
+    units = {(case, metric): _unit(worlds, case, metric) for case, metric in cfg.metrics}
     out: list[Window] = []
     ratios: dict = {}
     seen = dropped = 0
@@ -113,10 +114,10 @@ def ab_windows(cfg, worlds: Sequence, kind: str, shift: float | None) -> tuple[l
             continue
         verdicts = {}
         for case, metric in cfg.metrics:
-            unit_hib = _unit(worlds, case, metric)
+            unit, hib = units[(case, metric)]
             verdicts[(case, metric)] = regress.paired_verdict(
-                case, metric, ratios.get((case, metric), []), unit=unit_hib[0],
-                higher_is_better=unit_hib[1], tolerance=cfg.ab_tolerance, alpha=cfg.alpha,
+                case, metric, ratios.get((case, metric), []), unit=unit,
+                higher_is_better=hib, tolerance=cfg.ab_tolerance, alpha=cfg.alpha,
                 looks=looks, dropped=dropped)
         if all(regress.decided(v) for v in verdicts.values()) or seen >= cfg.max_pairs:
             out.append(_window(verdicts, seen, dropped, time_s, start))

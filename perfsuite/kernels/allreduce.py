@@ -197,14 +197,20 @@ def canary_us(repeats: int = CANARY_REPEATS) -> float:
 
 
 def timed_blocks(transport, send, recv, iters: int, barrier, fault, case: Case, spinner,
-                 turns: int, blocks: int) -> tuple[np.ndarray, float]:
+                 turns: int, blocks: int, probe: Probe) -> tuple[np.ndarray, float]:
     """The timed loop in ``blocks`` pieces with the canary before each piece and after the
-    last: (times, this rank's median canary in microseconds)."""
-    parts, canary = [], [canary_us()]
+    last: (times, this rank's median canary in microseconds). ``probe`` is paused while the
+    canary runs: contention is that of the timed loop (at 4 B the canaries take longer than
+    the loop itself)."""
+    parts, canary = [], []
     for b in range(blocks):
+        probe.pause()
+        canary.append(canary_us())
+        probe.start()
         n = iters // blocks + (1 if b < iters % blocks else 0)
         parts.append(timed_loop(transport, send, recv, n, barrier, fault, case, spinner, turns))
-        canary.append(canary_us())
+    probe.pause()
+    canary.append(canary_us())
     return np.concatenate(parts), float(np.median(canary))
 
 
@@ -246,7 +252,7 @@ def run(ctx: RankContext) -> dict:
         probe = Probe()
         if canary_blocks:
             times, canary = timed_blocks(transport, send, recv, iters, barrier, fault, case,
-                                         spinner, turns, canary_blocks)
+                                         spinner, turns, canary_blocks, probe)
         else:
             times, canary = timed_loop(transport, send, recv, iters, barrier, fault, case,
                                        spinner, turns), None

@@ -71,40 +71,68 @@ def pressure_us() -> int | None:
 
 @dataclass
 class Probe:
-    """Start before a timed region, ``stop()`` after it. ``scope='thread'``: the calling thread
-    (a host allreduce loop); ``'process'``: every thread, waiting time over runnable time (a
-    training step whose work runs in a thread pool)."""
+    """Start before a timed region, ``stop()`` after it; ``pause()`` and ``start()`` leave out
+    what runs between (the canary between blocks of a loop), so the figures cover the timed
+    regions only. ``scope='thread'``: the calling thread (a host allreduce loop);
+    ``'process'``: every thread, waiting time over runnable time (a training step whose work
+    runs in a thread pool)."""
 
     scope: str = "thread"
 
     def __post_init__(self):
+        self._wall = 0.0
+        self._ran = self._waited = 0  # ns (ran: process scope only)
+        self._psi: int | None = 0
+        self._nivcsw = 0
+        self._counted = True  # every region read its scheduler figures
+        self._running = False
         self.start()
 
+    def _marks(self):
+        return (time.perf_counter(),
+                thread_wait_ns() if self.scope == "thread" else process_times_ns(),
+                pressure_us(), resource.getrusage(_RUSAGE).ru_nivcsw)
+
     def start(self) -> None:
-        self._t = time.perf_counter()
-        self._wait = thread_wait_ns() if self.scope == "thread" else process_times_ns()
-        self._psi = pressure_us()
-        self._nivcsw = resource.getrusage(_RUSAGE).ru_nivcsw
+        self._at = self._marks()
+        self._running = True
+
+    def pause(self) -> None:
+        if not self._running:
+            return
+        t, wait, psi, nivcsw = self._marks()
+        t0, wait0, psi0, nivcsw0 = self._at
+        self._wall += t - t0
+        self._nivcsw += nivcsw - nivcsw0
+        if wait is None or wait0 is None:
+            self._counted = False
+        elif self.scope == "thread":
+            self._waited += wait - wait0
+        else:
+            self._ran += wait[0] - wait0[0]
+            self._waited += wait[1] - wait0[1]
+        self._psi = None if psi is None or psi0 is None or self._psi is None else self._psi + psi - psi0
+        self._running = False
+
+    @property
+    def timed_s(self) -> float:
+        """Seconds of the regions measured so far (paused time left out)."""
+        return self._wall
 
     def stop(self) -> dict[str, float | None]:
-        """{'contention': fraction, 'cpu_pressure': fraction, 'involuntary_switches': count}."""
-        wall = time.perf_counter() - self._t
-        nivcsw = resource.getrusage(_RUSAGE).ru_nivcsw - self._nivcsw
-        psi = pressure_us()
+        """{'contention': fraction, 'cpu_pressure': fraction, 'involuntary_switches': count}
+        over the regions measured since the probe was made."""
+        self.pause()
+        wall = self._wall
         contention = None
-        if self.scope == "thread":
-            now = thread_wait_ns()
-            if now is not None and self._wait is not None and wall > 0:
-                contention = (now - self._wait) / 1e9 / wall
-        else:
-            now = process_times_ns()
-            if now is not None and self._wait is not None:
-                ran, waited = now[0] - self._wait[0], now[1] - self._wait[1]
-                contention = waited / (ran + waited) if ran + waited > 0 else 0.0
-        pressure = ((psi - self._psi) / 1e6 / wall if psi is not None and self._psi is not None
-                    and wall > 0 else None)
-        return {"contention": contention, "cpu_pressure": pressure, "involuntary_switches": nivcsw,
-                "contention_scope": self.scope}
+        if self._counted and self.scope == "thread" and wall > 0:
+            contention = self._waited / 1e9 / wall
+        elif self._counted and self.scope == "process":
+            total = self._ran + self._waited
+            contention = self._waited / total if total > 0 else 0.0
+        pressure = self._psi / 1e6 / wall if self._psi is not None and wall > 0 else None
+        return {"contention": contention, "cpu_pressure": pressure,
+                "involuntary_switches": self._nivcsw, "contention_scope": self.scope}
 
 
 def world_view(per_rank: Sequence[dict]) -> dict[str, float | None]:
