@@ -125,6 +125,8 @@ def test_a_failed_world_is_reported_and_the_file_is_versioned(tmp_path):
     assert "# FAILED world 4" in text and "A/B mode (as perfsuite ab)" in text
     assert "asked +5% allreduce[mpi-n2-4B]: measured +5.0%, +5.0%, +5.0% (median +5.0%)" in text
     assert "stored mode (as run --compare)" in text and "target stored clean" in text
+    short = detection.format_report(report(Machine(), blocks=4, gap_s=600.0))
+    assert "stored mode judged nothing: no calm clean world ran 600 s after a baseline" in short
     path = formats.write_json(tmp_path / "d.json", formats.stamp(formats.DETECTION, rep.to_dict()))
     data = json.loads(path.read_text())
     assert data["format"] == "perfsuite-detection" and data["version"] == 1

@@ -59,7 +59,9 @@ class DetectionConfig:
     large: int = 16 << 20
     transport: str = "mpi"
     world_size: int = 2
-    blocks: int = 60  # each block: one pair of each kind, 6 worlds
+    # Each block: one pair of each kind, 6 worlds, ~9 s here; 120 blocks outlast the 600 s gap
+    # by ~8 minutes, which is what leaves the stored mode candidates to judge.
+    blocks: int = 120
     small_slowdown: float = 0.05  # what A/B mode is asked to catch
     large_slowdown: float = 0.30  # what the stored-baseline gate is asked to catch
     baseline_rounds: int = suite.BASELINE_ROUNDS  # what --baseline-update records
@@ -305,6 +307,9 @@ def format_report(rep: DetectionReport) -> str:
                  "median worlds' wall time per verdict; unfinished windows are not counted")
     for (mode, cond), (what, target, op) in TARGETS.items():
         lines.append(f"# target {mode} {cond}: {what} {op} {target:.0%}")
+    if not any(r.n for r in rep.stored_rows):
+        lines.append(f"# stored mode judged nothing: no calm clean world ran {cfg.gap_s:.0f} s after "
+                     "a baseline; run more --blocks or give a shorter --gap")
     lines += [f"# FAILED {f}" for f in rep.failures]
     return "\n".join(lines)
 
