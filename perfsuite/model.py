@@ -52,10 +52,20 @@ def whole_number(value: Any, what: str, low: int = 1) -> int | None:
     return int(s)
 
 
+def split_list(text: str, what: str, example: str) -> list[str]:
+    """'a, b' -> ['a', 'b']; an empty item ('4,,8', a trailing comma) is refused rather than
+    skipped, since it is more often a value lost in a script than a wish."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if any(not p for p in parts) and any(parts):
+        raise ConfigError(f"{what} {text!r} has an empty item; separate values with single commas, e.g. {example}")
+    return [p for p in parts if p]
+
+
 def parse_names(text: str | Sequence[str], known: Iterable[str], what: str) -> tuple[str, ...]:
     """Comma list checked against ``known``; 'all' selects every known name."""
     known = list(known)
-    parts = [p.strip() for p in (text.split(",") if isinstance(text, str) else text) if p.strip()]
+    parts = (split_list(text, f"{what} list", "a,b") if isinstance(text, str)
+             else [p.strip() for p in text if p.strip()])
     if parts == ["all"]:
         return tuple(known)
     for p in parts:

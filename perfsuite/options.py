@@ -18,7 +18,7 @@ from . import bench, transports
 from .bench import Selection
 from .errors import ConfigError
 from .launch.launchers import FLAVORS, LAUNCHERS, LaunchConfig, parse_env
-from .model import Opt, parse_names, whole_number
+from .model import Opt, parse_names, split_list, whole_number
 from .regress import RoundsPolicy, parse_alpha, parse_tolerance
 from .suite import DEFAULT_TIMEOUT_S, SuiteConfig
 
@@ -36,7 +36,7 @@ def seconds(value: Any, what: str = "timeout") -> float:
 
 def parse_world_sizes(text: str | Iterable[int]) -> tuple[int, ...]:
     """'1,2,4' -> (1, 2, 4); every world size is a whole number >= 1."""
-    parts = text.split(",") if isinstance(text, str) else list(text)
+    parts = split_list(text, "world sizes", "1,2,4") if isinstance(text, str) else list(text)
     out = []
     for p in parts:
         s = str(p).strip()
@@ -65,7 +65,8 @@ COMMON: list[Opt] = [
     Opt("hostfile", None, "hostfile for multi-node worlds (MPICH -f, Open MPI --hostfile, srun SLURM_HOSTFILE)", metavar="PATH"),
     Opt("hosts", None, "comma list of hosts instead of a hostfile", metavar="LIST"),
     Opt("ppn", None, "ranks per node", metavar="N", parse=_whole("ranks per node (ppn)")),
-    Opt("oversubscribe", "auto", "Open MPI --oversubscribe: auto (when ranks > cores), yes, no", metavar="WHEN"),
+    Opt("oversubscribe", "auto", "Open MPI --oversubscribe: auto (when ranks > cores), yes, no; yes also "
+        "starts a one-host world of more than 8 ranks per core, which is refused otherwise", metavar="WHEN"),
     Opt("env", [], "NAME=VALUE passed to every rank (repeatable), e.g. NCCL_DEBUG=INFO", kind="list", metavar="NAME=VALUE"),
     Opt("timeout", str(int(DEFAULT_TIMEOUT_S)), "seconds one world may take before it is killed", metavar="S", parse=seconds),
     Opt("iters", None, "timed iterations per size (default: by size, OMB-like)", metavar="N",
@@ -167,7 +168,7 @@ def launch_config(v: Mapping[str, Any]) -> LaunchConfig:
     over = str(v["oversubscribe"]).lower()
     if over not in ("auto", "yes", "no"):
         raise ConfigError(f"oversubscribe {v['oversubscribe']!r} must be auto, yes or no")
-    hosts = tuple(h.strip() for h in str(v["hosts"]).split(",") if h.strip()) if v["hosts"] else ()
+    hosts = tuple(split_list(v["hosts"], "hosts", "node1,node2")) if v["hosts"] else ()
     if v["hostfile"] and not os.path.isfile(v["hostfile"]):
         raise ConfigError(f"hostfile {v['hostfile']!r} does not exist")
     return LaunchConfig(launcher=str(v["launcher"]), flavor=str(v["mpi_flavor"]),

@@ -153,6 +153,9 @@ def prepare(to: RecordTarget | None) -> RecordTarget | None:
     (HEAD is read now, so a checkout changing during a long run does not move the results)."""
     if to is None:
         return None
+    from ..formats import check_output_dir
+
     project = load_project(to.config)
+    check_output_dir(project.results_dir, "asv results folder")
     return RecordTarget(to.config, to.machine, resolve_commit(project, to.commit), to.env_name,
                         to.lock_timeout)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ..asv.layout import AsvLayout, AsvMetric
 from ..errors import ConfigError
-from ..model import DTYPES, Case, Opt, Result, Sample, format_size, parse_names, parse_size
+from ..model import DTYPES, Case, Opt, Result, Sample, format_size, parse_names, parse_size, split_list
 from . import BenchmarkSpec, Selection, heading, register
 
 DEFAULT_SIZES = "4:64MiB"
@@ -25,10 +25,7 @@ def parse_sizes(text: str, dtype: str | None = DEFAULT_DTYPE) -> tuple[int, ...]
     if dtype is not None and dtype not in DTYPES:
         raise ConfigError(f"dtype {dtype!r} is unknown; choose from {', '.join(DTYPES)}")
     sizes: list[int] = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
+    for part in split_list(text, "sizes", "4,1024,1MiB"):
         if ":" in part:
             bits = part.split(":")
             if len(bits) not in (2, 3):

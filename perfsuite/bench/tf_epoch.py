@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from .. import stats
 from ..errors import ConfigError
 from ..kernels.tf_models import MODELS, check_batch
-from ..model import Case, Opt, Result, Sample, parse_names, parse_size, round_values, whole_number
+from ..model import Case, Opt, Result, Sample, parse_names, parse_size, round_values, split_list, whole_number
 from . import BenchmarkSpec, Selection, heading, register
 from .allreduce import allreduce_wire_bytes
 
@@ -28,7 +28,8 @@ def parse_models(text: str | Sequence[str]) -> tuple[str, ...]:
 
 def parse_batches(text: str | Iterable[int]) -> tuple[int, ...]:
     """'32,64' -> (32, 64): per-worker batch sizes, whole numbers >= 1."""
-    parts = [p for p in (str(text).split(",") if isinstance(text, str) else list(text)) if str(p).strip()]
+    parts = (split_list(text, "batches", "16,32") if isinstance(text, str)
+             else [p for p in text if str(p).strip()])
     if not parts:
         raise ConfigError(f"batches {text!r} name none; use e.g. 32 or 16,32,64")
     return tuple(dict.fromkeys(check_batch(p) for p in parts))

@@ -48,6 +48,29 @@ class Launch:
     env: dict[str, str]  # added to the launcher's own environment
 
 
+#: Ranks per core a world may put on this host unless told to oversubscribe: beyond it a world
+#: measures the scheduler, and a slip (2000 for 20) starts thousands of processes.
+MAX_RANKS_PER_CORE = 8
+
+
+def local_ranks(cfg: LaunchConfig, world_size: int) -> int | None:
+    """Ranks the world puts on this host, when it is a one-host world (None: a cluster's)."""
+    if cfg.launcher == "srun" or cfg.hostfile or cfg.hosts:
+        return None
+    return world_size
+
+
+def check_fits(cfg: LaunchConfig, world_size: int, cores: int) -> None:
+    """Refuse a one-host world with more ranks than this host can start usefully."""
+    here = local_ranks(cfg, world_size)
+    limit = MAX_RANKS_PER_CORE * max(1, cores)
+    if here is None or cfg.oversubscribe or here <= limit:
+        return
+    raise ConfigError(f"world size {world_size} puts {here} ranks on this host, which has {cores} "
+                      f"core(s); at most {limit} run here ({MAX_RANKS_PER_CORE} per core): give "
+                      "--hosts/--hostfile (or srun) for a bigger world, or --oversubscribe yes to start it anyway")
+
+
 def worker_argv(cfg: LaunchConfig, job_path: str) -> list[str]:
     return [cfg.python, "-m", "perfsuite.worker", job_path]
 
