@@ -57,3 +57,19 @@ class TransportUnavailable(Unavailable):
 
 class PortInUse(ConfigError):
     """A port a world was told to use is taken (raised inside the world, by every rank)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM (what Ctrl-C, CI runners, Slurm and ``timeout`` send) arrived while the
+    suite ran. A KeyboardInterrupt, so everything that already cleans up after Ctrl-C cleans up
+    after SIGTERM too; ``partial`` carries what the interrupted world had measured."""
+
+    def __init__(self, signum: int, name: str):
+        super().__init__(name)
+        self.signum, self.name = signum, name
+        self.partial: list = []
+
+    @property
+    def status(self) -> int:
+        """The exit status a shell gives a process killed by this signal."""
+        return 128 + self.signum

@@ -11,6 +11,7 @@ register a migration in ``MIGRATIONS`` when the old one can still be read):
   failed worlds (``partial``), failures and skipped worlds. Failure and skip entries name their
   world by label; they also carry benchmark, transport and world size, and a skip its cases
   (``case_fields``); readers of older v1 files, which lack these, take the world from the label.
+  ``interrupted`` (optional): the signal that stopped the run; the file holds what finished.
 - ``perfsuite-baseline`` v1: ``baselines/<system>/<benchmark>.json`` (see ``baselines``). A
   metric may carry ``canary_rounds`` (the canary of each round); files without it are judged
   across machine modes, as before.
@@ -65,13 +66,31 @@ _HINTS = {
 }
 
 
+#: Files people hand perfsuite by mistake, told by keys only they have.
+_FOREIGN = (({"machine_info", "commit_info", "benchmarks"}, "a pytest-benchmark file (--benchmark-json); "
+             "perfsuite's own results from pytest are written by --perf-report DIR as results.json"),
+            ({"params", "results", "commit_hash"}, "an asv results file"),
+            ({"version", "benchmarks"}, "an asv benchmarks.json"))
+
+
+def looks_like(d: Any) -> str:
+    """What a JSON document that is not the expected format seems to be, in a few words."""
+    if isinstance(d, dict):
+        if str(d.get("format", "")).startswith("perfsuite-"):
+            return f"it is a {d['format']} file"
+        for keys, what in _FOREIGN:
+            if keys <= d.keys():
+                return f"it looks like {what}"
+        return "not a perfsuite file: it has no \"format\" field"
+    return f"not a perfsuite file: its top level is a JSON {type(d).__name__}, not an object"
+
+
 def check_format(d: Any, fmt: str, source: str, error: type[FormatError] = FormatError) -> dict:
     """``d`` as the current version of ``fmt`` (older versions migrated), or ``error`` with
     one line that says what to do."""
     wrong, older = _HINTS[fmt]
     if not isinstance(d, dict) or d.get("format") != fmt:
-        found = d.get("format") if isinstance(d, dict) else type(d).__name__
-        raise error(f"{source}: not a {fmt} file (found format {found!r}); {wrong}")
+        raise error(f"{source}: not a {fmt} file ({looks_like(d)}); {wrong}")
     current, version = VERSIONS[fmt], d.get("version")
     while isinstance(version, int) and version < current and (fmt, version) in MIGRATIONS:
         d = MIGRATIONS[(fmt, version)](d)
@@ -112,6 +131,54 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
 
 def write_json(path: str | os.PathLike, data: dict) -> Path:
     return atomic_write(path, json.dumps(data, indent=1))
+
+
+def _probe_folder(folder: Path, what: str, value: str) -> None:
+    """Create and remove a file in ``folder`` (or in its nearest existing ancestor, where the
+    write will create the rest): permission bits cannot tell, root passes them and /proc or a
+    read-only mount still refuses."""
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"{what} {value!r} cannot be written: {str(probe)!r} is not a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".perfsuite-probe.", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise ConfigError(f"{what} {value!r} cannot be written: {str(probe)!r} refuses new files "
+                          f"({exc.strerror}); choose a writable place") from None
+
+
+def check_output_file(path: str | os.PathLike, what: str) -> None:
+    """Refuse, before anything is measured, a file path that the final write would fail on."""
+    value = str(path)
+    p = Path(path)
+    if value.endswith(os.sep) or p.is_dir():
+        raise ConfigError(f"{what} {value!r} is a folder; name a file, e.g. {os.path.join(value, 'results.json')}")
+    if p.exists() and not p.is_file():
+        raise ConfigError(f"{what} {value!r} exists and is not a regular file; name a file")
+    _probe_folder(p.parent if str(p.parent) else Path("."), what, value)
+
+
+def check_output_dir(path: str | os.PathLike, what: str) -> None:
+    """Refuse, before anything is measured, a folder that cannot be created or written."""
+    value = str(path)
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{what} {value!r} exists and is not a folder; name a folder")
+    _probe_folder(p, what, value)
+
+
+def fallback_path(name: str) -> Path:
+    """Where results go when their own path fails at the end: the temp folder, a fresh name."""
+    import time
+
+    stem, _, suffix = name.rpartition(".")
+    return Path(tempfile.gettempdir()) / f"{stem or name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.{suffix or 'json'}"
 
 
 def read_json(path: str | os.PathLike, what: str, hint: str) -> Any:
@@ -183,6 +250,7 @@ class SuiteRun:
     outcomes: list[WorldOutcome] = field(default_factory=list)
     fingerprint: dict[str, Any] = field(default_factory=dict)
     created: str = ""
+    interrupted: str | None = None  # the signal that stopped the run early, e.g. "SIGTERM"
 
     @property
     def results(self) -> list[Result]:
@@ -208,7 +276,7 @@ class SuiteRun:
     @property
     def ok(self) -> bool:
         """Every world that could run here ran, and every sample validated."""
-        return not self.failures and all(s.valid for s in self.samples())
+        return not self.interrupted and not self.failures and all(s.valid for s in self.samples())
 
     def to_dict(self) -> dict[str, Any]:
         return stamp(RUN, {
@@ -218,6 +286,7 @@ class SuiteRun:
                         for o in self.failures if o.samples()],
             "failures": [failure_dict(o) for o in self.failures],
             "skipped": [skip_dict(o) for o in self.skipped],
+            **({"interrupted": self.interrupted} if self.interrupted else {}),
         })
 
 
@@ -254,7 +323,8 @@ def _spec_of(entry: dict, cases: tuple[Case, ...] = ()) -> WorldSpec:
 def run_from_dict(d: Any, source: str) -> SuiteRun:
     d = check_format(d, RUN, source)
     try:
-        run = SuiteRun(fingerprint=dict(d.get("fingerprint") or {}), created=str(d.get("created", "")))
+        run = SuiteRun(fingerprint=dict(d.get("fingerprint") or {}), created=str(d.get("created", "")),
+                       interrupted=d.get("interrupted") or None)
         for r in d.get("results", []):
             res = load_result(r, source) if "format" in r else Result.from_dict(r)
             spec = WorldSpec(res.benchmark, res.transport, res.world_size, tuple(s.case for s in res.samples))
@@ -294,3 +364,14 @@ def load_run(path: str | os.PathLike) -> SuiteRun:
 
 def write_run(path: str | os.PathLike, run: SuiteRun) -> Path:
     return write_json(path, run.to_dict())
+
+
+def write_run_kept(path: str | os.PathLike, run: SuiteRun) -> tuple[Path, str | None]:
+    """``write_run``, and when ``path`` fails after all (a disk filled, a folder vanished), the
+    same file in the temp folder: (where it is, why it is not at ``path`` or None)."""
+    try:
+        return write_run(path, run), None
+    except OSError as exc:
+        why = f"{path} could not be written ({exc.strerror or exc})"
+    spare = fallback_path("perfsuite-results.json")
+    return write_run(spare, run), why

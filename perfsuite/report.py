@@ -34,7 +34,8 @@ def run_summary(run: SuiteRun) -> str:
     for o in run.failures:
         if o.samples():
             parts.append(result_table(Result(o.spec.benchmark, o.spec.transport, o.spec.world_size,
-                                              tuple(o.samples()))) + "\n# (partial: world failed)")
+                                              tuple(o.samples()))) + "\n# (partial: world "
+                         + ("interrupted)" if getattr(o.failure, "kind", "") == "interrupted" else "failed)"))
     ratios = bench.comparisons(run.samples())
     if ratios:
         parts.append("\n".join(ratios))
@@ -42,7 +43,8 @@ def run_summary(run: SuiteRun) -> str:
         parts.append(f"# SKIPPED {o.world}: {o.skipped}")
     for o in run.failures:
         tail = getattr(o.failure, "stderr_tail", "")
-        msg = f"# FAILED {o.failure}"
+        word = "INTERRUPTED" if getattr(o.failure, "kind", "") == "interrupted" else "FAILED"
+        msg = f"# {word} {o.failure}"
         if tail:
             msg += "\n" + "\n".join(f"#   | {line}" for line in tail.splitlines()[-8:])
         parts.append(msg)

@@ -5,6 +5,7 @@ measured or how a world was run.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -54,6 +55,54 @@ def plan(cases: Iterable[Case], options: dict[str, Any] | None = None) -> list[W
 #: A world whose gRPC (or other) port was taken between choosing and binding it, before it
 #: measured anything, is started again with fresh ports this many times.
 PORT_RETRIES = 2
+
+
+#: Host buffers of a message's size each rank holds (send, receive, the validation copy).
+HOST_BUFFERS = 3
+
+
+def _available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def preflight(specs: Sequence[WorldSpec], cfg: SuiteConfig) -> None:
+    """Refuse, before the first world starts, what no world of this run could survive: a
+    scratch folder that cannot be written, a launcher that was named but is not one, a world
+    too big for this host, a message too big for its memory. Each is one ConfigError line."""
+    from . import formats
+    from .launch import launchers, world
+
+    if cfg.workdir:
+        formats.check_output_dir(cfg.workdir, "workdir")
+    if cfg.launch.program is not None:
+        world.resolve(cfg.launch, named=True)
+    available, cores = _available_bytes(), _cores()
+    for spec in specs:
+        launchers.check_fits(cfg.launch, spec.world_size, cores)
+        here = launchers.local_ranks(cfg.launch, spec.world_size)
+        biggest = max((c.size_bytes or 0 for c in spec.cases), default=0)
+        need = (here or 1) * HOST_BUFFERS * biggest
+        if available and biggest and need > available:
+            fits = available // ((here or 1) * HOST_BUFFERS)
+            from .model import format_size
+
+            raise ConfigError(f"size {format_size(biggest)} needs about {need / 2**30:.1f} GiB on this host "
+                              f"({here or 1} rank(s) x {HOST_BUFFERS} buffers) and {available / 2**30:.1f} GiB "
+                              f"is available; choose sizes up to {format_size(1 << (fits.bit_length() - 1))}")
 
 
 def run_one(spec: WorldSpec, cfg: SuiteConfig) -> WorldOutcome:
@@ -158,24 +207,44 @@ def run(cases: Sequence[Case], cfg: SuiteConfig,
     run_ = SuiteRun(fingerprint=fingerprint.collect(),
                     created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     specs = plan(cases, cfg.options)
+    preflight(specs, cfg)
     pending = [Rounds(spec, cfg) for spec in specs]
     started: set[int] = set()
-    while pending:
-        for r in list(pending):
-            if id(r) not in started and on_world:
-                on_world("start", r.given, None)
-            started.add(id(r))
-            if r.wants_more():
-                r.step()
-            if not r.wants_more():
-                pending.remove(r)
-                outcome = r.outcome()
-                run_.outcomes.append(outcome)
-                if on_world:
-                    on_world("done", r.given, outcome)
+    current = None
+    try:
+        while pending:
+            for r in list(pending):
+                current = r
+                if id(r) not in started and on_world:
+                    on_world("start", r.given, None)
+                started.add(id(r))
+                if r.wants_more():
+                    r.step()
+                if not r.wants_more():
+                    pending.remove(r)
+                    outcome = r.outcome()
+                    run_.outcomes.append(outcome)
+                    if on_world:
+                        on_world("done", r.given, outcome)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through interrupts.handled
+        run_.interrupted = getattr(exc, "name", "SIGINT")
+        run_.outcomes += [_stopped(r, run_.interrupted, getattr(exc, "partial", []), r is current)
+                          for r in pending]
     order = {spec.label: i for i, spec in enumerate(specs)}
     run_.outcomes.sort(key=lambda o: order.get(o.spec.label, len(order)))
     return run_
+
+
+def _stopped(r: Rounds, signal_name: str, partial: list, running: bool) -> WorldOutcome:
+    """What an interrupted run keeps of a world: its finished rounds; else, for the world that
+    was running, the cases it had finished (``partial``); else a line saying it did not run."""
+    if r.results or r.skipped or r.failure:
+        return r.outcome()
+    if running:
+        return WorldOutcome(r.given, failure=RankFailure(
+            f"{r.given.label}: interrupted by {signal_name} ({len(partial)} of {len(r.given.cases)} "
+            "cases measured before it)", case=r.given.label, partial=list(partial), kind="interrupted"))
+    return WorldOutcome(r.given, skipped=f"not run: interrupted by {signal_name}")
 
 
 # --- rounds a judging run needs -----------------------------------------------------------------

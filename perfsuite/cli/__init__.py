@@ -4,7 +4,9 @@ what ``report`` formats.
 Each command is a pair in a module's ``COMMANDS``: ``add_<name>(parser)`` declares its
 arguments and ``do_<name>(args) -> exit status`` runs it, so tests call a command as a function
 (asv's ``commands/*.py`` habit). Exit status: 0 when everything that could run here ran and
-validated, 1 when a world failed or a result was wrong (or a gate tripped), 2 on bad usage.
+validated, 1 when a world failed or a result was wrong (or a gate tripped), 2 on bad usage
+(checked before any world starts), 3 for ``--strict`` with a verdict left UNKNOWN, 128+N when
+signal N stopped it (130 Ctrl-C, 143 SIGTERM; ``run`` keeps what finished).
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import argparse
 import os
 import sys
 
-from ..errors import ConfigError, PerfsuiteError
+from .. import interrupts
+from ..errors import ConfigError, FormatError, PerfsuiteError
 from . import ab, experiments, run, show
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
@@ -34,6 +37,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Arguments that name where a command writes: checked before it measures anything.
+OUTPUT_FILES = ("json", "png")
+OUTPUT_DIRS = ("report", "out")
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    from ..formats import check_output_dir, check_output_file
+
+    for name in OUTPUT_FILES:
+        if getattr(args, name, None):
+            check_output_file(getattr(args, name), f"--{name}")
+    for name in OUTPUT_DIRS:
+        if getattr(args, name, None):
+            check_output_dir(getattr(args, name), f"--{name}")
+    if getattr(args, "baseline_update", None):
+        check_output_dir(getattr(args, "baseline_dir", None) or "baselines", "--baseline-dir")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()  # registers PERFSUITE_BENCHMARKS: a bad one is a usage error
@@ -42,16 +63,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     args = parser.parse_args(argv)
     try:
-        return args.handler(args)
-    except ConfigError as exc:
+        check_outputs(args)
+        with interrupts.handled():  # SIGTERM unwinds like Ctrl-C: every world is killed and reaped
+            return args.handler(args)
+    except (ConfigError, FormatError) as exc:  # a file the user named is as bad as an option
         print(f"perfsuite {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except PerfsuiteError as exc:
         print(f"perfsuite {args.command}: {exc}", file=sys.stderr)
         return EXIT_FAIL
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # before or after the worlds ran (run keeps what finished)
         print(f"perfsuite {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return getattr(exc, "status", 130)
     except BrokenPipeError:  # the reader (| head) went away: stop quietly, as cat would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAIL

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+import signal
 from pathlib import Path
 
-from .. import bench, formats, options, regress, report, suite, transports
+from .. import bench, formats, interrupts, options, regress, report, suite, transports
 from ..asv import project as asv_project
 from ..errors import ConfigError
+from ..model import split_list
 from .common import (EXIT_FAIL, EXIT_OK, add_canary_shift, canary_shift, gate_settings, print_verdicts,
                      say)
 
@@ -30,7 +32,7 @@ def add_run(p: argparse.ArgumentParser) -> None:
 def run_cases_from_args(args: argparse.Namespace) -> tuple[list, suite.SuiteConfig]:
     values = vars(args)
     cases = []
-    for b in (b.strip() for b in args.benchmarks.split(",") if b.strip()):
+    for b in split_list(args.benchmarks, "benchmarks", "allreduce,tf-epoch"):
         if b not in bench.names():
             raise ConfigError(f"benchmark {b!r} is unknown; choose from {', '.join(bench.names())}")
         sel = options.selection(values, b)
@@ -46,22 +48,44 @@ def do_run(args: argparse.Namespace) -> int:
     from ..asv.record import record_run
     from ..progress import SweepProgress
 
-    cases, cfg = run_cases_from_args(args)
+    cases, cfg = run_cases_from_args(args)  # main() has checked every output location
     cfg = judging(cfg, args)
     asv_to = asv_project.prepare(asv_project.target(vars(args)))  # bad --asv* is a usage error now
-    with SweepProgress(suite.plan(cases, cfg.options)) as on_world:
-        run = suite.run(cases, cfg, on_world=on_world)
-    say(report.run_summary(run))
-    if args.report:
-        report.write_report(args.report, [report.ReportRun.from_suite_run(run, args.json or "this run")])
-        say(f"# report written to {Path(args.report) / 'index.html'}")
+    with interrupts.handled() as signals:
+        with SweepProgress(suite.plan(cases, cfg.options)) as on_world:
+            run = suite.run(cases, cfg, on_world=on_world)
+        signals.defer()
+        say(report.run_summary(run))
+        kept = keep(run, args)
+        if run.interrupted or signals.raised:
+            stop = run.interrupted or signals.raised.name
+            say(f"# interrupted by {stop}: not judged, not recorded in asv or as baselines")
+            return 128 + signal.Signals[stop].value
+        if asv_to is not None:
+            say(record_run(run, asv_to).line())
+        gate = gate_run(run, args)
+    return EXIT_OK if run.ok and kept and gate == EXIT_OK else EXIT_FAIL
+
+
+def keep(run: formats.SuiteRun, args: argparse.Namespace) -> bool:
+    """Write the results file and the report; a write that fails now (the disk filled, the
+    folder went) still keeps the results, in the temp folder, says where, and returns False."""
+    ok = True
     if args.json:
-        formats.write_run(args.json, run)
-        say(f"# results written to {args.json}")
-    if asv_to is not None:
-        say(record_run(run, asv_to).line())
-    gate = gate_run(run, args)
-    return EXIT_OK if run.ok and gate == EXIT_OK else EXIT_FAIL
+        where, why = formats.write_run_kept(args.json, run)
+        say(f"# results written to {where}" + (f" because {why}" if why else ""))
+        ok = why is None
+    if args.report:
+        try:
+            report.write_report(args.report, [report.ReportRun.from_suite_run(run, args.json or "this run")])
+            say(f"# report written to {Path(args.report) / 'index.html'}")
+        except (OSError, ConfigError) as exc:
+            ok = False
+            say(f"# report not written to {args.report}: {getattr(exc, 'strerror', None) or exc}")
+            if not args.json:
+                where, _ = formats.write_run_kept(formats.fallback_path("perfsuite-results.json"), run)
+                say(f"# results written to {where} instead")
+    return ok
 
 
 COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster) and print tables")
@@ -102,7 +126,10 @@ def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
                                    looks=getattr(args, "looks", 1), canary_shift=canary_shift(args))
         code = print_verdicts(verdicts, bool(args.strict))
     if args.baseline_update:
-        for line in baselines.update(root, system, [s for s in run.samples() if s.valid], run.machine):
+        for line in not_recorded(run, allow_partial=False):
+            say(line)
+        complete = [s for r in run.results for s in r.samples if s.valid]
+        for line in baselines.update(root, system, complete, run.machine) if complete else ():
             say(line)
     return code
 
@@ -115,6 +142,25 @@ def add_baseline(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", metavar="NAME", help="system name [default: from the results file's "
                    "fingerprint for update, every system for show]")
     p.add_argument("--baseline-dir", default="baselines", metavar="DIR", help="[default: baselines]")
+    p.add_argument("--allow-partial", action="store_true", help="update: also record the cases a failed "
+                   "or interrupted world measured before it stopped (left out by default)")
+
+
+def not_recorded(run: formats.SuiteRun, allow_partial: bool) -> list[str]:
+    """A line for each world or case of a results file that is not recorded, and why."""
+    lines = []
+    for o in run.failures:
+        kept = len(o.samples())
+        what = (f"its {kept} measured case(s) recorded (--allow-partial)" if kept and allow_partial
+                else f"its {kept} measured case(s) left out (--allow-partial records them)" if kept
+                else "nothing measured")
+        lines.append(f"# not recorded: {o.world} failed: {o.failure}; {what}")
+    for o in run.skipped:
+        lines.append(f"# not recorded: {o.world} was skipped: {o.skipped}")
+    for s in run.samples():
+        if not s.valid:
+            lines.append(f"# not recorded: {s.case.name} did not validate (wrong sum)")
+    return lines
 
 
 def do_baseline(args: argparse.Namespace) -> int:
@@ -126,9 +172,15 @@ def do_baseline(args: argparse.Namespace) -> int:
     if not args.source:
         raise ConfigError("baseline update needs --from RESULTS.json (written by perfsuite run --json)")
     run = formats.load_run(args.source)
-    samples = [s for r in run.results for s in r.samples if s.valid]
+    complete = [s for r in run.results for s in r.samples if s.valid]
+    partial = [s for o in run.failures for s in o.samples() if s.valid]
+    samples = complete + (partial if args.allow_partial else [])
+    for line in not_recorded(run, args.allow_partial):
+        say(line)
     if not samples:
-        raise ConfigError(f"{args.source} holds no valid sample to record")
+        raise ConfigError(f"{args.source} holds only partial samples of failed or interrupted worlds; "
+                          "rerun them, or pass --allow-partial to record those" if partial else
+                          f"{args.source} holds no valid sample to record")
     for line in baselines.update(args.baseline_dir, baselines.system_for(run.machine, args.system),
                                  samples, run.machine):
         say(line)
@@ -148,15 +200,32 @@ def add_compare(p: argparse.ArgumentParser) -> None:
     add_canary_shift(p)
 
 
+def _holds(run: formats.SuiteRun) -> str:
+    worlds = sorted({o.world for o in run.outcomes})
+    return ", ".join(worlds[:6]) + (f" and {len(worlds) - 6} more" if len(worlds) > 6 else "") or "no world"
+
+
 def do_compare(args: argparse.Namespace) -> int:
     old, new = formats.load_run(args.old), formats.load_run(args.new)
     tol, alpha = gate_settings(args)
+    cases = lambda run: {c.name for o in run.outcomes for c in o.spec.cases} | {s.case.name for s in run.samples()}
+    if not cases(old) & cases(new):
+        raise ConfigError(f"{args.old} and {args.new} share no case ({args.old}: {_holds(old)}; "
+                          f"{args.new}: {_holds(new)}); compare two runs of the same benchmarks and transports")
     ref = {(s.case.name, m): regress.baseline_from_sample(s, m)
            for s in old.samples() if s.valid for m in s.metrics}
     verdicts = regress.compare(new.samples(), ref, tolerance=tol, alpha=alpha, system=args.old,
                                canary_shift=canary_shift(args))
     say(f"# {args.new} against {args.old}")
-    return print_verdicts(verdicts, args.strict)
+    code = print_verdicts(verdicts, args.strict)
+    for o in old.failures:
+        say(f"# note: {args.old} has a failed world, so its cases have no reference: {o.failure}")
+    # A failed world in the new run is a failure of the gate even where its partial cases compare well.
+    for o in new.failures:
+        say(f"FAILED: {o.failure}")
+    if new.interrupted:
+        say(f"FAILED: {args.new} is a run interrupted by {new.interrupted}; it holds only what finished")
+    return EXIT_FAIL if new.failures or new.interrupted else code
 
 
 COMMANDS["compare"] = (add_compare, do_compare,

@@ -22,10 +22,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import formats
-from ..errors import LaunchError, RankFailure
+from ..errors import ConfigError, FormatError, Interrupted, LaunchError, RankFailure
 from ..fingerprint import is_root
 from ..model import Result, Sample, WorldSpec
-from . import launchers
+from . import launchers, proctree
 from .deathwatch import DeathWatch
 from .launchers import LaunchConfig
 
@@ -74,7 +74,7 @@ def detect_flavor(program: str) -> str:
     if "hydra" in text or "mpich" in text or "intel" in text:
         return "mpich"
     raise LaunchError(f"cannot tell which MPI {program!r} belongs to from --version; "
-                      "name it with --perf-mpi-flavor mpich|openmpi")
+                      "name it with --mpi-flavor mpich|openmpi (pytest: --perf-mpi-flavor)")
 
 
 def default_program(name: str) -> str:
@@ -86,8 +86,14 @@ def default_program(name: str) -> str:
     return shutil.which(name) or name
 
 
-def resolve(cfg: LaunchConfig) -> LaunchConfig:
-    """Fill in what depends on this machine (the launcher's path, the MPI flavor)."""
+def resolve(cfg: LaunchConfig, named: bool = False) -> LaunchConfig:
+    """Fill in what depends on this machine (the launcher's path, the MPI flavor). ``named``:
+    the user named the program, so one that is missing or is no MPI launcher is bad input."""
+    if named:
+        try:
+            return resolve(cfg)
+        except LaunchError as exc:
+            raise ConfigError(f"launcher program {cfg.program!r}: {exc}") from None
     if cfg.program is None and cfg.launcher == "mpiexec":
         cfg = replace(cfg, program=default_program("mpiexec"))
     if cfg.launcher == "srun":
@@ -209,9 +215,9 @@ def _local_pids(folder: Path) -> dict[int, int]:
     return {r: pid for r, (pid, host) in _rank_pids(folder).items() if host == me}
 
 
-def _kill_group(proc: subprocess.Popen, folder: Path) -> None:
-    """Ask a launcher that is still running to stop its world, then kill its whole session and
-    any local rank that escaped it.
+def _kill_group(proc: subprocess.Popen, folder: Path, token: str | None = None) -> None:
+    """Ask a launcher that is still running to stop its world, then kill its whole process
+    tree on this host (``proctree``) and any local rank that escaped it, and wait for them.
 
     SIGTERM first because only the launcher can reach what it started elsewhere: Hydra's
     mpiexec kills its proxies and their ranks on every node, and srun cancels its job step and
@@ -227,15 +233,16 @@ def _kill_group(proc: subprocess.Popen, folder: Path) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
     for pid in _local_pids(folder).values():
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    proctree.kill_tree(proc.pid if proc.returncode is None else None, token)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _partial(folder: Path) -> list[Sample]:
@@ -351,9 +358,11 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
     launch = launchers.build(cfg, spec.world_size, str(job_path), cpu_count=os.cpu_count() or 1,
                              is_root=is_root())
     formats.write_json(job_path, formats.job(spec, str(folder), str(out_path), time.time()))
-    env = {**os.environ, **launch.env}
+    token = f"{os.getpid()}-{folder.name}"
+    env = {**os.environ, **launch.env, proctree.TOKEN_VAR: token}
     shm_before = _shm_names()
     timed_out, before_kill = False, None
+    proctree.become_subreaper()
     with open(folder / "launcher.out", "w") as out, open(folder / "launcher.err", "w") as err, \
             DeathWatch(lambda: _local_pids(folder), spec.world_size) as watch:
         try:
@@ -374,12 +383,21 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
                 except (ProcessLookupError, PermissionError):
                     pass
             time.sleep(STACK_DUMP_WAIT_S)
+        except Interrupted as exc:  # SIGINT/SIGTERM: the world goes, what it measured stays
+            _kill_group(proc, folder, token)
+            _remove_orphan_shm(shm_before, _local_pids(folder).values())
+            exc.partial = _partial(folder)
+            raise
         finally:
-            _kill_group(proc, folder)
+            _kill_group(proc, folder, token)
     partial = _partial(folder)
     if not timed_out and rc == 0 and out_path.exists():
         # Invalid samples come back as such: the suite fails those cases, not the world.
-        return formats.load_result(json.loads(out_path.read_text()), spec.label)
+        try:
+            return formats.load_result(json.loads(out_path.read_text()), spec.label)
+        except (ValueError, FormatError) as exc:  # rank 0 wrote it: the world's fault, not input
+            raise RankFailure(f"{spec.label}: rank 0's result cannot be read: {exc}", rank=0,
+                              case=spec.label, partial=partial, kind="invalid") from None
     _remove_orphan_shm(shm_before, _local_pids(folder).values())
     failure = _diagnose(spec, folder, rc, timed_out, timeout, partial, before_kill,
                         first_dead=watch.first_before(killing_at))
@@ -395,15 +413,18 @@ def run_program(command: list[str], world_size: int, cfg: LaunchConfig, timeout:
     try:
         launch = launchers.build(cfg, world_size, "", cpu_count=os.cpu_count() or 1,
                                  is_root=is_root(), command=command)
+        token = f"{os.getpid()}-{folder.name}"
+        proctree.become_subreaper()
         with open(folder / "out", "w") as out, open(folder / "err", "w") as err:
             proc = subprocess.Popen(launch.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    env={**os.environ, **launch.env}, start_new_session=True)
+                                    env={**os.environ, **launch.env, proctree.TOKEN_VAR: token},
+                                    start_new_session=True)
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 rc = None
             finally:
-                _kill_group(proc, folder)
+                _kill_group(proc, folder, token)
         if rc != 0:
             why = f"timed out after {timeout:g} s" if rc is None else f"exited {rc}"
             raise LaunchError(f"{Path(command[0]).name} world {why}: {_tail(folder / 'err', 4)}")

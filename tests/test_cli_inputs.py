@@ -1,0 +1,124 @@
+"""Files handed to perfsuite's commands: every bad one is one line and exit 2, a comparison says
+what it could not compare, and a baseline is never made of a failed world's first cases."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfsuite import baselines, cli, formats
+from perfsuite.errors import RankFailure
+from perfsuite.formats import SuiteRun, WorldOutcome
+from perfsuite.model import Case, Metric, Result, Sample, WorldSpec
+
+MPI = [Case("allreduce", "mpi", 1, size_bytes=s) for s in (4, 1024)]
+RING = [Case("allreduce", "ring", 2, size_bytes=s) for s in (4, 1024)]
+
+
+def sample(case: Case, us: float) -> Sample:
+    lat = tuple(us * (1 + 0.001 * k) for k in range(50))
+    return Sample(case, {"latency_us": Metric("latency_us", us, "us", False, lat)}, True, (us * 1e-6,))
+
+
+def finished(cases, us=2.0) -> WorldOutcome:
+    c = cases[0]
+    return WorldOutcome(WorldSpec(c.benchmark, c.transport, c.world_size, tuple(cases)),
+                        Result(c.benchmark, c.transport, c.world_size, tuple(sample(x, us) for x in cases),
+                               {"host": "box"}))
+
+
+def failed(cases, measured=1) -> WorldOutcome:
+    c = cases[0]
+    return WorldOutcome(WorldSpec(c.benchmark, c.transport, c.world_size, tuple(cases)),
+                        failure=RankFailure(f"allreduce[{c.transport}-n{c.world_size}]: rank 1 on box died: "
+                                            "Killed (signal 9)", rank=1, partial=[sample(x, 3.0) for x in cases[:measured]],
+                                            kind="signal"))
+
+
+def write(path, *outcomes, interrupted=None):
+    formats.write_run(path, SuiteRun(list(outcomes), {"host": "box"}, "now", interrupted))
+    return str(path)
+
+
+# --- compare -----------------------------------------------------------------------------------
+
+def test_files_that_share_no_case_are_refused(tmp_path, capsys):
+    a = write(tmp_path / "a.json", finished(MPI))
+    b = write(tmp_path / "b.json", finished(RING))
+    assert cli.main(["compare", a, b]) == 2
+    err = capsys.readouterr().err
+    assert "share no case" in err and "allreduce[mpi-n1]" in err and "allreduce[ring-n2]" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_failed_world_in_the_new_file_fails_the_comparison(tmp_path, capsys):
+    mixed = write(tmp_path / "m.json", finished(MPI), failed(RING))
+    assert cli.main(["compare", mixed, mixed, "--max-canary-shift", "off"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED: allreduce[ring-n2]: rank 1 on box died" in out
+    assert "has a failed world, so its cases have no reference" in out
+    clean = write(tmp_path / "c.json", finished(MPI), finished(RING))
+    assert cli.main(["compare", clean, clean, "--max-canary-shift", "off"]) == 0
+
+
+def test_an_interrupted_run_fails_the_comparison(tmp_path, capsys):
+    old = write(tmp_path / "o.json", finished(MPI))
+    new = write(tmp_path / "n.json", finished(MPI), interrupted="SIGTERM")
+    assert cli.main(["compare", old, new, "--max-canary-shift", "off"]) == 1
+    assert "interrupted by SIGTERM" in capsys.readouterr().out
+
+
+# --- baseline update ---------------------------------------------------------------------------
+
+def test_baseline_update_says_what_it_leaves_out_and_never_records_partial_samples(tmp_path, capsys):
+    mixed = write(tmp_path / "m.json", finished(MPI), failed(RING))
+    root = tmp_path / "b"
+    assert cli.main(["baseline", "update", "--from", mixed, "--baseline-dir", str(root), "--system", "s"]) == 0
+    out = capsys.readouterr().out
+    assert "# not recorded: allreduce[ring-n2] failed" in out and "--allow-partial records them" in out
+    stored = {k[0] for k in baselines.load_all(root, "s")}
+    assert stored == {c.name for c in MPI}
+    assert cli.main(["baseline", "update", "--from", mixed, "--baseline-dir", str(root), "--system", "s",
+                     "--allow-partial"]) == 0
+    assert {k[0] for k in baselines.load_all(root, "s")} == {c.name for c in MPI} | {RING[0].name}
+
+
+def test_a_file_of_failed_worlds_only_names_allow_partial(tmp_path, capsys):
+    bad = write(tmp_path / "f.json", failed(RING))
+    assert cli.main(["baseline", "update", "--from", bad, "--baseline-dir", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "holds only partial samples of failed or interrupted worlds" in err and "--allow-partial" in err
+
+
+# --- files that are not what a command reads: one line, exit 2 ----------------------------------
+
+@pytest.mark.parametrize("content, says", [
+    (b"\x00\xff\xfe binary", "not a text file"),
+    (b"{truncated", "not JSON"),
+    (json.dumps({"machine_info": {}, "commit_info": {}, "benchmarks": [], "datetime": "x",
+                 "version": "4.0"}).encode(), "it looks like a pytest-benchmark file"),
+    (json.dumps([1, 2]).encode(), "its top level is a JSON list"),
+    (json.dumps({"results": []}).encode(), 'it has no "format" field'),
+    (json.dumps({"format": "perfsuite-run", "version": 99}).encode(), "written by a newer perfsuite"),
+])
+@pytest.mark.parametrize("command", ["report", "compare", "baseline"])
+def test_a_bad_input_file_is_one_line_and_exit_2(tmp_path, capsys, content, says, command):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    good = write(tmp_path / "good.json", finished(MPI))
+    argv = {"report": ["report", str(bad), "--out", str(tmp_path / "r")],
+            "compare": ["compare", good, str(bad)],
+            "baseline": ["baseline", "update", "--from", str(bad), "--baseline-dir", str(tmp_path / "b")]}[command]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_missing_input_and_a_bad_baseline_file_are_exit_2_too(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path / "nope.json")]) == 2
+    folder = tmp_path / "b" / "s"
+    folder.mkdir(parents=True)
+    (folder / "allreduce.json").write_bytes(b"\x00\xff")
+    assert cli.main(["baseline", "show", "--baseline-dir", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "allreduce.json: not a text file" in err
