@@ -14,56 +14,22 @@ same cores, and pytest-benchmark switches itself off there, so nothing would be 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from . import bench, formats, options, regress, suite, transports
+from . import bench, formats, interrupts, options, regress, suite, transports
 from .asv import project as asv_project
-from .errors import ConfigError, PerfsuiteError
+from .errors import ConfigError, PerfsuiteError, RankFailure
 from .model import Case, Sample
+from .replay import REPLAY_CLOCK
 
 STASH_KEY = pytest.StashKey["PerfState"]()
 _REGISTRY_ERROR: str | None = None  # why the benchmark registry could not load (pytest_addoption)
 
 
-class ReplayClock:
-    """A clock for pytest-benchmark that, while replaying, advances by measured durations.
-
-    pytest-benchmark reads the clock before and after each round; during ``replay(times)`` the
-    k-th round therefore lasts exactly ``times[k]``. Outside a replay it is ``perf_counter``,
-    so ordinary benchmarks that happen to share the marker are timed normally.
-    """
-
-    def __init__(self) -> None:
-        self._times: list[float] | None = None
-        self._now = 0.0
-        self._reads = 0
-
-    @contextmanager
-    def replay(self, times: Sequence[float]) -> Iterator[None]:
-        self._times, self._now, self._reads = list(times), 0.0, 0
-        try:
-            yield
-        finally:
-            self._times = None
-
-    def __call__(self) -> float:
-        if self._times is None:
-            return time.perf_counter()
-        if self._reads % 2 == 1:  # the read that ends a round
-            self._now += self._times[self._reads // 2]
-        self._reads += 1
-        return self._now
-
-    __name__ = "perfsuite_replay_clock"  # pytest-benchmark prints the timer's name
-
-
-REPLAY_CLOCK = ReplayClock()
 
 
 class PerfState:
@@ -83,6 +49,8 @@ class PerfState:
         self.looks = 1  # how often each comparison may be looked at while rounds are added
         self.canary_shift = options.canary_limit(self.values.get("max_canary_shift") or "0.15")
         self.logs_shown: dict[tuple, str] = {}  # world key -> the failed case that shows its logs
+        self.report_lines: list[tuple[str, bool]] = []  # (line, is it bad) for the terminal summary
+        self.missing_added = False
 
     def selection(self, benchmark: str, **extra: Any) -> bench.Selection:
         return options.selection(self.values, benchmark, **extra)
@@ -99,7 +67,15 @@ class PerfState:
         if key not in self.outcomes:
             cases = self.selected.get(key) or [case]
             spec = suite.plan(cases, self.suite_config.options)[0]
-            self.outcomes[key] = suite.run_one(spec, self.judging())
+            try:  # pytest owns Ctrl-C; SIGTERM must unwind the same way, killing the world
+                with interrupts.handled(("SIGTERM", "SIGHUP")):
+                    self.outcomes[key] = suite.run_one(spec, self.judging())
+            except KeyboardInterrupt as exc:  # keep what the world measured for --perf-report
+                name = getattr(exc, "name", "SIGINT")
+                self.outcomes[key] = formats.WorldOutcome(spec, failure=RankFailure(
+                    f"{spec.label}: interrupted by {name}", case=spec.label,
+                    partial=getattr(exc, "partial", []), kind="interrupted"))
+                raise
         return self.outcomes[key]
 
     def judging(self) -> suite.SuiteConfig:
@@ -165,12 +141,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                       default=False if o.kind == "flag" else ([] if o.kind == "list" else ""))
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark's, whose refusal of -n says nothing of why
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "perf_benchmark(name): the perfsuite benchmark a test measures")
     if _REGISTRY_ERROR:
         raise pytest.UsageError(_REGISTRY_ERROR)
+    if _under_xdist(config) and _benchmark_run(config):
+        raise pytest.UsageError(XDIST_REFUSED)
     try:
         state = PerfState(config)
+        if state.values.get("report"):
+            formats.check_output_dir(state.values["report"], "--perf-report")
         # Every option of every benchmark is checked now: a bad one is a usage error, not a
         # failure found once the first worlds have run.
         values = options.with_defaults(state.values)
@@ -227,6 +208,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 XDIST_REFUSED = ("perfsuite starts MPI worlds, which must not run under pytest-xdist (-n): workers would "
                  "share the cores and measure nothing; run the benchmarks without -n (-p no:xdist)")
+
+
+def _benchmark_run(config: pytest.Config) -> bool:
+    """The session asks for measurements (--benchmark-only or a --perf-* option), so -n is
+    refused up front; other sessions that merely have perfsuite installed may use xdist, and
+    a measuring test among them still fails (``perf_state``)."""
+    if config.getoption("benchmark_only", default=False):
+        return True
+    return any(config.getoption(f"perf_{o.dest}", default=None) not in (None, [])
+               for o in options.COMMON)
 
 
 def _under_xdist(config: pytest.Config) -> bool:
@@ -336,25 +327,32 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             tr.write_line(f"{spec.label}: {len(r.samples)} cases, world start {r.world_start_s:.2f} s, "
                           f"wall {r.wall_s:.1f} s")
     _verdict_summary(state, tr)
-    if state.values.get("report"):
-        _write_report(state, tr)
+    for line, bad in state.report_lines:
+        tr.write_line(line, red=bad)
 
 
-def _write_report(state: PerfState, tr) -> None:
-    """--perf-report DIR: the same page as ``perfsuite report``, plus the run's results.json."""
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """--perf-report DIR is written here, where a failed write can still fail the session
+    (the terminal summary comes after the exit status is fixed)."""
+    state = session.config.stash.get(STASH_KEY, None)
+    if state is None or not state.outcomes or not state.values.get("report"):
+        return
     from . import report
 
-    run = state.run()
-    out = state.values["report"]
+    _add_missing_verdicts(state)
+    run, out = state.run(), state.values["report"]
     try:
-        formats.write_run(Path(out) / "results.json", run)
         report.write_report(out, [report.ReportRun.from_suite_run(run, "pytest session")],
                             verdicts=getattr(state, "verdicts", None))
-    except (OSError, PerfsuiteError) as exc:  # the tests ran; say why the page is missing
-        tr.write_line(f"perfsuite report not written to {out}: {exc}", red=True)
+        formats.write_run(Path(out) / "results.json", run)
+    except (OSError, PerfsuiteError) as exc:  # the tests ran: keep their results, fail the session
+        spare, _ = formats.write_run_kept(formats.fallback_path("perfsuite-results.json"), run)
+        state.report_lines.append((f"perfsuite report not written to {out}: "
+                                   f"{getattr(exc, 'strerror', None) or exc}; results kept in {spare}", True))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return
-    tr.write_line(f"perfsuite report written to {Path(out) / 'index.html'} "
-                  f"(results in {Path(out) / 'results.json'})")
+    state.report_lines.append((f"perfsuite report written to {Path(out) / 'index.html'} "
+                               f"(results in {Path(out) / 'results.json'})", False))
 
 
 # --- baselines and verdicts --------------------------------------------------------------------
@@ -398,6 +396,17 @@ def _gate(state: PerfState, sample: Sample, fingerprint: dict | None) -> None:
         pytest.xfail(regress.case_line(excused))
 
 
+def _add_missing_verdicts(state: PerfState) -> None:
+    """Once: a MISSING verdict for each selected case with a baseline that was not measured."""
+    if state.system is None or state.missing_added:
+        return
+    state.missing_added = True
+    selected = {c.name for cs in state.selected.values() for c in cs}
+    measured = {s.case.name for s in state.samples}
+    gone = {k: b for k, b in (state.baselines or {}).items() if k[0] in selected - measured}
+    state.verdicts += regress.compare([], gone, system=state.system)
+
+
 def _verdict_summary(state: PerfState, tr) -> None:
     """The table of every verdict (missing ones added), then --perf-baseline-update's write."""
     from . import baselines
@@ -405,15 +414,17 @@ def _verdict_summary(state: PerfState, tr) -> None:
     system = state.system
     if system is None:
         return  # no case was measured, so nothing was judged
-    selected = {c.name for cs in state.selected.values() for c in cs}
-    measured = {s.case.name for s in state.samples}
-    gone = {k: b for k, b in (state.baselines or {}).items() if k[0] in selected - measured}
-    state.verdicts += regress.compare([], gone, system=system)
+    _add_missing_verdicts(state)
     tr.section(f"perfsuite verdicts on {system}")
     tr.write_line(regress.verdict_table(state.verdicts))
     if state.values.get("baseline_update"):
         fp = next((o.result.fingerprint for o in state.outcomes.values() if o.result is not None), None)
-        valid = [s for s in state.samples if s.valid]
+        # Only worlds that finished become baselines: a failed world's first cases are partial.
+        finished = {s.case for o in state.outcomes.values() if o.result is not None for s in o.result.samples}
+        valid = [s for s in state.samples if s.valid and s.case in finished]
+        for o in state.outcomes.values():
+            if o.failure is not None:
+                tr.write_line(f"# not recorded: {o.world} failed: {o.failure}")
         try:
             for line in baselines.update(_baseline_root(state), system, valid, fp):
                 tr.write_line(line)

@@ -16,7 +16,7 @@ MAX_LINES = 450
 #: matching prefix wins, so a package's modules can sit on different floors.
 FLOORS = [
     ("perfsuite.errors", 0),
-    ("perfsuite.model", 1), ("perfsuite.stats", 1),
+    ("perfsuite.model", 1), ("perfsuite.stats", 1), ("perfsuite.interrupts", 1), ("perfsuite.replay", 1),
     ("perfsuite.formats", 2), ("perfsuite.fingerprint", 2), ("perfsuite.history", 2),
     ("perfsuite.stalls", 2), ("perfsuite.asv.layout", 2), ("perfsuite.asv.compat", 2),
     ("perfsuite.transports", 3), ("perfsuite.kernels", 3),

@@ -98,7 +98,64 @@ def test_k_selects_sizes_inside_one_world(pytester, no_leftover_ranks):
 def test_xdist_is_refused_before_any_world_starts(pytester, no_leftover_ranks):
     pytest.importorskip("xdist", reason="pytest-xdist is not installed (pip install -e '.[test]')")
     pytester.makepyfile(test_bench=BENCH)
-    r = pytester.runpytest_subprocess("-n", "2", "--perf-transports", "mpi", "--perf-sizes", "4,8", *QUICK)
-    r.assert_outcomes(errors=2)
+    # A benchmark run (--benchmark-only or any --perf-* option): one usage line, before
+    # pytest-benchmark's own refusal of -n, which says nothing of why.
+    for extra in (["--benchmark-only"], ["--perf-transports", "mpi", "--perf-sizes", "4,8"]):
+        r = pytester.runpytest_subprocess("-n", "2", *extra, "-p", "no:cacheprovider")
+        assert r.ret == pytest.ExitCode.USAGE_ERROR, r.stdout.str() + r.stderr.str()
+        r.stderr.fnmatch_lines(["*perfsuite starts MPI worlds, which must not run under pytest-xdist (-n)*"])
+        assert "--benchmark-disable" not in r.stderr.str()
+    # A session that merely has perfsuite installed may use -n; a measuring test in it still
+    # fails with the line, never passes having measured nothing.
+    r = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    assert r.ret == pytest.ExitCode.TESTS_FAILED
     r.stdout.fnmatch_lines(["*perfsuite starts MPI worlds, which must not run under pytest-xdist (-n)*"])
     r.stdout.no_fnmatch_line("*perfsuite worlds*")  # no world ran
+
+
+def test_a_report_location_that_cannot_be_written_fails_the_session(pytester, no_leftover_ranks):
+    pytester.makepyfile(test_bench=BENCH)
+    (pytester.path / "taken").write_text("a file, not a folder")
+    r = pytester.runpytest_subprocess("--perf-transports", "mpi", "--perf-sizes", "4",
+                                      "--perf-report", "taken", *QUICK)
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*--perf-report 'taken' exists and is not a folder*"])
+    # Writable when checked, gone by the end (a conftest turns the folder into a file): the
+    # tests passed, the session fails, and the results are kept elsewhere.
+    pytester.makeconftest("""
+import pathlib, shutil
+def pytest_sessionfinish(session):
+    shutil.rmtree("late", ignore_errors=True)
+    pathlib.Path("late").write_text("not a folder any more")
+""")
+    r = pytester.runpytest_subprocess("--perf-transports", "mpi", "--perf-sizes", "4",
+                                      "--perf-report", "late", "--perf-max-contention", "off", *QUICK)
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, r.stdout.str()
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*perfsuite report not written to late: *results kept in *"])
+
+
+def test_sigterm_kills_the_world_and_ends_the_session(pytester, no_leftover_ranks):
+    """pytest turns Ctrl-C into an orderly end; SIGTERM (CI runners, Slurm, timeout) must too,
+    or the world it was measuring keeps running."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import worker_pids
+
+    pytester.makepyfile(test_bench=BENCH)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "--perf-transports", "mpi",
+                             "--perf-sizes", "4", "-p", "no:cacheprovider", *QUICK],
+                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PERFSUITE_TEST_FAULT": "hang@1"})  # until we stop it
+    deadline = time.monotonic() + 60
+    while len(worker_pids()) < 2 and time.monotonic() < deadline:  # the world is up
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "KeyboardInterrupt" in out or "Interrupted" in out, out
