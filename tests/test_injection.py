@@ -19,12 +19,20 @@ pytestmark = pytest.mark.world
 
 def test_the_injection_check_measures_what_the_spin_adds(no_leftover_ranks):
     (spec,) = suite.plan(allreduce_cases(["mpi"], [2], [64 << 10]), {"fraction": 1.0, "blocks": 6})
-    res = run_world(replace(spec, kernel="perfsuite.kernels.injection"), LaunchConfig(), timeout=120)
-    (s,) = res.samples
-    assert s.info["asked"] == 1.0 and s.info["blocks"] == 6 and s.info["turns"] > 0
-    # A spin that adds nothing, or spins the plain blocks too, measures ~0; one that ignores
-    # its calibration is off by an order of magnitude.
-    assert 0.4 < s.info["measured"] < 2.5, {k: s.info[k] for k in ("measured", "measured_min", "measured_max", "turns")}
+    seen = []
+    # Up to three worlds: the spin is calibrated once per world, and a calibration taken while
+    # another process held a core is off for that whole world (2.3-2.9x seen with tests
+    # running beside it), which says nothing about whether the spin follows its calibration.
+    for _ in range(3):
+        res = run_world(replace(spec, kernel="perfsuite.kernels.injection"), LaunchConfig(), timeout=120)
+        (s,) = res.samples
+        assert s.info["asked"] == 1.0 and s.info["blocks"] == 6 and s.info["turns"] > 0
+        seen.append({k: s.info[k] for k in ("measured", "measured_min", "measured_max", "turns")})
+        # A spin that adds nothing, or spins the plain blocks too, measures ~0; one that
+        # ignores its calibration is off by an order of magnitude.
+        if 0.4 < s.info["measured"] < 2.5:
+            break
+    assert 0.4 < seen[-1]["measured"] < 2.5, seen
 
 
 def test_every_sample_says_how_contended_its_loop_was_and_the_canary_runs_between_blocks(no_leftover_ranks):
