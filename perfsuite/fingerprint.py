@@ -31,13 +31,14 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def memory_bytes() -> int | None:
+def memory_bytes(field: str = "MemTotal") -> int | None:
+    """A /proc/meminfo field in bytes (MemTotal; MemAvailable: what can be had now)."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemTotal:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
     return None
 

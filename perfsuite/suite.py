@@ -61,17 +61,6 @@ PORT_RETRIES = 2
 HOST_BUFFERS = 3
 
 
-def _available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -90,7 +79,7 @@ def preflight(specs: Sequence[WorldSpec], cfg: SuiteConfig) -> None:
         formats.check_output_dir(cfg.workdir, "workdir")
     if cfg.launch.program is not None:
         world.resolve(cfg.launch, named=True)
-    available, cores = _available_bytes(), _cores()
+    available, cores = fingerprint.memory_bytes("MemAvailable"), _cores()
     for spec in specs:
         launchers.check_fits(cfg.launch, spec.world_size, cores)
         here = launchers.local_ranks(cfg.launch, spec.world_size)
