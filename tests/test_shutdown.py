@@ -41,25 +41,37 @@ def gone_within(token: str, seconds: float = 2.0) -> list[str]:
 
 # --- signals through a real `perfsuite run` ------------------------------------------------------
 
+def _token_procs(token: str) -> int:
+    return sum(1 for line in left_behind(token) if "perfsuite.worker" in line)
+
+
 @pytest.mark.world
 @pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_stops_the_world_and_keeps_what_finished(tmp_path, sig, status):
+    """The 1-rank world finishes; the 2-rank world measures 4 B, then its rank 1 hangs at 1 KiB
+    until the signal, so what is kept does not depend on how fast this machine is today."""
     token = f"shutdown-{sig.name}-{os.getpid()}"
     out = tmp_path / "t.json"
-    env = {**os.environ, "PERFSUITE_TEST_TOKEN": token}
-    proc = subprocess.Popen([sys.executable, "-m", "perfsuite.cli", "run", "--transports", "mpi,ring",
-                             "--world-sizes", "2", "--sizes", "4:64MiB", "--json", str(out)],
+    env = {**os.environ, "PERFSUITE_TEST_TOKEN": token, "PERFSUITE_TEST_FAULT": "hang@1@1024"}
+    proc = subprocess.Popen([sys.executable, "-m", "perfsuite.cli", "run", "--transports", "mpi",
+                             "--world-sizes", "1,2", "--sizes", "4,1024", "--iters", "20", "--json", str(out),
+                             # one round each, or a contended round of the first world is re-run
+                             # after the second world, which hangs until the signal
+                             "--max-contention", "off"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             cwd=tmp_path)
     lines = []
     try:
-        for line in proc.stdout:  # the signal comes once the first world is done, in the second
+        for line in proc.stdout:
             lines.append(line)
-            if "allreduce[mpi-n2]: 13 cases in" in line:
+            if "allreduce[mpi-n1]: 2 cases in" in line:
                 break
         else:
             pytest.fail("the first world never finished:\n" + "".join(lines))
-        time.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while _token_procs(token) < 2 and time.monotonic() < deadline:  # the second world is up
+            time.sleep(0.1)
+        time.sleep(3.0)  # its 4 B case done, rank 1 hung at 1 KiB (20 iterations take milliseconds)
         proc.send_signal(sig)
         rest, _ = proc.communicate(timeout=60)
     finally:
@@ -73,8 +85,10 @@ def test_a_signal_stops_the_world_and_keeps_what_finished(tmp_path, sig, status)
     assert f"interrupted by {sig.name}" in text
     run = formats.load_run(out)  # what finished is there, marked
     assert run.interrupted == sig.name
-    assert {r.transport for r in run.results} == {"mpi"}
-    assert len(run.results[0].samples) == 13
+    assert [(r.world_size, len(r.samples)) for r in run.results] == [(1, 2)]
+    (stopped,) = run.failures
+    assert stopped.failure.kind == "interrupted" and stopped.spec.world_size == 2
+    assert [s.case.size_bytes for s in stopped.samples()] == [4]  # the hung world's finished case
     assert not run.ok
 
 
