@@ -82,7 +82,13 @@ def looks_like(d: Any) -> str:
             if keys <= d.keys():
                 return f"it looks like {what}"
         return "not a perfsuite file: it has no \"format\" field"
-    return f"not a perfsuite file: its top level is a JSON {type(d).__name__}, not an object"
+    kind = _JSON_TYPES.get(type(d), type(d).__name__)
+    return f"not a perfsuite file: its top level is a JSON {kind}, not an object"
+
+
+#: JSON's own names for what ``json.loads`` returns, so a message speaks of the file.
+_JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+               type(None): "null"}
 
 
 def check_format(d: Any, fmt: str, source: str, error: type[FormatError] = FormatError) -> dict:
@@ -95,8 +101,12 @@ def check_format(d: Any, fmt: str, source: str, error: type[FormatError] = Forma
     while isinstance(version, int) and version < current and (fmt, version) in MIGRATIONS:
         d = MIGRATIONS[(fmt, version)](d)
         version = d["version"] = version + 1
+    if not isinstance(version, int) or isinstance(version, bool):
+        # No perfsuite writes such a version: the file was edited or made by something else.
+        raise error(f"{source}: {fmt} file without a version number (\"version\": "
+                    f"{json.dumps(version)}); {wrong}")
     if version != current:
-        hint = older if isinstance(version, int) and version < current else \
+        hint = older if version < current else \
             "it was written by a newer perfsuite; upgrade perfsuite to read it"
         raise error(f"{source}: {fmt} version {version!r} is not supported "
                     f"(this perfsuite reads version {current}); {hint}")
@@ -233,6 +243,14 @@ class WorldOutcome:
     @property
     def world(self) -> str:
         return self.label or self.spec.label
+
+    @property
+    def why(self) -> str:
+        """Why the world failed, without the world's name that most failure messages begin with
+        (the lines that print it name the world themselves)."""
+        message = str(self.failure)
+        return message[len(self.world) + 2:] if message.startswith(f"{self.world}: ") else \
+            message or type(self.failure).__name__
 
     def samples(self) -> list[Sample]:
         if self.result is not None:

@@ -22,7 +22,7 @@ import pytest
 
 from . import bench, formats, interrupts, options, regress, suite, transports
 from .asv import project as asv_project
-from .errors import ConfigError, PerfsuiteError, RankFailure
+from .errors import ConfigError, FormatError, PerfsuiteError, RankFailure
 from .model import Case, Sample
 from .replay import REPLAY_CLOCK
 
@@ -162,10 +162,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[STASH_KEY] = state
         to = asv_project.prepare(asv_project.target(vars(config.option), prefix="perf-"))
         if to is not None:  # --perf-asv: record every world's samples when the session ends
-            from .asv.record import SessionRecorder
+            from .asv.record import SessionRecorder, check_store
 
+            check_store(to)
             config.pluginmanager.register(SessionRecorder(to, state.run), "perfsuite-asv")
-    except ConfigError as exc:
+    except (ConfigError, FormatError) as exc:
         raise pytest.UsageError(str(exc)) from None
 
 
@@ -424,7 +425,7 @@ def _verdict_summary(state: PerfState, tr) -> None:
         valid = [s for s in state.samples if s.valid and s.case in finished]
         for o in state.outcomes.values():
             if o.failure is not None:
-                tr.write_line(f"# not recorded: {o.world} failed: {o.failure}")
+                tr.write_line(f"# not recorded: {o.world} failed: {o.why}")
         try:
             for line in baselines.update(_baseline_root(state), system, valid, fp):
                 tr.write_line(line)

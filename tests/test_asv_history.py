@@ -270,6 +270,26 @@ def test_bad_asv_options_are_usage_errors(args, needle, capsys):
     assert needle in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("corrupt", ["benchmarks.json", "box/{commit8}-existing-py.json"])
+def test_corrupt_asv_store_stops_the_run_before_any_world(corrupt, tmp_path, capsys, monkeypatch):
+    conf, (commit,) = make_project(tmp_path, 1)
+    record.record([synthetic(mpi_case(), 5.0, np.random.default_rng(1))],
+                  RecordTarget(conf, "box", commit), fp={})
+    stored = sorted((tmp_path / "results").rglob("*.json"))
+    path = tmp_path / "results" / corrupt.format(commit8=commit[:8])
+    if not path.exists():  # the commit's results file: whatever asv named it
+        path = next(p for p in stored if p.name.startswith(commit[:8]))
+    path.write_bytes(b"\x00\x01 not json")
+    launched = []
+    monkeypatch.setattr("perfsuite.suite.run", lambda *a, **k: launched.append(a))
+    rc = cli.main(["run", "--transports", "mpi", "--sizes", "4", "--asv", "--asv-config", conf,
+                   "--asv-machine", "box", "--asv-commit", commit])
+    err = capsys.readouterr().err
+    assert rc == 2 and not launched
+    assert path.name in err or commit[:8] in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
 # --- perfsuite run --asv on two commits, asv publish, headless Chromium ----------------------
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from perfsuite import baselines, cli, formats
-from perfsuite.errors import RankFailure
+from perfsuite import baselines, cli, formats, suite
+from perfsuite.errors import LaunchError, RankFailure
 from perfsuite.formats import SuiteRun, WorldOutcome
 from perfsuite.model import Case, Metric, Result, Sample, WorldSpec
 
@@ -55,10 +55,25 @@ def test_a_failed_world_in_the_new_file_fails_the_comparison(tmp_path, capsys):
     mixed = write(tmp_path / "m.json", finished(MPI), failed(RING))
     assert cli.main(["compare", mixed, mixed, "--max-canary-shift", "off"]) == 1
     out = capsys.readouterr().out
-    assert "FAILED: allreduce[ring-n2]: rank 1 on box died" in out
-    assert "has a failed world, so its cases have no reference" in out
+    assert f"FAILED: allreduce[ring-n2] failed in {mixed}: rank 1 on box died" in out
+    assert (f"# note: allreduce[ring-n2] failed in {mixed}: rank 1 on box died: Killed (signal 9); "
+            "its 1 measured case(s) are the reference, its other cases have none") in out
     clean = write(tmp_path / "c.json", finished(MPI), finished(RING))
     assert cli.main(["compare", clean, clean, "--max-canary-shift", "off"]) == 0
+
+
+def test_a_failure_that_does_not_name_its_world_is_still_listed_by_world(tmp_path, capsys):
+    c = RING[0]
+    no_launcher = WorldOutcome(WorldSpec(c.benchmark, c.transport, c.world_size, tuple(RING)),
+                               failure=LaunchError("MPI launcher 'mpiexec' not found; install an MPI"))
+    skipped = WorldOutcome(WorldSpec("allreduce", "nccl", 2, (Case("allreduce", "nccl", 2, size_bytes=4),)),
+                           skipped="no GPU here")
+    old = write(tmp_path / "o.json", finished(MPI))
+    new = write(tmp_path / "n.json", finished(MPI), no_launcher, skipped)
+    assert cli.main(["compare", old, new, "--max-canary-shift", "off"]) == 1
+    out = capsys.readouterr().out
+    assert f"FAILED: allreduce[ring-n2] failed in {new}: MPI launcher 'mpiexec' not found" in out
+    assert f"# note: allreduce[nccl-n2] was skipped in {new}: no GPU here" in out
 
 
 def test_an_interrupted_run_fails_the_comparison(tmp_path, capsys):
@@ -83,6 +98,15 @@ def test_baseline_update_says_what_it_leaves_out_and_never_records_partial_sampl
     assert {k[0] for k in baselines.load_all(root, "s")} == {c.name for c in MPI} | {RING[0].name}
 
 
+def test_baseline_update_names_each_failed_world_once(tmp_path, capsys):
+    mixed = write(tmp_path / "m.json", finished(MPI), failed(RING))
+    assert cli.main(["baseline", "update", "--from", mixed, "--baseline-dir", str(tmp_path / "b"),
+                     "--system", "s"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("# not recorded"))
+    assert line.startswith("# not recorded: allreduce[ring-n2] failed: rank 1 on box died: Killed (signal 9); ")
+    assert line.count("allreduce[ring-n2]") == 1
+
+
 def test_a_file_of_failed_worlds_only_names_allow_partial(tmp_path, capsys):
     bad = write(tmp_path / "f.json", failed(RING))
     assert cli.main(["baseline", "update", "--from", bad, "--baseline-dir", str(tmp_path / "b")]) == 2
@@ -97,9 +121,12 @@ def test_a_file_of_failed_worlds_only_names_allow_partial(tmp_path, capsys):
     (b"{truncated", "not JSON"),
     (json.dumps({"machine_info": {}, "commit_info": {}, "benchmarks": [], "datetime": "x",
                  "version": "4.0"}).encode(), "it looks like a pytest-benchmark file"),
-    (json.dumps([1, 2]).encode(), "its top level is a JSON list"),
+    (json.dumps([1, 2]).encode(), "not a perfsuite file: its top level is a JSON array"),
+    (b"null", "its top level is a JSON null"),
     (json.dumps({"results": []}).encode(), 'it has no "format" field'),
     (json.dumps({"format": "perfsuite-run", "version": 99}).encode(), "written by a newer perfsuite"),
+    (json.dumps({"format": "perfsuite-run", "version": "1"}).encode(),
+     'without a version number ("version": "1"); pass a file written by perfsuite run --json'),
 ])
 @pytest.mark.parametrize("command", ["report", "compare", "baseline"])
 def test_a_bad_input_file_is_one_line_and_exit_2(tmp_path, capsys, content, says, command):
@@ -122,3 +149,36 @@ def test_a_missing_input_and_a_bad_baseline_file_are_exit_2_too(tmp_path, capsys
     assert cli.main(["baseline", "show", "--baseline-dir", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert "allreduce.json: not a text file" in err
+
+
+@pytest.mark.parametrize("content, says", [(b"\x00\xff", "not a text file"), (b'{"format": "perfs', "not valid JSON")])
+@pytest.mark.parametrize("gate", ["--compare", "--baseline-update"])
+def test_a_bad_baseline_file_stops_a_judging_run_before_any_world(tmp_path, capsys, monkeypatch, content, says, gate):
+    folder = tmp_path / "b" / "s"
+    folder.mkdir(parents=True)
+    (folder / "allreduce.json").write_bytes(content)
+    monkeypatch.setattr(suite, "run", lambda *a, **k: pytest.fail("a world ran before the baselines were read"))
+    argv = ["run", gate, "--baseline-dir", str(tmp_path / "b"), "--system", "s", "--transports", "mpi",
+            "--world-sizes", "1", "--sizes", "4", "--json", str(tmp_path / "r.json")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"allreduce.json: {says}" in err and "re-record it" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.world
+def test_a_real_failed_world_is_neither_recorded_nor_passed_by_compare(tmp_path, monkeypatch, capsys,
+                                                                       no_leftover_ranks):
+    mixed = str(tmp_path / "mixed.json")
+    monkeypatch.setenv("PERFSUITE_TEST_FAULT", "kill@1@1024")  # rank 1 of the 2-rank world, at 1 KiB
+    assert cli.main(["run", "--transports", "mpi", "--world-sizes", "1,2", "--sizes", "4,1024",
+                     "--iters", "5", "--warmup", "1", "--json", mixed]) == 1
+    monkeypatch.delenv("PERFSUITE_TEST_FAULT")
+    capsys.readouterr()
+    root = tmp_path / "b"
+    assert cli.main(["baseline", "update", "--from", mixed, "--baseline-dir", str(root), "--system", "s"]) == 0
+    out = capsys.readouterr().out
+    assert "# not recorded: allreduce[mpi-n2] failed: rank 1 on " in out and "--allow-partial records them" in out
+    assert {k[0] for k in baselines.load_all(root, "s")} == {"allreduce[mpi-n1-4B]", "allreduce[mpi-n1-1KiB]"}
+    assert cli.main(["compare", mixed, mixed, "--max-canary-shift", "off"]) == 1
+    assert f"FAILED: allreduce[mpi-n2] failed in {mixed}: rank 1 on " in capsys.readouterr().out

@@ -156,6 +156,41 @@ def _replace_from(tmp: str, results_dir: str, rel: str) -> str:
     return dest
 
 
+def _read_store(results_dir: str, fp: Mapping[str, Any], machine: str, commit: str, date: int,
+                python: str, env_name: str) -> tuple[str, dict[str, Any], Any]:
+    """benchmarks.json and this commit's results as they are, or a FormatError saying what to do."""
+    from asv import util as asv_util
+    from asv.benchmarks import Benchmarks
+    from asv.results import Results
+
+    bench_path = Benchmarks.get_benchmark_file_path(results_dir)
+    existing: dict[str, Any] = {}
+    if os.path.isfile(bench_path):
+        try:
+            existing = asv_util.load_json(bench_path, api_version=Benchmarks.api_version)
+        except asv_util.UserError as exc:
+            raise FormatError(f"{bench_path}: {exc}; delete it and record again, or run "
+                              "`asv run --bench just-discover` to regenerate it") from None
+        existing.pop("version", None)
+    results = Results({**machine_info(fp, machine), "python": python}, {}, commit, date,
+                      python, env_name, {})
+    try:
+        results.load_data(results_dir)
+    except asv_util.UserError as exc:
+        raise FormatError(f"asv results for {commit[:8]} on {machine}: {exc}; move that file "
+                          "away to start this commit's results afresh") from None
+    return bench_path, existing, results
+
+
+def check_store(to: RecordTarget) -> None:
+    """Read what recording will merge into, so a corrupt asv store stops a run before any world."""
+    project = load_project(to.config)
+    fp = _fingerprint.collect()
+    commit = resolve_commit(project, to.commit)
+    _read_store(project.results_dir, fp, to.machine or _fingerprint.system_name(fp), commit,
+                commit_date_ms(project, commit), python_param(), to.env_name)
+
+
 def record(samples: Iterable[Sample], to: RecordTarget, fp: Mapping[str, Any] | None = None,
            started_at: _dt.datetime | None = None) -> RecordSummary:
     """Merge ``samples`` into asv's results for ``to.commit`` on ``to.machine``.
@@ -168,7 +203,7 @@ def record(samples: Iterable[Sample], to: RecordTarget, fp: Mapping[str, Any] | 
     from asv import util as asv_util
     from asv.benchmarks import Benchmarks
     from asv.machine import Machine
-    from asv.results import Results, get_filename
+    from asv.results import get_filename
     from asv.runner import BenchmarkResult
 
     project = load_project(to.config)
@@ -195,23 +230,8 @@ def record(samples: Iterable[Sample], to: RecordTarget, fp: Mapping[str, Any] | 
             per.setdefault(layout.param_ids(s.case), []).extend(values)
 
     with results_lock(project.results_dir, to.lock_timeout):
-        bench_path = Benchmarks.get_benchmark_file_path(project.results_dir)
-        existing: dict[str, Any] = {}
-        if os.path.isfile(bench_path):
-            try:
-                existing = asv_util.load_json(bench_path, api_version=Benchmarks.api_version)
-            except asv_util.UserError as exc:
-                raise FormatError(f"{bench_path}: {exc}; delete it and record again, or run "
-                                  "`asv run --bench just-discover` to regenerate it") from None
-            existing.pop("version", None)
-
-        results = Results({**machine_info(fp, machine), "python": python}, {}, commit, date,
-                          python, to.env_name, {})
-        try:
-            results.load_data(project.results_dir)
-        except asv_util.UserError as exc:
-            raise FormatError(f"asv results for {commit[:8]} on {machine}: {exc}; move that file "
-                              "away to start this commit's results afresh") from None
+        bench_path, existing, results = _read_store(project.results_dir, fp, machine, commit, date,
+                                                    python, to.env_name)
         stored = set(results.get_all_result_keys())
 
         descriptions = dict(existing)

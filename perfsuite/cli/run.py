@@ -45,12 +45,14 @@ def run_cases_from_args(args: argparse.Namespace) -> tuple[list, suite.SuiteConf
 
 
 def do_run(args: argparse.Namespace) -> int:
-    from ..asv.record import record_run
+    from ..asv.record import check_store, record_run
     from ..progress import SweepProgress
 
     cases, cfg = run_cases_from_args(args)  # main() has checked every output location
     cfg = judging(cfg, args)
     asv_to = asv_project.prepare(asv_project.target(vars(args)))  # bad --asv* is a usage error now
+    if asv_to is not None:
+        check_store(asv_to)
     with interrupts.handled() as signals:
         with SweepProgress(suite.plan(cases, cfg.options)) as on_world:
             run = suite.run(cases, cfg, on_world=on_world)
@@ -99,11 +101,14 @@ def judging(cfg: suite.SuiteConfig, args: argparse.Namespace) -> suite.SuiteConf
     from .. import baselines
 
     tol, alpha = gate_settings(args)
+    # Read now, so that a baseline file the end of the run could not read or update stops the
+    # run before any world starts.
     stored = (baselines.load_all(args.baseline_dir or "baselines", baselines.system_for(None, args.system))
-              if args.compare else None)
+              if args.compare or args.baseline_update else None)
     policy, args.looks = suite.judging_rounds(cfg.rounds, update=bool(args.baseline_update),
                                               rounds_given=args.rounds is not None,
-                                              baselines=stored, tolerance=tol, alpha=alpha,
+                                              baselines=stored if args.compare else None,
+                                              tolerance=tol, alpha=alpha,
                                               canary_shift=canary_shift(args))
     return replace(cfg, rounds=policy)
 
@@ -154,7 +159,7 @@ def not_recorded(run: formats.SuiteRun, allow_partial: bool) -> list[str]:
         what = (f"its {kept} measured case(s) recorded (--allow-partial)" if kept and allow_partial
                 else f"its {kept} measured case(s) left out (--allow-partial records them)" if kept
                 else "nothing measured")
-        lines.append(f"# not recorded: {o.world} failed: {o.failure}; {what}")
+        lines.append(f"# not recorded: {o.world} failed: {o.why}; {what}")
     for o in run.skipped:
         lines.append(f"# not recorded: {o.world} was skipped: {o.skipped}")
     for s in run.samples():
@@ -219,10 +224,15 @@ def do_compare(args: argparse.Namespace) -> int:
     say(f"# {args.new} against {args.old}")
     code = print_verdicts(verdicts, args.strict)
     for o in old.failures:
-        say(f"# note: {args.old} has a failed world, so its cases have no reference: {o.failure}")
+        n = len(o.samples())
+        say(f"# note: {o.world} failed in {args.old}: {o.why}; " + (
+            f"its {n} measured case(s) are the reference, its other cases have none" if n
+            else "its cases have no reference"))
+    for o in new.skipped:
+        say(f"# note: {o.world} was skipped in {args.new}: {o.skipped}")
     # A failed world in the new run is a failure of the gate even where its partial cases compare well.
     for o in new.failures:
-        say(f"FAILED: {o.failure}")
+        say(f"FAILED: {o.world} failed in {args.new}: {o.why}")
     if new.interrupted:
         say(f"FAILED: {args.new} is a run interrupted by {new.interrupted}; it holds only what finished")
     return EXIT_FAIL if new.failures or new.interrupted else code
