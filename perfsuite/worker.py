@@ -45,6 +45,7 @@ def main(argv: list[str]) -> int:
         print(f"perfsuite.worker: {exc}", file=sys.stderr)
         return 2
 
+    placement = _place(job)  # before MPI_Init: a CUDA-aware MPI starts CUDA inside it
     import mpi4py
 
     # mpi4py asks for MPI_THREAD_MULTIPLE by default, and under it MPICH's large-message
@@ -62,7 +63,7 @@ def main(argv: list[str]) -> int:
     with open(os.path.join(folder, f"rank-{rank}.pid"), "w") as f:
         f.write(f"{os.getpid()} {socket.gethostname()}\n")
     try:
-        code = _run(job, comm, rank, size, folder)
+        code = _run(job, comm, rank, size, folder, placement)
         # This rank ended cleanly: if it exits before a failing peer, the runner's death watch
         # must not take it for the rank that died first.
         open(os.path.join(folder, f"rank-{rank}.done"), "w").close()
@@ -79,7 +80,18 @@ def main(argv: list[str]) -> int:
         return 1
 
 
-def _run(job: dict, comm, rank: int, size: int, folder: str) -> int:
+def _place(job: dict) -> dict:
+    """This rank's GPU (one for a device transport, none for a host one), from the launcher's
+    local rank; host arrays standing in for device buffers (the suite's tests) change nothing."""
+    from .transports import REGISTRY, placement
+
+    gpu = any(s.device == "gpu" for s in REGISTRY.values() if s.name == job.get("transport"))
+    if gpu and job.get("options", {}).get("array_module", "cupy") != "cupy":
+        return {}
+    return placement.place_rank("gpu" if gpu else "host")
+
+
+def _run(job: dict, comm, rank: int, size: int, folder: str, placement: dict) -> int:
     from . import fingerprint
     from .errors import TransportUnavailable
     from .formats import atomic_write, dump_result
@@ -120,7 +132,8 @@ def _run(job: dict, comm, rank: int, size: int, folder: str) -> int:
         result = Result(job["benchmark"], job["transport"], size, samples,
                         fingerprint=fingerprint.collect(mpi=True),
                         world_start_s=ready_at - job["spawned_at"],
-                        wall_s=time.time() - job["spawned_at"], extra=extra or {})
+                        wall_s=time.time() - job["spawned_at"],
+                        extra={**(extra or {}), **({"placement": placement} if placement else {})})
         atomic_write(job["out"], json.dumps(dump_result(result)))
     return 0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import sys
 import types
 
@@ -23,7 +24,8 @@ from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.model import Case, WorldSpec
 from perfsuite.transports import gpu, mpi_cuda, tf_train_gpu
 from perfsuite.transports.tf_train import FusionPlan, aligned_empty
-from perfsuite.transports.tf_train_gpu import MpiCudaTraining, NcclTraining, rank_visible_devices
+from perfsuite.transports.placement import rank_visible_devices
+from perfsuite.transports.tf_train_gpu import MpiCudaTraining, NcclTraining
 from test_gpu_transports import FakeCupy  # the CuPy stand-in the allreduce transports are tested with
 
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
@@ -76,11 +78,11 @@ def test_configure_narrows_cuda_visible_devices_before_cuda_starts(monkeypatch):
     monkeypatch.setattr(gpu, "node_rank", lambda comm: (2, 4))
     t = NcclTraining(FakeMpiComm(rank=2, n=4), {"fusion_threshold": 64})
     t.configure()
-    assert t.visible_devices == "2" and tf_train_gpu.os.environ["CUDA_VISIBLE_DEVICES"] == "2"
+    assert t.visible_devices == "2" and os.environ["CUDA_VISIBLE_DEVICES"] == "2"
     assert t.threshold == 64 and t.describe()["cuda_visible_devices"] == "2"
     host = MpiCudaTraining(FakeMpiComm(), {"array_module": "numpy"})
     host.configure()  # host arrays (tests): the mask is left alone
-    assert host.visible_devices is None and tf_train_gpu.os.environ["CUDA_VISIBLE_DEVICES"] == "2"
+    assert host.visible_devices is None and os.environ["CUDA_VISIBLE_DEVICES"] == "2"
 
 
 # --- fakes: an MPI communicator of n simulated ranks, CuPy with NCCL --------------------------
@@ -132,6 +134,9 @@ class FakeCupyNccl(FakeCupy):
             def __init__(self, n, uid, rank):
                 fake.comm_args = (n, uid, rank)
 
+            def destroy(self):
+                fake.log.append("nccl.destroy")
+
             def allReduce(self, send_ptr, recv_ptr, count, dtype, op, stream_ptr):
                 send, recv = fake.memory[send_ptr], fake.memory[recv_ptr]
                 fake.calls.append({"send": np.array(send), "count": count, "dtype": dtype,
@@ -140,6 +145,8 @@ class FakeCupyNccl(FakeCupy):
                 recv[:count] = send[:count] + (fake.comm_args[0] - 1) * fake.others
 
         self.nccl = types.ModuleType("cupy.cuda.nccl")
+        self.nccl.NcclError = type("NcclError", (RuntimeError,), {})
+        self.nccl.get_version = lambda: 22707
         self.nccl.available = True
         self.nccl.NCCL_FLOAT32, self.nccl.NCCL_SUM = "f32", "sum"
         self.nccl.get_unique_id = lambda: "uid-0"
@@ -161,6 +168,13 @@ class FakeCupyNccl(FakeCupy):
         a = aligned_empty(count, dtype)
         a[:] = 0
         return self._register(a)
+
+    def ones(self, count, dtype):
+        return self.zeros(count, dtype) + 1
+
+    def add(self, a, b, out=None):  # the compile check's one-element kernel
+        self.log.append("kernel add")
+        return np.add(a, b, out=out)
 
 
 def install_fake_cupy(monkeypatch, fake: FakeCupyNccl) -> None:
@@ -232,7 +246,7 @@ def test_nccl_step_allreduces_exactly_the_fused_buffers_and_applies_the_average(
     monkeypatch.setattr(gpu, "node_rank", lambda comm: (0, 1))
     monkeypatch.setattr(gpu, "nvml_gpu_count", lambda: (1, "NVML"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    monkeypatch.setattr(tf_train_gpu.DeviceTraining, "pin_tf_gpu", staticmethod(lambda tf: None))
+    monkeypatch.setattr(tf_train_gpu, "tf_gpu_reason", lambda tf: None)
     comm = FakeMpiComm(rank=0, n=4)
     t = NcclTraining(comm, {})
     plan, before, after, grads, allreduce_s = train_one_step(tf, t, threshold)
@@ -270,8 +284,8 @@ def test_nccl_with_two_ranks_on_one_gpu_skips_on_every_rank(monkeypatch):
         t.start(types.SimpleNamespace())
 
 
-def test_pin_tf_gpu_on_cpu_tensorflow_gives_the_reason(tf):
-    reason = tf_train_gpu.DeviceTraining.pin_tf_gpu(tf)
+def test_tf_gpu_reason_on_cpu_tensorflow(tf):
+    reason = tf_train_gpu.tf_gpu_reason(tf)
     assert reason.startswith("TensorFlow sees 0 GPUs") and "built with CUDA" in reason
 
 

@@ -79,13 +79,16 @@ def timed_epoch(step: Callable[[], float | None], steps: int, fault: Callable, c
     return times, allreduce
 
 
-def plain_epoch(train_step: Callable, x: Any, y: Any, steps: int) -> list[float]:
+def plain_epoch(train_step: Callable, x: Any, y: Any, steps: int,
+                done: Callable[[], None] = lambda: None) -> list[float]:
     """The same epoch written plainly, as a user would time it: the baseline, and the yardstick
-    that shows the harness loop above adds nothing measurable per step."""
+    that shows the harness loop above adds nothing measurable per step. ``done`` ends a step
+    as the transport's steps end (on a GPU: the device has finished)."""
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
         train_step(x, y).numpy()
+        done()
         times.append(time.perf_counter() - t0)
     return times
 
@@ -182,7 +185,8 @@ def run(ctx: RankContext) -> dict:
             image, classes = _image_classes(case, opts)
             baselines[case.name] = _root_baseline(
                 ctx, lambda: _plain_baseline(tf, case.model, image, classes, opts, _loss(tf),
-                                             *synthetic_batch(tf, int(case.batch), image, classes, seed=SEED)))
+                                             *synthetic_batch(tf, int(case.batch), image, classes, seed=SEED),
+                                             done=transport.finish(tf)))
     t0 = time.perf_counter()
     transport.start(tf)
     start_s = time.perf_counter() - t0
@@ -222,7 +226,8 @@ def run(ctx: RankContext) -> dict:
         baseline = baselines.get(case.name)
         if opts["baseline"] and case.name not in baselines:
             baseline = _root_baseline(
-                ctx, lambda: _plain_baseline(tf, case.model, image, classes, opts, loss_fn, x, y))
+                ctx, lambda: _plain_baseline(tf, case.model, image, classes, opts, loss_fn, x, y,
+                                             done=transport.finish(tf)))
         gathered = comm.gather((times, allreduce, machine), root=0)
         if ctx.is_root:
             info = {**world_view([g[2] for g in gathered]), "image_size": image, "classes": classes, "warmup": opts["warmup"],
@@ -236,6 +241,7 @@ def run(ctx: RankContext) -> dict:
             ctx.emit(sample.to_dict())
         del model, optimizer, step
     comm.Barrier()
+    transport.close()
     return {"tensorflow": tf.__version__, "keras": _keras_version(tf), "tf_import_s": tf_import_s,
             "transport_start_s": start_s, "slowdown_injected": slow,
             "transport_facts": transport.describe()}
@@ -254,7 +260,7 @@ def _root_baseline(ctx: RankContext, measure: Callable[[], list[float]]) -> list
 
 
 def _plain_baseline(tf: Any, model_name: str, image: int, classes: int, opts: dict, loss_fn: Any,
-                    x: Any, y: Any) -> list[float]:
+                    x: Any, y: Any, done: Callable[[], None] = lambda: None) -> list[float]:
     """One worker, no strategy: a fresh model and optimizer on a plain loop (rank 0 only)."""
     tf.keras.utils.set_random_seed(SEED)
     model = build_model(tf, model_name, image, classes)
@@ -262,7 +268,8 @@ def _plain_baseline(tf: Any, model_name: str, image: int, classes: int, opts: di
     train_step = plain_train_step(tf, model, optimizer, loss_fn)
     for _ in range(opts["warmup"]):
         train_step(x, y).numpy()
-    return plain_epoch(train_step, x, y, opts["steps"])
+    done()
+    return plain_epoch(train_step, x, y, opts["steps"], done)
 
 
 def _keras_version(tf: Any) -> str:

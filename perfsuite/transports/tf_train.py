@@ -151,6 +151,7 @@ class TrainingTransport:
     # (Horovod's background loop polling MPI) take cores from it.
     baseline_before_start = True
     implementation = ""
+    on_gpu = False  # True: TF trains on this rank's GPU, and a step ends when the device is done
 
     def __init__(self, comm, options: dict | None = None):
         self.comm = comm
@@ -178,6 +179,17 @@ class TrainingTransport:
                   ) -> Callable[[], float | None]:
         raise NotImplementedError
 
+    def finish(self, tf: Any = None) -> Callable[[], None]:
+        """What ends a step: on a GPU, waiting for the device, because ``loss.numpy()`` returns
+        once the loss is known while the optimizer's and the collectives' kernels still run and
+        would spill into the next step's time."""
+        if not self.on_gpu:
+            return lambda: None
+        return (tf or self.tf).test.experimental.sync_devices
+
+    def close(self) -> None:
+        """After the last case: release what the transport holds (NCCL communicators)."""
+
     def describe(self) -> dict:
         return {}
 
@@ -190,10 +202,11 @@ class PlainTraining(TrainingTransport):
         pass
 
     def make_step(self, model, optimizer, loss_fn, x, y):
-        train_step = plain_train_step(self.tf, model, optimizer, loss_fn)
+        train_step, done = plain_train_step(self.tf, model, optimizer, loss_fn), self.finish()
 
         def step() -> None:
             train_step(x, y).numpy()  # .numpy(): the step is complete when the clock is read
+            done()
 
         return step
 
@@ -238,8 +251,11 @@ class GrpcTraining(TrainingTransport):
 
             return strategy.experimental_local_results(strategy.run(replica, args=(x, y)))[0]
 
+        done = self.finish()
+
         def step() -> None:
             train_step(x, y).numpy()
+            done()
 
         return step
 
@@ -248,15 +264,32 @@ class GrpcTraining(TrainingTransport):
                 "workers": self.addresses}
 
 
+def start_on_gpu(transport: TrainingTransport, tf: Any) -> None:
+    """Every rank skips together unless TF sees exactly this rank's one GPU (a CPU-only
+    TensorFlow would otherwise time CPU training under a GPU label)."""
+    from .gpu import agree
+    from .placement import tf_gpu_reason
+
+    reason = tf_gpu_reason(tf)
+    agree(transport.comm, f"{transport.name}: {reason}" if reason else None)
+
+
 class GrpcNcclTraining(GrpcTraining):
-    """MWMS with NCCL collectives: gRPC only for set-up, gradients over NCCL between GPUs."""
+    """MWMS with NCCL collectives: gRPC only for set-up, gradients over NCCL between GPUs.
+    Each worker sees one GPU, so the strategy has one replica per worker."""
 
     name = "grpc-nccl"
     implementation = "NCCL"
+    on_gpu = True
+
+    def configure(self) -> None:
+        from .placement import pin_rank_gpu
+
+        self.visible_devices = pin_rank_gpu(self.comm)  # where the launcher gave no local rank
+        super().configure()
 
     def start(self, tf: Any) -> None:
-        if not tf.config.list_physical_devices("GPU"):
-            raise TransportUnavailable("grpc-nccl needs a GPU visible to TensorFlow")
+        start_on_gpu(self, tf)
         super().start(tf)
 
 
@@ -343,8 +376,11 @@ class HorovodTraining(TrainingTransport):
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss
 
+        done = self.finish()
+
         def step() -> None:
             train_step(x, y).numpy()
+            done()
 
         return step
 
@@ -356,5 +392,19 @@ class HorovodTraining(TrainingTransport):
 
 
 class HorovodNcclTraining(HorovodTraining):
+    """Horovod over NCCL: its usual pinning (one GPU per local rank) is done before MPI starts,
+    by CUDA_VISIBLE_DEVICES, so TF here sees only that GPU as GPU:0."""
+
     name = "horovod-nccl"
     needs_nccl = True
+    on_gpu = True
+
+    def configure(self) -> None:
+        from .placement import pin_rank_gpu
+
+        self.visible_devices = pin_rank_gpu(self.comm)
+        super().configure()
+
+    def start(self, tf: Any) -> None:
+        start_on_gpu(self, tf)
+        super().start(tf)

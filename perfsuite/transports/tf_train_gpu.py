@@ -6,12 +6,12 @@ handed to CuPy by DLPack (zero copy) and summed by the allreduce kernel's own ``
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import numpy as np
 
+from .placement import pin_rank_gpu, tf_gpu_reason
 from .tf_train import FusionPlan, TrainingTransport, aligned_empty, fused_step_fns, fusion_threshold
 
 
@@ -45,23 +45,6 @@ def array_to_tf(tf: Any, array: Any) -> Any:
     return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
 
 
-def rank_visible_devices(local_rank: int, visible: str | None, gpu_count: int) -> str | None:
-    """Pure: the ``CUDA_VISIBLE_DEVICES`` value that leaves this rank only its own GPU, chosen
-    as ``gpu.pick_device`` chooses (local rank modulo the GPUs the rank may use, in CUDA's
-    order); None when there is nothing to choose from (no GPU, or every GPU hidden)."""
-    from .gpu import pick_device
-
-    if visible is not None:
-        ids = [v.strip() for v in visible.split(",") if v.strip()]
-        if not ids or ids == ["-1"]:
-            return None
-    else:
-        ids = [str(i) for i in range(gpu_count)]
-    if not ids:
-        return None
-    return ids[pick_device(local_rank, len(ids))]
-
-
 class DeviceTraining(TrainingTransport):
     """``mpi``'s Horovod-style step with the fusion buffers kept on this rank's GPU.
 
@@ -73,9 +56,12 @@ class DeviceTraining(TrainingTransport):
 
     One GPU per rank, seen as device 0 by both TF and CuPy: DLPack names TF's *logical* device
     id (``GPU:0``), so a rank that saw several GPUs and pinned TF to the second one would hand
-    CuPy a buffer labelled device 0 that lives on device 1. ``configure`` therefore narrows
-    ``CUDA_VISIBLE_DEVICES`` to the rank's GPU before TF or CuPy touches CUDA, choosing it
-    as ``gpu.pick_device`` does.
+    CuPy a buffer labelled device 0 that lives on device 1. The worker narrows
+    ``CUDA_VISIBLE_DEVICES`` to the rank's GPU before MPI starts (``placement.place_rank``);
+    where the launcher gave no local rank, ``configure`` does it from the node split, still
+    before TF or CuPy touches CUDA. Both set TF's memory growth by environment, before TF
+    starts: rank 0's plain-loop baseline runs ops on the GPU before ``start``, after which TF
+    refuses any change of its device settings.
     """
 
     allreduce_transport = ""  # the allreduce kernel's transport that moves the bytes
@@ -85,43 +71,23 @@ class DeviceTraining(TrainingTransport):
         self.on_gpu = str(self.options.get("array_module", "cupy")) == "cupy"
         self.visible_devices = None
         if self.on_gpu:
-            self.visible_devices = self.pin_rank_gpu()
+            self.visible_devices = pin_rank_gpu(self.comm)
 
-    def pin_rank_gpu(self) -> str | None:
-        """Collective (node split). Must run before CUDA is initialised in this process: a
-        later change of CUDA_VISIBLE_DEVICES is ignored by the CUDA runtime."""
-        from .gpu import node_rank, nvml_gpu_count
-
-        local_rank, _ = node_rank(self.comm)
-        value = rank_visible_devices(local_rank, os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                     nvml_gpu_count()[0])
-        if value is not None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = value
-        return value
 
     def start(self, tf: Any) -> None:
         from . import load
         from .gpu import agree
 
         super().start(tf)
-        agree(self.comm, self.pin_tf_gpu(tf) if self.on_gpu else None)
+        agree(self.comm, tf_gpu_reason(tf) if self.on_gpu else None)
         # Collective: opens the device (CuPy on this rank's GPU), checks, agrees, bootstraps.
         self.exchange = load(self.allreduce_transport)(self.comm, self.options)
         self.ops = self.exchange.ops
 
-    @staticmethod
-    def pin_tf_gpu(tf: Any) -> str | None:
-        """Before TF initialises its devices: TF on the one GPU, growing its memory as needed
-        (by default TF takes nearly all of it, leaving none for CuPy's buffers and NCCL).
-        Returns the reason it cannot, or None."""
-        gpus = tf.config.list_physical_devices("GPU")
-        if len(gpus) != 1:
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-            return (f"TensorFlow sees {len(gpus)} GPUs with CUDA_VISIBLE_DEVICES={visible!r}; "
-                    "device training needs exactly one per rank (and TensorFlow built with CUDA)")
-        tf.config.set_visible_devices(gpus, "GPU")
-        tf.config.experimental.set_memory_growth(gpus[0], True)
-        return None
+    def close(self) -> None:
+        exchange = getattr(self, "exchange", None)
+        if exchange is not None:
+            exchange.close()
 
     def receive_buffer(self, count: int) -> Any:
         if self.ops.name == "numpy":
