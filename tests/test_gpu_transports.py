@@ -19,7 +19,7 @@ from perfsuite.kernels.allreduce import summarize
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import default_program, run_command
 from perfsuite.model import Case, Result
-from perfsuite.transports import gpu
+from perfsuite.transports import cuda_aware, gpu
 from perfsuite.transports.gpu_ring import choose_path
 
 GPU_TRANSPORTS = ("mpi-cuda", "mpi-staged", "nccl", "gpu-ring")
@@ -82,13 +82,13 @@ def test_suite_skips_without_starting_a_world(monkeypatch):
      "MPICH_GPU_SUPPORT_ENABLED=1"),
 ])
 def test_cuda_aware_verdict(query, library, env, aware, how):
-    got, why = gpu.cuda_aware_verdict(query, library, env)
+    got, why = cuda_aware.cuda_aware_verdict(query, library, env)
     assert got is aware and how in why
 
 
 def test_cuda_aware_override_must_be_a_yes_or_no():
     with pytest.raises(ConfigError, match=r"PERFSUITE_MPI_CUDA_AWARE='maybe' must be 1"):
-        gpu.cuda_aware_verdict(0, "MPICH", {"PERFSUITE_MPI_CUDA_AWARE": "maybe"})
+        cuda_aware.cuda_aware_verdict(0, "MPICH", {"PERFSUITE_MPI_CUDA_AWARE": "maybe"})
 
 
 def test_ring_path_choice():
@@ -145,8 +145,8 @@ def test_libmpi_paths_from_a_maps_file(tmp_path):
         "7f01-7f02 r--p 0 08:01 1 /opt/venv/lib/libmpi.so.12\n"
         "7f02-7f03 r-xp 0 08:01 2 /usr/lib/libmpich_cray.so.12\n"
         "7f03-7f04 r-xp 0 08:01 3 /usr/lib/libcudart.so.12\n\n")
-    assert gpu.libmpi_paths(str(maps)) == ["/opt/venv/lib/libmpi.so.12", "/usr/lib/libmpich_cray.so.12"]
-    assert gpu.libmpi_paths(str(tmp_path / "absent")) == []
+    assert cuda_aware.libmpi_paths(str(maps)) == ["/opt/venv/lib/libmpi.so.12", "/usr/lib/libmpich_cray.so.12"]
+    assert cuda_aware.libmpi_paths(str(tmp_path / "absent")) == []
 
 
 def test_copy_bandwidth_is_measured_and_timed_by_the_ops_timer():
@@ -188,7 +188,8 @@ class FakeCupy:
     def __init__(self):
         self.log = []
         log = self.log
-        stream = types.SimpleNamespace(ptr=0, synchronize=lambda: log.append("stream.sync"))
+        stream = types.SimpleNamespace(ptr=0, synchronize=lambda: log.append("stream.sync"),
+                                       use=lambda: log.append("stream.use"))
 
         class Event:
             def __init__(self):
@@ -204,6 +205,7 @@ class FakeCupy:
 
         self.cuda = types.SimpleNamespace(
             Device=lambda i: types.SimpleNamespace(use=lambda: log.append(f"use {i}")),
+            Stream=lambda non_blocking=False: log.append(f"new stream {non_blocking}") or stream,
             get_current_stream=lambda: stream, Event=Event,
             get_elapsed_time=lambda a, b: (b.t - a.t) * 1000.0)  # ms, like CUDA
         self.stream = stream
@@ -220,7 +222,8 @@ class FakeCupy:
 def test_cupy_ops_use_one_device_and_one_stream():
     cp = FakeCupy()
     ops = gpu.CupyOps(cp, 3)
-    assert cp.log == ["use 3"] and ops.stream is cp.stream
+    # its own non-blocking stream, made current, so CuPy's kernels and copies go to it too
+    assert cp.log == ["use 3", "new stream True", "stream.use"] and ops.stream is cp.stream
     host = np.zeros(4, np.float32)
     ops.to_host(np.arange(4, dtype=np.float32), host)
     assert host.tolist() == [0, 1, 2, 3]
@@ -345,8 +348,8 @@ def test_nccl_refuses_host_arrays_on_every_rank(monkeypatch, no_leftover_ranks):
 def test_mpix_query_answers_inside_an_mpich_rank(tmp_path):
     pytest.importorskip("mpi4py")
     script = tmp_path / "q.py"
-    script.write_text("from mpi4py import MPI\nfrom perfsuite.transports import gpu\n"
-                      "print('query', gpu.query_mpix_cuda_support(), MPI.Get_library_version()[:5])\n")
+    script.write_text("from mpi4py import MPI\nfrom perfsuite.transports import cuda_aware\n"
+                      "print('query', cuda_aware.query_mpix_cuda_support(), MPI.Get_library_version()[:5])\n")
     out = run_command([default_program("mpiexec"), "-n", "1", sys.executable, str(script)], timeout=60).stdout
     if "MPICH" not in out:
         pytest.skip(f"not an MPICH world ({out.strip()})")

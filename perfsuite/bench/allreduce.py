@@ -116,13 +116,20 @@ def table(result: Result) -> str:
             f"{i['p50_us']:>12.2f} {i['p99_us']:>12.2f} {i['algbw_GBps']:>12.3f} "
             f"{i['busbw_GBps']:>12.3f} {'OK' if s.valid else 'WRONG':>12}"
             + (f" {i.get('busbw_of_copy', float('nan')):>12.3f}" if of_copy else ""))
+    first = result.samples[0].info if result.samples else {}
+    if first.get("clock", "host") != "host" or first.get("timing", "per-call") != "per-call":
+        lines.append(f"# timed by {first.get('clock', 'host')}, {first.get('timing')}: "
+                     f"{first.get('calls_per_sample', 1)} call(s) per sample, its mean per call")
+    if result.world_size == 1:
+        lines.append("# busbw is 0 at world size 1, as in nccl-tests: no byte crosses a bus; "
+                     "latency and algbw time the call itself")
     device_copy = extra.get("device_copy_GBps")
     if device_copy:
         lines.append(f"# device copy bandwidth {device_copy:.2f} GB/s (D2D on a GPU, measured in "
                      "this world); busbw/copy is busbw as a fraction of it")
     copy = extra.get("host_copy_GBps")
     last = result.samples[-1].info if result.samples else {}
-    if copy and last.get("size_bytes", 0) >= 1 << 20:  # a ceiling only means something for large messages
+    if copy and last.get("size_bytes", 0) >= 1 << 20 and result.world_size > 1:  # a ceiling only means something for large messages
         lines.append(f"# host memory-copy bandwidth {copy:.2f} GB/s; busbw at "
                      f"{format_size(last['size_bytes'])} is {last['busbw_GBps'] / copy:.2f} of it")
     return "\n".join(lines)
@@ -142,6 +149,14 @@ def omb_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def parse_device_timing(text: str) -> str:
+    from ..transports.base import TIMINGS
+
+    if text not in TIMINGS:
+        raise ConfigError(f"device timing {text!r} is unknown; choose from {', '.join(TIMINGS)}")
+    return text
+
+
 def _asv_values(case: Case) -> tuple:
     return (case.transport, case.world_size, format_size(case.size_bytes or 0), case.dtype)
 
@@ -159,6 +174,9 @@ OPTIONS = (
         parse=parse_dtypes),
     Opt("inplace", False, "in-place allreduce (default out-of-place)", kind="flag",
         parse=bool, knob="inplace"),
+    Opt("device-timing", "batch", "how GPU transports' calls are timed: batch (nccl-tests: a batch of "
+        "calls between one pair of CUDA events, a sample is its mean), per-call, or graph (the batch "
+        "as one CUDA graph; nccl only)", metavar="MODE", parse=parse_device_timing, knob="device_timing"),
     Opt("no-validate", False, "skip checking each result against the exact expected sum", kind="flag",
         parse=lambda flag: not flag, knob="validate"),
 )

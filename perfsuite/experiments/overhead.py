@@ -76,7 +76,8 @@ def overhead(cfg: suite.SuiteConfig, world_size: int = 2, sizes: Sequence[int] =
         if c:
             c_busbw = size * factor / (c["p50_us"] * 1e-6) / 1e9
             row.update(c_p50_us=c["p50_us"], overhead_us=sample.info["p50_us"] - c["p50_us"],
-                       c_busbw_GBps=c_busbw, busbw_ratio=sample.info["busbw_GBps"] / c_busbw)
+                       c_busbw_GBps=c_busbw,
+                       busbw_ratio=sample.info["busbw_GBps"] / c_busbw if c_busbw else float("nan"))
         rep.rows.append(row)
         if size == 64 << 20:
             rep.busbw_64MiB_GBps = sample.info["busbw_GBps"]

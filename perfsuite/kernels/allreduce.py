@@ -24,6 +24,7 @@ SMALL_ITERS, SMALL_WARMUP = 1000, 100
 BYTE_BUDGET = 256 << 20  # per size, above the threshold: iterations = budget / size
 MIN_ITERS, MIN_WARMUP = 10, 2
 PATTERN = 4  # values per rank are small integers, so every dtype (float16 too) sums exactly
+DEVICE_SAMPLES = 10  # batches per size for device transports' batch timing
 
 
 def default_iters(size: int) -> tuple[int, int]:
@@ -35,11 +36,30 @@ def default_iters(size: int) -> tuple[int, int]:
 
 
 def busbw_factor(world_size: int) -> float:
-    return 2.0 * (world_size - 1) / world_size if world_size > 1 else 1.0
+    """nccl-tests' allreduce factor 2(n-1)/n: 0 for one rank, whose call moves nothing over any
+    bus (an in-place ring of one rank returns at once, which algbw would show as a huge rate)."""
+    return 2.0 * (world_size - 1) / world_size if world_size > 1 else 0.0
 
 
 def pattern(rank: int, count: int, dtype: str) -> np.ndarray:
     return ((np.arange(count) % PATTERN) + rank + 1).astype(dtype)
+
+
+def zero_sum_pattern(rank: int, world_size: int, count: int, dtype: str) -> np.ndarray:
+    """Small integers that sum to exactly 0 over the ranks: rank 0 holds -(n-1) v, the others v.
+    In place, every call's exact result is 0, so the output of a whole batch of timed calls can
+    be checked; the usual pattern would grow n-fold per call (float16 reaches inf, int32 wraps)."""
+    v = (np.arange(count) % PATTERN) + 1
+    return (v * -(world_size - 1) if rank == 0 else v).astype(dtype)
+
+
+def calls_per_sample(transport, iters: int) -> int:
+    """Calls timed together per sample: 1 for host transports and ``per-call`` timing, else
+    the timed calls cut into about ``DEVICE_SAMPLES`` batches (a batch is what nccl-tests times;
+    several give the verdicts a spread)."""
+    if getattr(transport, "timing", "per-call") == "per-call":
+        return 1
+    return max(1, iters // DEVICE_SAMPLES)
 
 
 def expected_sum(world_size: int, count: int, dtype: str) -> np.ndarray:
@@ -75,17 +95,20 @@ def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: in
         "algbw_GBps": algbw, "busbw_GBps": algbw * factor, "valid": bool(valid),
         **(machine or {}),
     }
-    if copy_GBps:
+    if copy_GBps and n > 1:
         info["copy_GBps"] = copy_GBps
+        # Both sides count the bytes of one buffer once: copy_GBps is bytes copied per second
+        # (not read + written, STREAM's convention), busbw is nccl-tests' bus bytes per second.
         info["busbw_of_copy"] = algbw * factor / copy_GBps
-    with np.errstate(divide="ignore"):
-        busbw_samples = np.where(world_time > 0, size * factor / world_time / 1e9, 0.0)
     metrics = {
         "latency_us": Metric("latency_us", p50 * 1e6, "us", False,
                              tuple(float(x) for x in world_time * 1e6)),
-        "busbw_GBps": Metric("busbw_GBps", algbw * factor, "GB/s", True,
-                             tuple(float(x) for x in busbw_samples)),
     }
+    if n > 1:  # one rank has no bus: busbw is 0 in the table and no metric to compare or record
+        with np.errstate(divide="ignore"):
+            busbw_samples = np.where(world_time > 0, size * factor / world_time / 1e9, 0.0)
+        metrics["busbw_GBps"] = Metric("busbw_GBps", algbw * factor, "GB/s", True,
+                                       tuple(float(x) for x in busbw_samples))
     return Sample(case, metrics, bool(valid), tuple(float(x) for x in world_time), info)
 
 
@@ -152,14 +175,17 @@ def world_max(comm):
 
 
 def timed_loop(transport, send, recv, iters: int, barrier, fault, case: Case,
-               spinner=None, turns: int = -1) -> np.ndarray:
-    """``iters`` barrier-separated calls, each timed on this rank (seconds). With ``spinner``,
-    every call takes the injected fraction longer: ``turns`` inline turns inside the timed
-    region for host transports, a measured spin after the call otherwise."""
+               spinner=None, turns: int = -1, batch: int = 1) -> np.ndarray:
+    """``iters`` calls timed on this rank, in seconds per call: each call alone after a
+    barrier, or with ``batch`` > 1, batches of calls issued back to back after a barrier (one
+    value per batch: its mean). With ``spinner``, every call takes the injected fraction
+    longer: ``turns`` inline turns inside the timed region for host transports, a measured
+    spin after the call (or batch) otherwise."""
     clock = time.perf_counter
     spin_range = range(max(turns, 0))
-    times = np.empty(iters)
-    for i in range(iters):
+    counts = [min(batch, iters - i) for i in range(0, iters, batch)] if batch > 1 else [1] * iters
+    times = np.empty(len(counts))
+    for i, calls in enumerate(counts):
         barrier()
         if fault is not None:
             fault("timed", case)
@@ -170,9 +196,10 @@ def timed_loop(transport, send, recv, iters: int, barrier, fault, case: Case,
                 pass
             times[i] = clock() - t0
         else:
-            # The transport times its own call: the host clock, or CUDA events on a device.
-            dt = transport.time_one(send, recv)
-            times[i] = dt + spinner.add(dt) if spinner else dt
+            # The transport times its own calls: the host clock, or CUDA events on a device.
+            dt = transport.time_one(send, recv) if batch == 1 else \
+                transport.time_batch(send, recv, calls)
+            times[i] = (dt + spinner.add(dt) if spinner else dt) / calls
     return times
 
 
@@ -197,7 +224,7 @@ def canary_us(repeats: int = CANARY_REPEATS) -> float:
 
 
 def timed_blocks(transport, send, recv, iters: int, barrier, fault, case: Case, spinner,
-                 turns: int, blocks: int, probe: Probe) -> tuple[np.ndarray, float]:
+                 turns: int, blocks: int, probe: Probe, batch: int = 1) -> tuple[np.ndarray, float]:
     """The timed loop in ``blocks`` pieces with the canary before each piece and after the
     last: (times, this rank's median canary in microseconds). ``probe`` is paused while the
     canary runs: contention is that of the timed loop (at 4 B the canaries take longer than
@@ -208,7 +235,7 @@ def timed_blocks(transport, send, recv, iters: int, barrier, fault, case: Case, 
         canary.append(canary_us())
         probe.start()
         n = iters // blocks + (1 if b < iters % blocks else 0)
-        parts.append(timed_loop(transport, send, recv, n, barrier, fault, case, spinner, turns))
+        parts.append(timed_loop(transport, send, recv, n, barrier, fault, case, spinner, turns, batch))
     probe.pause()
     canary.append(canary_us())
     return np.concatenate(parts), float(np.median(canary))
@@ -243,38 +270,51 @@ def run(ctx: RankContext) -> dict:
         warmup = int(ctx.options.get("warmup") if ctx.options.get("warmup") is not None else warmup)
         send = transport.alloc(count, case.dtype)
         recv = send if inplace else transport.alloc(count, case.dtype)
-        transport.fill(send, pattern(ctx.rank, count, case.dtype))
+        # What the timed calls leave in recv is checked: out of place every call writes the
+        # sum, in place a zero-sum fill keeps every call's result exactly 0.
+        transport.fill(send, zero_sum_pattern(ctx.rank, ctx.world_size, count, case.dtype)
+                       if inplace else pattern(ctx.rank, count, case.dtype))
+        timed_expect = (np.zeros(count, case.dtype) if inplace
+                        else expected_sum(ctx.world_size, count, case.dtype))
         for _ in range(warmup):
             transport.allreduce(send, recv)
         transport.sync()
         turns = (injected_turns(transport, send, recv, spinner, barrier, case, world_max(comm))
                  if spinner else -1)
+        batch = calls_per_sample(transport, iters)
         probe = Probe()
         if canary_blocks:
             times, canary = timed_blocks(transport, send, recv, iters, barrier, fault, case,
-                                         spinner, turns, canary_blocks, probe)
+                                         spinner, turns, canary_blocks, probe, batch)
         else:
             times, canary = timed_loop(transport, send, recv, iters, barrier, fault, case,
-                                       spinner, turns), None
+                                       spinner, turns, batch), None
         machine = probe.stop()
         if canary is not None:
             machine["canary_us"] = canary
-        ok = True
+        checks = {}
         if validate:
+            transport.sync()
+            corrupt = getattr(ctx.fault, "corrupts", lambda c: False)(case)
+            checks["timed"] = same(transport.to_host(recv), timed_expect, corrupt)
+            # And one fresh call from the usual pattern: a transport that only ever wrote zeros
+            # would pass the in-place check above.
             transport.fill(send, pattern(ctx.rank, count, case.dtype))
             transport.allreduce(send, recv)
             transport.sync()
-            got = transport.to_host(recv)
-            if getattr(ctx.fault, "corrupts", lambda c: False)(case) and got.size:
-                got = got.copy()
-                got[0] += 1
-            ok = bool(np.array_equal(got, expected_sum(ctx.world_size, count, case.dtype)))
-        ok = bool(comm.allreduce(ok, op=MPI.LAND))
+            checks["fresh"] = same(transport.to_host(recv),
+                                   expected_sum(ctx.world_size, count, case.dtype), corrupt)
+        checked = [bool(comm.allreduce(checks.get(k, True), op=MPI.LAND)) for k in ("timed", "fresh")]
+        ok = all(checked)
         gathered = comm.gather((times, machine), root=0)
         if ctx.is_root:
+            timing = {"timing": getattr(transport, "timing", "per-call"),
+                      "clock": getattr(transport, "clock", "host"), "calls_per_sample": batch}
+            if validate:
+                timing.update(valid_timed=bool(checked[0]), valid_fresh=bool(checked[1]))
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1), ok, iters, warmup,
                                inplace, copy_GBps=copy_gbps,
-                               machine=world_view([g[1] for g in gathered]))
+                               machine={**world_view([g[1] for g in gathered]), **timing})
             ctx.emit(sample.to_dict())
         del send, recv
     extra = {"transport_facts": transport.describe(), "inplace": inplace,
@@ -284,4 +324,14 @@ def run(ctx: RankContext) -> dict:
     if copy_gbps is not None:
         extra["device_copy_GBps"] = copy_gbps
     comm.Barrier()
+    transport.close()  # after the barrier: no rank is still inside a call
     return extra
+
+
+def same(got: np.ndarray, want: np.ndarray, corrupt: bool = False) -> bool:
+    """Exact equality; ``corrupt`` (a fault switch) flips one value first, to show a wrong
+    result is caught."""
+    if corrupt and got.size:
+        got = got.copy()
+        got[0] += 1
+    return bool(np.array_equal(got, want))

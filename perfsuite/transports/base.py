@@ -12,11 +12,22 @@ from typing import Any
 import numpy as np
 
 
+#: How a device transport's calls are timed (option ``device_timing``):
+#: - ``batch`` (default, nccl-tests): after warm-up, a batch of calls enqueued back to back
+#:   between one pair of CUDA events; a sample is the batch's mean per call;
+#: - ``per-call``: an event pair around each barrier-separated call (includes Python dispatch);
+#: - ``graph``: the batch captured once as a CUDA graph and launched between the events
+#:   (transports whose call is device work only: ``nccl``).
+TIMINGS = ("batch", "per-call", "graph")
+
+
 class AllreduceTransport:
     """Base: numpy buffers, host clock. Subclasses implement ``allreduce``."""
 
     name = "base"
     xp: Any = np  # the array module of this transport's buffers
+    timing = "per-call"  # see TIMINGS; host transports time each barrier-separated call
+    clock = "host"  # what reads the time: the host clock, or CUDA events on the device
 
     _clock = staticmethod(time.perf_counter)
 
@@ -45,6 +56,17 @@ class AllreduceTransport:
         self.allreduce(send, recv)
         self.sync()
         return time.perf_counter() - t0
+
+    def time_batch(self, send, recv, calls: int) -> float:
+        """Seconds for ``calls`` calls issued back to back and then waited for (nccl-tests)."""
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            self.allreduce(send, recv)
+        self.sync()
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        """After the last case, on every rank: release what the transport holds."""
 
     def describe(self) -> dict:
         """Facts worth storing with the result (e.g. which path a GPU ring took)."""

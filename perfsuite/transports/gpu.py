@@ -1,5 +1,5 @@
-"""What the GPU transports share: availability checks, device choice, CUDA-aware MPI detection,
-device operations behind one small interface, CUDA-event timing, and the device's copy bandwidth.
+"""What the GPU transports share: availability checks, device choice, device operations behind
+one small interface, CUDA-event timing, and the device's copy bandwidth.
 
 Two sides, kept apart on purpose:
 
@@ -17,10 +17,8 @@ arrays, so the ring schedule, staging, caching and agreement are tested without 
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
-import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,13 +28,11 @@ import numpy as np
 from ..errors import ConfigError, TransportUnavailable
 from . import has_module, need_mpi4py
 from .base import AllreduceTransport
+from .cuda_aware import mpi_cuda_aware  # noqa: F401  (the transports ask it through here)
 
-#: Set to 1 or 0 (e.g. ``--env PERFSUITE_MPI_CUDA_AWARE=1``) where the MPI cannot say itself.
-CUDA_AWARE_ENV = "PERFSUITE_MPI_CUDA_AWARE"
 ARRAY_MODULES = ("cupy", "numpy")
 COPY_BYTES = 256 << 20  # large enough that launch overhead is < 1% of a D2D copy on an H200
 COPY_REPEATS = 10
-_TRUE, _FALSE = ("1", "yes", "true", "on"), ("0", "no", "false", "off")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,7 +78,7 @@ def need_gpu() -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# inside a rank: agreement, CUDA-aware MPI, device choice
+# inside a rank: agreement, device choice (whether MPI is CUDA-aware: cuda_aware.py)
 
 
 def agree(comm, reason: str | None) -> None:
@@ -99,70 +95,6 @@ def agree(comm, reason: str | None) -> None:
     if len(distinct) == 1 and len(bad) == len(reasons):
         raise TransportUnavailable(distinct[0])
     raise TransportUnavailable("; ".join(f"rank {r}: {why}" for r, why in bad))
-
-
-def libmpi_paths(maps: str = "/proc/self/maps") -> list[str]:
-    """Paths of the MPI libraries this process has loaded (Linux), e.g. libmpi.so.12, libmpi.so.40."""
-    found: list[str] = []
-    try:
-        with open(maps) as f:
-            for line in f:
-                path = line.split()[-1] if line.strip() else ""
-                if re.search(r"/lib(mpi|mpich)[^/]*\.so", path) and path not in found:
-                    found.append(path)
-    except OSError:
-        pass
-    return found
-
-
-def query_mpix_cuda_support() -> int | None:
-    """``MPIX_Query_cuda_support()`` of the loaded MPI (MPICH >= 4, Open MPI built with CUDA), or None.
-
-    mpi4py 4.1 does not wrap it, so we call the library the process already loaded. It is a
-    runtime answer: MPICH says 0 when built without CUDA or with MPIR_CVAR_ENABLE_GPU=0.
-    Call only after MPI_Init (i.e. inside a rank).
-    """
-    for path in [None, *libmpi_paths()]:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        fn = getattr(lib, "MPIX_Query_cuda_support", None)
-        if fn is None:
-            continue
-        fn.restype, fn.argtypes = ctypes.c_int, []
-        return int(fn())
-    return None
-
-
-def cuda_aware_verdict(query: int | None, library: str,
-                       env: Mapping[str, str]) -> tuple[bool, str]:
-    """Pure: (is MPI CUDA-aware, how we know). Order: the user's override, the library's own
-    answer, then switches of MPIs that have no query (MVAPICH2-GDR, Cray MPICH)."""
-    lib = (library.strip().splitlines() or ["unknown MPI"])[0].strip()
-    forced = env.get(CUDA_AWARE_ENV)
-    if forced is not None:
-        if forced.strip().lower() in _TRUE:
-            return True, f"{CUDA_AWARE_ENV}={forced}"
-        if forced.strip().lower() in _FALSE:
-            return False, f"{CUDA_AWARE_ENV}={forced}"
-        raise ConfigError(f"{CUDA_AWARE_ENV}={forced!r} must be 1 (MPI is CUDA-aware) or 0")
-    if query is not None:
-        return bool(query), f"MPIX_Query_cuda_support() returned {query} in {lib}"
-    upper = library.upper()
-    if "MVAPICH" in upper and env.get("MV2_USE_CUDA") == "1":
-        return True, f"{lib} with MV2_USE_CUDA=1"
-    if "CRAY" in upper and env.get("MPICH_GPU_SUPPORT_ENABLED") == "1":
-        return True, f"{lib} with MPICH_GPU_SUPPORT_ENABLED=1"
-    return False, (f"{lib} has no MPIX_Query_cuda_support() and no known CUDA switch is set; "
-                   f"pass --env {CUDA_AWARE_ENV}=1 if it is CUDA-aware")
-
-
-def mpi_cuda_aware() -> tuple[bool, str]:
-    """Inside a rank: is this MPI CUDA-aware, and how we know."""
-    from mpi4py import MPI
-
-    return cuda_aware_verdict(query_mpix_cuda_support(), MPI.Get_library_version(), os.environ)
 
 
 def node_rank(comm) -> tuple[int, int]:
@@ -263,7 +195,10 @@ class CupyOps:
         self.cupy = self.xp = cupy
         self.device_id = device_id
         cupy.cuda.Device(device_id).use()  # before any allocation, so every buffer lives here
-        self.stream = cupy.cuda.get_current_stream()
+        # A stream of our own, as nccl-tests uses: it does not wait on the legacy default
+        # stream, and a CUDA graph can be captured on it (never on the default stream).
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.stream.use()  # CuPy's kernels and copies go to it
 
     def empty(self, count: int, dtype):
         return self.cupy.empty(count, dtype=dtype)
@@ -301,8 +236,8 @@ DeviceOps = NumpyOps | CupyOps
 
 class BufferCache:
     """Buffers allocated once per dtype and grown only when a larger one is asked for, so a size
-    sweep allocates O(1) times and every timed call reuses the same memory (the seed's cached
-    device pointers). ``get`` returns a view of exactly ``count`` elements."""
+    sweep allocates O(1) times and every timed call reuses the same memory (no allocation is
+    ever timed). ``get`` returns a view of exactly ``count`` elements."""
 
     def __init__(self, alloc: Callable[[int, Any], Any]):
         self._alloc = alloc
@@ -346,6 +281,23 @@ def device_identity(props: Mapping[str, Any]) -> tuple[str, str]:
     return name, bus
 
 
+def compile_reason(ops: CupyOps) -> str | None:
+    """None when CuPy can build and run a kernel here, else why not. Every CuPy transport
+    compiles kernels (fill, add) with NVRTC, which a bare driver install lacks; asked here,
+    inside the agreed skip, so a missing toolchain is a skip with its reason, not a dead world."""
+    try:
+        one = ops.xp.ones(1, dtype=np.float32)
+        ops.add_into(one, one)
+        ops.synchronize()
+        if float(ops.asnumpy(one)[0]) != 2.0:
+            return "a one-element CuPy kernel computed 1 + 1 wrongly"
+    except Exception as exc:  # CompileException, NVRTCError, OSError (libnvrtc not found), ...
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return (f"CuPy cannot compile a kernel ({type(exc).__name__}: {first}); install "
+                "CuPy's CUDA components from wheels: pip install 'cupy-cuda12x[ctk]' (or cuda13x)")
+    return None
+
+
 def open_device(comm, options: Mapping[str, Any]) -> tuple[DeviceOps, dict[str, Any]]:
     """Collective. This rank's device operations and facts, or TransportUnavailable on every rank."""
     import socket
@@ -372,6 +324,7 @@ def open_device(comm, options: Mapping[str, Any]) -> tuple[DeviceOps, dict[str, 
                 ops = CupyOps(cupy, dev)
                 name, where = device_identity(cupy.cuda.runtime.getDeviceProperties(dev))
                 facts.update(device=dev, gpu=name, pci_bus_id=where, gpus_visible=count)
+                reason = compile_reason(ops)
         except ImportError as exc:
             reason = f"CuPy cannot be imported in the rank ({exc})"
         except RuntimeError as exc:  # CUDARuntimeError: driver/runtime mismatch, no device
@@ -383,16 +336,35 @@ def open_device(comm, options: Mapping[str, Any]) -> tuple[DeviceOps, dict[str, 
     return ops, facts
 
 
+def device_timing(options: Mapping[str, Any], transport: str, graph_capture: bool) -> str:
+    """The ``device_timing`` option, checked (base.TIMINGS)."""
+    from .base import TIMINGS
+
+    timing = str(options.get("device_timing", "batch"))
+    if timing not in TIMINGS:
+        raise ConfigError(f"device_timing {timing!r} is unknown; choose from {', '.join(TIMINGS)}")
+    if timing == "graph" and not graph_capture:
+        # Every rank reads the same option, so every rank skips together.
+        raise TransportUnavailable(f"device_timing graph needs a call that is device work only "
+                                   f"(nccl); {transport}'s calls wait on MPI from the host")
+    return timing
+
+
 class GpuTransport(AllreduceTransport):
     """Base of the device transports: buffers through ``DeviceOps``, CUDA-event timing, the
     device's copy bandwidth, and facts for ``describe``. Construction is collective."""
 
+    graph_capture = False  # True where a call is device work only, so a batch can be a CUDA graph
+
     def __init__(self, comm, options: dict | None = None):
         super().__init__(comm, options)
+        self.timing = device_timing(self.options, self.name, self.graph_capture)
         self.ops, self.facts = open_device(comm, self.options)
         self.xp = self.ops.xp
+        self.clock = "cuda-events" if self.ops.name == "cupy" else "host"
         self.rank, self.n = comm.Get_rank(), comm.Get_size()
         self._timer = self.ops.timer()
+        self.facts.update(timing=self.timing, clock=self.clock)
 
     def fill(self, buf, host_values: np.ndarray) -> None:
         super().fill(buf, host_values)
@@ -405,9 +377,13 @@ class GpuTransport(AllreduceTransport):
         self.ops.synchronize()
 
     def time_one(self, send, recv) -> float:
-        self.ops.synchronize()  # nothing queued earlier may fall inside this call's events
+        return self.time_batch(send, recv, 1)
+
+    def time_batch(self, send, recv, calls: int) -> float:
+        self.ops.synchronize()  # nothing queued earlier may fall inside these events
         self._timer.start()
-        self.allreduce(send, recv)
+        for _ in range(calls):
+            self.allreduce(send, recv)
         return self._timer.stop()
 
     def copy_bandwidth(self) -> float:

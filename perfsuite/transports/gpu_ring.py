@@ -1,7 +1,12 @@
-"""``gpu-ring``: the seed's design as a transport. Baidu's ring allreduce (the same schedule as
+"""``gpu-ring``: the seed's ring on device buffers. Baidu's ring allreduce (the same schedule as
 ``ring``: ``ring.ring_allreduce``) with every reduction a CuPy kernel on the device, and the
 scratch and staging buffers allocated once and cached across calls (grown only for a larger
 size), so a timed call never allocates.
+
+What it does not reproduce: the seed also cached each buffer's CUDA pointer attributes. Here
+mpi4py takes each chunk's pointer from ``__cuda_array_interface__`` on every call, and a
+CUDA-aware MPI looks up whether that pointer is device memory itself (UCX keeps its own cache
+of that answer); neither lookup can be skipped from Python.
 
 Two paths, and ``describe()`` says which ran (``ring_path``):
 - ``direct``: MPI ``Sendrecv`` on device pointers; needs a CUDA-aware MPI;
@@ -39,7 +44,7 @@ class GpuRingAllreduce(GpuTransport):
         if self.ops.name == "numpy":
             aware, how = True, "host arrays: MPI reads them directly"
         else:
-            aware, how = mpi_cuda_aware()
+            aware, how = mpi_cuda_aware(need="pt2pt")  # Sendrecv only; the adds are ours
         path, reason = choose_path(str(self.options.get("ring_path", "auto")), aware)
         agree(comm, f"{reason} ({how})" if reason else None)
         self.path = path

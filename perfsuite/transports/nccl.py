@@ -14,6 +14,7 @@ _NCCL_TYPES = {"float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
 
 class NcclAllreduce(GpuTransport):
     name = "nccl"
+    graph_capture = True  # a call is one NCCL kernel on our stream: a batch can be a CUDA graph
 
     def __init__(self, comm, options=None):
         super().__init__(comm, options)
@@ -33,12 +34,63 @@ class NcclAllreduce(GpuTransport):
                       "a GPU; use world sizes up to the number of GPUs")
         agree(comm, reason)
         self._nccl = nccl
-        uid = nccl.get_unique_id() if self.rank == 0 else None
-        uid = comm.bcast(uid, root=0)
-        self._comm = nccl.NcclCommunicator(self.n, uid, self.rank)  # NCCL's version: fingerprint
+        self._comm = bootstrap(comm, nccl, self.rank, self.n)  # NCCL's version: fingerprint
+        self._graphs: dict[tuple, object] = {}
+        self.facts["nccl_version"] = getattr(nccl, "get_version", lambda: None)()
 
     def allreduce(self, send, recv) -> None:
         nccl = self._nccl
         dtype = getattr(nccl, _NCCL_TYPES[str(send.dtype)])
         self._comm.allReduce(send.data.ptr, recv.data.ptr, send.size, dtype, nccl.NCCL_SUM,
                              self.ops.stream.ptr)
+
+    def time_batch(self, send, recv, calls: int) -> float:
+        if self.timing != "graph":
+            return super().time_batch(send, recv, calls)
+        stream = self.ops.stream
+        key = (send.data.ptr, recv.data.ptr, send.size, str(send.dtype), calls)
+        graph = self._graphs.get(key)
+        if graph is None:
+            self.ops.synchronize()
+            self._graphs.clear()  # one size at a time: a graph holds its buffers' addresses
+            stream.begin_capture()
+            try:
+                for _ in range(calls):
+                    self.allreduce(send, recv)
+            finally:
+                graph = self._graphs[key] = stream.end_capture()
+            graph.upload(stream)  # so the first timed launch does not pay for the upload
+        self.ops.synchronize()
+        self._timer.start()
+        graph.launch(stream)
+        return self._timer.stop()
+
+    def close(self) -> None:
+        """Called after the kernel's final barrier, so no rank is still inside a call; NCCL's
+        own resources go now, not whenever the garbage collector gets to them."""
+        self._graphs.clear()
+        comm, self._comm = self._comm, None
+        if comm is not None:
+            self.ops.synchronize()
+            comm.destroy()
+
+
+def bootstrap(comm, nccl, rank: int, n: int):
+    """Collective: rank 0's unique id over MPI, then the NCCL communicator. A failure of either
+    (no network interface NCCL can use, a /dev/shm too small in a container) is agreed, so every
+    rank skips with the reason instead of one rank aborting the world."""
+    uid, reason = None, None
+    if rank == 0:
+        try:
+            uid = nccl.get_unique_id()
+        except nccl.NcclError as exc:
+            reason = f"NCCL could not make its unique id ({exc})"
+    agree(comm, reason)
+    uid = comm.bcast(uid, root=0)
+    try:
+        made = nccl.NcclCommunicator(n, uid, rank)
+    except nccl.NcclError as exc:
+        made, reason = None, (f"NCCL could not build its communicator ({exc}); NCCL_DEBUG=INFO "
+                              "says why (in a container, a small /dev/shm is a common cause)")
+    agree(comm, reason)
+    return made
