@@ -81,14 +81,14 @@ def main(argv: list[str]) -> int:
 
 
 def _place(job: dict) -> dict:
-    """This rank's GPU (one for a device transport, none for a host one), from the launcher's
-    local rank; host arrays standing in for device buffers (the suite's tests) change nothing."""
+    """A device transport's rank: its one GPU, from the launcher's local rank. Host transports,
+    and host arrays standing in for device buffers (the suite's tests), change nothing."""
     from .transports import REGISTRY, placement
 
     gpu = any(s.device == "gpu" for s in REGISTRY.values() if s.name == job.get("transport"))
-    if gpu and job.get("options", {}).get("array_module", "cupy") != "cupy":
+    if not gpu or job.get("options", {}).get("array_module", "cupy") != "cupy":
         return {}
-    return placement.place_rank("gpu" if gpu else "host")
+    return placement.place_rank()
 
 
 def _run(job: dict, comm, rank: int, size: int, folder: str, placement: dict) -> int:

@@ -36,26 +36,25 @@ needs_tf = pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
 
 # --- the rank's GPU, chosen before MPI_Init --------------------------------------------------
 
-@pytest.mark.parametrize("env,device,count,want,by", [
-    ({"MPI_LOCALRANKID": "1"}, "gpu", 4, "1", "MPI_LOCALRANKID (MPICH Hydra)"),
-    ({"OMPI_COMM_WORLD_LOCAL_RANK": "5"}, "gpu", 4, "1", "OMPI_COMM_WORLD_LOCAL_RANK (Open MPI)"),
-    ({"SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "6,7"}, "gpu", 0, "7", "SLURM_LOCALID (Slurm)"),
-    ({"MPI_LOCALRANKID": "0", "CUDA_VISIBLE_DEVICES": "-1"}, "gpu", 4, None, "MPI_LOCALRANKID"),
-    ({"MPI_LOCALRANKID": "1"}, "host", 4, "-1", "host transport"),
-    ({"CUDA_VISIBLE_DEVICES": "3"}, "host", 4, "-1", "host transport"),  # host ranks never see one
+@pytest.mark.parametrize("env,count,want,by", [
+    ({"MPI_LOCALRANKID": "1"}, 4, "1", "MPI_LOCALRANKID (MPICH Hydra)"),
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "5"}, 4, "1", "OMPI_COMM_WORLD_LOCAL_RANK (Open MPI)"),
+    ({"SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "6,7"}, 0, "7", "SLURM_LOCALID (Slurm)"),
+    ({"MPI_LOCALRANKID": "0", "CUDA_VISIBLE_DEVICES": "-1"}, 4, None, "MPI_LOCALRANKID"),
 ])
-def test_place_rank_from_the_launchers_local_rank(env, device, count, want, by):
+def test_place_rank_from_the_launchers_local_rank(env, count, want, by):
     env = dict(env)
-    facts = placement.place_rank(device, env, gpu_count=lambda: count)
-    assert env.get("CUDA_VISIBLE_DEVICES") == (want if want is not None else env.get("CUDA_VISIBLE_DEVICES"))
+    before = env.get("CUDA_VISIBLE_DEVICES")
+    facts = placement.place_rank(env, gpu_count=lambda: count)
+    assert env.get("CUDA_VISIBLE_DEVICES") == (want if want is not None else before)
     assert facts["cuda_visible_devices"] == want and by in facts["gpu_chosen_by"]
-    if device == "gpu":  # TF grows its memory: CuPy's buffers and NCCL share the GPU with it
-        assert env[placement.ALLOW_GROWTH] == "true"
+    # TF grows its memory: CuPy's buffers and NCCL share the GPU with it
+    assert env[placement.ALLOW_GROWTH] == "true"
 
 
 def test_place_rank_without_a_local_rank_leaves_the_choice_to_the_node_split():
     env = {"CUDA_VISIBLE_DEVICES": "0,1"}
-    facts = placement.place_rank("gpu", env, gpu_count=lambda: 2)
+    facts = placement.place_rank(env, gpu_count=lambda: 2)
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1" and "after MPI_Init" in facts["gpu_chosen_by"]
 
 
@@ -73,21 +72,12 @@ def test_worker_places_each_rank_from_hydras_environment(tmp_path):
             f.write(f"{rank} {os.environ.get('CUDA_VISIBLE_DEVICES')}")
     """))
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "4,5", "PYTHONPATH": str(REPO)}
-    for transport, want in (("nccl", {"0 4", "1 5"}), ("mpi", {"0 -1", "1 -1"})):
+    for transport, want in (("nccl", {"0 4", "1 5"}), ("mpi", {"0 4,5", "1 4,5"})):
         out = tmp_path / transport
         out.mkdir()
         run_command([default_program("mpiexec"), "-n", "2", sys.executable, str(script),
                      transport, str(out)], timeout=60, env=env)
         assert {p.read_text() for p in out.iterdir()} == want
-
-
-@pytest.mark.world
-def test_a_host_world_keeps_its_placement(no_leftover_ranks):
-    (world,) = suite.plan(allreduce_cases(["mpi"], [2], [4]), {"iters": 5, "warmup": 1})
-    out = suite.run_one(world, suite.SuiteConfig(timeout=60))
-    assert out.result is not None, out.failure
-    assert out.result.extra["placement"] == {"cuda_visible_devices": "-1",
-                                             "gpu_chosen_by": "host transport: no GPU"}
 
 
 # --- TensorFlow: growth by environment, no device setting after an op -----------------------
@@ -147,6 +137,23 @@ def test_gpu_training_on_cpu_tensorflow_is_an_agreed_skip(tf, cls):
     t = cls(FakeMpiComm(rank=0, n=2), {})
     with pytest.raises(TransportUnavailable, match=rf"^{cls.name}: TensorFlow sees 0 GPUs"):
         t.start(tf)
+
+
+@pytest.mark.tf
+@needs_tf
+def test_host_training_hides_gpus_from_tf_and_gpu_training_does_not(tf, monkeypatch):
+    fake = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+    real = tf.config.list_physical_devices
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: [fake] if kind == "GPU" else real(kind))
+    hidden = []
+    monkeypatch.setattr(tf.config, "set_visible_devices", lambda devices, kind: hidden.append((devices, kind)))
+    for cls in (tf_train.PlainTraining, tf_train.MpiTraining, tf_train.GrpcTraining):
+        cls(FakeMpiComm(n=2), {}).prepare(tf)
+    assert hidden == [([], "GPU")] * 3
+    hidden.clear()
+    tf_train.GrpcNcclTraining(FakeMpiComm(n=2), {}).prepare(tf)
+    assert hidden == []
 
 
 @pytest.mark.tf

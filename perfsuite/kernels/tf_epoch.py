@@ -178,6 +178,7 @@ def run(ctx: RankContext) -> dict:
     t0 = time.perf_counter()
     tf = import_tf(legacy_keras=transport.legacy_keras)
     tf_import_s = time.perf_counter() - t0
+    transport.prepare(tf)  # before TF runs an op: a host transport's TF uses no GPU
     configure_threads(tf, ctx.options)  # before TF runs an op: per-rank thread budget
     baselines: dict[str, list[float] | None] = {}
     if opts["baseline"] and transport.baseline_before_start:

@@ -8,8 +8,11 @@ Where no launcher says, the transports fall back to the node split after ``MPI_I
 
 - a device transport's rank sees one GPU: local rank modulo the GPUs it may use (so ranks
   share GPUs round-robin when there are fewer GPUs than ranks, as ``gpu.pick_device``);
-- a host transport's rank sees none (``CUDA_VISIBLE_DEVICES=-1``): TensorFlow built with CUDA
-  would otherwise put every host rank on GPU 0 and time GPU training under a host label.
+- a host training transport's TensorFlow sees none (``hide_gpus_from_tf``, before TF runs an
+  op): TensorFlow built with CUDA would otherwise put every host rank on GPU 0 and time GPU
+  training under a host label. Host ranks' environment is left alone: setting
+  ``CUDA_VISIBLE_DEVICES=-1`` there moved a timing check (Horovod's plain loop against mpi's)
+  on this CPU-only machine, where it has nothing to hide.
 
 Nothing here imports CuPy or TensorFlow; only ``pin_rank_gpu`` (the fallback) uses MPI.
 """
@@ -54,14 +57,11 @@ def rank_visible_devices(local_rank: int, visible: str | None, gpu_count: int) -
     return ids[local_rank % len(ids)]
 
 
-def place_rank(device: str, env: MutableMapping[str, str] | None = None,
+def place_rank(env: MutableMapping[str, str] | None = None,
                gpu_count: Callable[[], int] | None = None) -> dict[str, str | None]:
-    """Set this rank's ``CUDA_VISIBLE_DEVICES`` for a ``device`` ("gpu" or "host") transport,
-    before MPI or CUDA starts. Returns the facts a result keeps: the value and who chose it."""
+    """Narrow this device-transport rank's ``CUDA_VISIBLE_DEVICES`` to its GPU, before MPI or
+    CUDA starts. Returns the facts a result keeps: the value and who chose it."""
     env = os.environ if env is None else env
-    if device != "gpu":
-        env["CUDA_VISIBLE_DEVICES"] = HIDDEN
-        return {"cuda_visible_devices": HIDDEN, "gpu_chosen_by": "host transport: no GPU"}
     env.setdefault(ALLOW_GROWTH, "true")  # TF and CuPy/NCCL share the GPU: TF takes what it needs
     found = local_rank_from_env(env)
     if found is None:
@@ -93,6 +93,14 @@ def pin_rank_gpu(comm) -> str | None:
     if value is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = value
     return value
+
+
+def hide_gpus_from_tf(tf) -> bool:
+    """Before TF runs an op: a host transport's TensorFlow uses no GPU. True when it saw one."""
+    if not tf.config.list_physical_devices("GPU"):
+        return False
+    tf.config.set_visible_devices([], "GPU")
+    return True
 
 
 def tf_gpu_reason(tf) -> str | None:

@@ -162,6 +162,14 @@ class TrainingTransport:
     def configure(self) -> None:
         """Before TensorFlow is imported."""
 
+    def prepare(self, tf: Any) -> None:
+        """Right after TensorFlow is imported, before it runs any op: a host transport's
+        TensorFlow gets no GPU (GPU transports choose theirs before MPI starts)."""
+        from .placement import hide_gpus_from_tf
+
+        if not self.on_gpu:
+            self.gpus_hidden = hide_gpus_from_tf(tf)
+
     def start(self, tf: Any) -> None:
         self.tf = tf
 
