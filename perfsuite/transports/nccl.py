@@ -52,14 +52,16 @@ class NcclAllreduce(GpuTransport):
         graph = self._graphs.get(key)
         if graph is None:
             self.ops.synchronize()
-            self._graphs.clear()  # one size at a time: a graph holds its buffers' addresses
+            if any(k[:4] != key[:4] for k in self._graphs):
+                self._graphs.clear()  # graphs of other buffers: their addresses are gone
             stream.begin_capture()
             try:
                 for _ in range(calls):
                     self.allreduce(send, recv)
             finally:
-                graph = self._graphs[key] = stream.end_capture()
+                graph = stream.end_capture()  # ends the capture even when a call raised
             graph.upload(stream)  # so the first timed launch does not pay for the upload
+            self._graphs[key] = graph  # a batch of another length (a block's last) keeps its own
         self.ops.synchronize()
         self._timer.start()
         graph.launch(stream)

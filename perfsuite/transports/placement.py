@@ -95,12 +95,11 @@ def pin_rank_gpu(comm) -> str | None:
     return value
 
 
-def hide_gpus_from_tf(tf) -> bool:
-    """Before TF runs an op: a host transport's TensorFlow uses no GPU. True when it saw one."""
-    if not tf.config.list_physical_devices("GPU"):
-        return False
-    tf.config.set_visible_devices([], "GPU")
-    return True
+def hide_gpus_from_tf(tf) -> None:
+    """Before TF runs an op: a host transport's TensorFlow uses no GPU (nothing to do, and
+    nothing done, where TF lists none)."""
+    if tf.config.list_physical_devices("GPU"):
+        tf.config.set_visible_devices([], "GPU")
 
 
 def tf_gpu_reason(tf) -> str | None:

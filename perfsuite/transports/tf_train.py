@@ -168,7 +168,7 @@ class TrainingTransport:
         from .placement import hide_gpus_from_tf
 
         if not self.on_gpu:
-            self.gpus_hidden = hide_gpus_from_tf(tf)
+            hide_gpus_from_tf(tf)
 
     def start(self, tf: Any) -> None:
         self.tf = tf
