@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import socket
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -17,7 +20,7 @@ import pytest
 from perfsuite import cli, suite, transports
 from perfsuite.bench import Selection
 from perfsuite.bench.tf_epoch import parse_batches, tf_cases, transport_ratios
-from perfsuite.errors import ConfigError, RankFailure
+from perfsuite.errors import ConfigError, PortInUse, RankFailure
 from perfsuite.kernels.tf_epoch import (epoch_options, plain_epoch, quiet_barrier, summarize,
                                         timed_epoch)
 from perfsuite.launch.environment import free_ports
@@ -25,7 +28,9 @@ from perfsuite.kernels.tf_models import check_batch, check_image_size, model_spe
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
 from perfsuite.model import Case, WorldSpec
-from perfsuite.transports.tf_support import check_ports, port_is_free
+from perfsuite.rounds import RoundsPolicy
+from perfsuite.transports.tf_support import (check_ports, listen_ports, multi_worker_strategy,
+                                             port_is_free, set_tf_config)
 from perfsuite.transports.tf_train import aligned_empty, fusion_buckets, fusion_threshold
 
 HAS_TF = importlib.util.find_spec("tensorflow") is not None  # find, not import: TF takes ~10 s
@@ -228,14 +233,56 @@ def test_ports_are_checked():
         s.close()
 
 
+def test_listening_ports_come_from_outside_the_ephemeral_range(tmp_path):
+    span = tmp_path / "ip_local_port_range"
+    span.write_text("32768\t60999\n")
+    for _ in range(20):
+        ports = listen_ports(4, path=str(span))
+        assert len(set(ports)) == 4 and all(port_is_free(p) for p in ports)
+        assert all(20000 <= p < 32768 or 60999 < p < 65536 for p in ports), ports
+    span.write_text("1024 65535\n")  # no room outside it: the kernel's choice, still distinct
+    assert len(set(listen_ports(3, path=str(span)))) == 3
+    assert len(set(listen_ports(3, path=str(tmp_path / "absent")))) == 3
+
+
+class _FailingStrategyTF:
+    def __init__(self, message):
+        exp = type("exp", (), {"CommunicationOptions": staticmethod(lambda **kw: kw),
+                               "CommunicationImplementation": type("impl", (), {"RING": "RING"})})
+        self.distribute = type("distribute", (), {"experimental": exp,
+                                                  "MultiWorkerMirroredStrategy": self._fail})
+        self.message = message
+
+    def _fail(self, **kw):
+        raise RuntimeError(self.message)
+
+
+def test_a_failed_grpc_bind_is_port_in_use_naming_the_address(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", "{}")  # restored after the test; set_tf_config writes it
+    set_tf_config(["127.0.0.1:23001", "127.0.0.1:23002"], 1)
+    with pytest.raises(PortInUse, match=r"^127\.0\.0\.1:23002: Could not start gRPC server \("):
+        multi_worker_strategy(_FailingStrategyTF("UnknownError: Could not start gRPC server"))
+    with pytest.raises(RuntimeError, match="^something else$"):  # other errors pass unchanged
+        multi_worker_strategy(_FailingStrategyTF("something else"))
+
+
 # --- real worlds (TensorFlow imported once per rank) -------------------------------------------
 
 def tf_world(transport: str, n: int, batches=(8,), **options) -> WorldSpec:
     cases = tuple(Case("tf-epoch", transport, n, model="small-cnn", batch=b) for b in batches)
-    opts = {**TINY, **options}
-    if transports.spec(transport, "tf-epoch").needs_ports and "ports" not in opts:
-        opts["ports"] = free_ports(n)
-    return WorldSpec("tf-epoch", transport, n, cases, opts)
+    return WorldSpec("tf-epoch", transport, n, cases, {**TINY, **options})
+
+
+def measured(spec: WorldSpec, timeout: float = 120):
+    """One world, as the suite runs it: gRPC ports chosen by the suite, and the world started
+    again on fresh ones when another process binds one between the choice and TF's bind."""
+    one_world = RoundsPolicy(max_contention=None, retries=0)
+    outcome = suite.run_one(spec, suite.SuiteConfig(launch=LaunchConfig(), timeout=timeout,
+                                                    rounds=one_world))
+    if outcome.failure is not None:
+        raise outcome.failure
+    assert outcome.skipped is None, outcome.skipped
+    return outcome.result
 
 
 @pytest.mark.tf
@@ -243,7 +290,7 @@ def tf_world(transport: str, n: int, batches=(8,), **options) -> WorldSpec:
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
 @pytest.mark.parametrize("threshold", [0, 64 << 20])
 def test_mpi_weights_match_across_ranks(threshold, no_leftover_ranks):
-    res = run_world(tf_world("mpi", 2, fusion_threshold=threshold), LaunchConfig(), timeout=120)
+    res = measured(tf_world("mpi", 2, fusion_threshold=threshold))
     (s,) = res.samples
     assert s.valid and s.info["weights_identical"] is True and s.info["weights_max_diff"] == 0.0
     buffers = res.extra["transport_facts"]["fusion_buffers"]
@@ -257,7 +304,7 @@ def test_mpi_weights_match_across_ranks(threshold, no_leftover_ranks):
 @pytest.mark.world
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
 def test_grpc_epoch_and_batch_sweep_in_one_world(no_leftover_ranks):
-    res = run_world(tf_world("grpc", 2, batches=(4, 8), baseline=False), LaunchConfig(), timeout=120)
+    res = measured(tf_world("grpc", 2, batches=(4, 8), baseline=False))
     assert [s.case.batch for s in res.samples] == [4, 8]
     for s in res.samples:
         assert s.valid and s.info["weights_identical"] is True
@@ -273,11 +320,35 @@ def test_killed_worker_mid_epoch_fails_clearly_within_the_timeout(monkeypatch, n
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "kill@1")
     t0 = time.monotonic()
     with pytest.raises(RankFailure) as info:
-        run_world(tf_world("grpc", 2), LaunchConfig(), timeout=90)
+        measured(tf_world("grpc", 2), timeout=90)
     assert time.monotonic() - t0 < 90
     msg = str(info.value)
     assert info.value.rank == 1 and "\n" not in msg
     assert msg.startswith("tf-epoch[grpc-n2-small-cnn]: rank 1") and "signal 9" in msg, msg
+
+
+@pytest.mark.tf
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_a_port_taken_after_its_check_is_port_in_use_not_a_tf_error():
+    # Real TensorFlow binds a port another socket holds: the rank says PortInUse (which the
+    # suite retries on fresh ports), naming the address, instead of TF's UnknownError.
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port, other = busy.getsockname()[1], free_ports(1)[0]
+    code = ("from perfsuite.transports import tf_support as t\n"
+            f"t.set_tf_config(['127.0.0.1:{other}', '127.0.0.1:{port}'], 1)\n"
+            "try:\n"
+            "    t.multi_worker_strategy(t.import_tf())\n"
+            "except t.PortInUse as exc:\n"
+            "    print('PortInUse:', exc)\n")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+    finally:
+        busy.close()
+    assert f"PortInUse: 127.0.0.1:{port}: Could not start gRPC server" in out.stdout, \
+        out.stdout + out.stderr[-2000:]
 
 
 @pytest.mark.tf
@@ -300,12 +371,30 @@ def test_port_in_use_is_named(no_leftover_ranks):
 @pytest.mark.tf
 @pytest.mark.world
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
-def test_tf_grpc_allreduce_sums_are_exact(no_leftover_ranks):
+def test_tf_grpc_allreduce_sums_are_exact_after_a_port_taken_before_the_bind(monkeypatch,
+                                                                             no_leftover_ranks):
     from perfsuite.bench.allreduce import allreduce_cases
 
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    chosen = []
+
+    def ports_then_one_taken(n):  # the first choice loses rank 1's port to another process
+        ports = free_ports(n)
+        if not chosen:
+            ports[-1] = busy.getsockname()[1]
+        chosen.append(ports)
+        return ports
+
+    monkeypatch.setattr(suite, "free_ports", ports_then_one_taken)
     (spec,) = suite.plan(allreduce_cases(["tf-grpc"], [2], [4, 4096, 1 << 20]),
-                           {"iters": 5, "warmup": 1, "copy_bw": False, "ports": free_ports(2)})
-    res = run_world(spec, LaunchConfig(), timeout=120)
+                         {"iters": 5, "warmup": 1, "copy_bw": False})
+    try:
+        res = measured(spec)
+    finally:
+        busy.close()
+    assert len(chosen) == 2 and chosen[1][-1] != chosen[0][-1]  # started again on fresh ports
     assert [s.case.size_bytes for s in res.samples] == [4, 4096, 1 << 20]
     assert all(s.valid for s in res.samples)
     assert res.samples[-1].info["busbw_GBps"] > 0

@@ -10,7 +10,6 @@ environment can prove (that the traffic crossed the emulated links).
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from ..errors import Unavailable
 from ..fingerprint import is_root
 from ..model import Result, Sample
+from ..transports.tf_support import listen_ports
 from .launchers import LaunchConfig
 
 
@@ -90,14 +90,5 @@ def _crossed(result: Result, net: Any, sent: int, wire_bytes: Callable[[Sample],
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """n distinct free TCP ports on ``host`` (held open together so they differ, then released)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """n distinct free TCP ports on ``host`` for a world's servers (outside the ephemeral range)."""
+    return listen_ports(n, host)

@@ -5,12 +5,15 @@ gRPC worlds still start through ``launch/world.py`` under mpiexec. MPI gives eac
 and the world size, a barrier and the gather of step times; the gradient bytes go over
 TensorFlow's own gRPC ring. Each rank's ``TF_CONFIG`` names one loopback port per rank, chosen on
 the launching side (``options["ports"]``, filled by the suite for ``needs_ports`` transports) or,
-when absent, by the ranks themselves (each binds port 0 and the ports are all-gathered).
+when absent, by the ranks themselves (each picks one and the ports are all-gathered). Either
+way the ports come from below the kernel's ephemeral range (``listen_ports``): no outgoing
+connection is ever given one, so only another listener can take it before TF binds it.
 """
 from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 from importlib import metadata
 from typing import Any
@@ -83,6 +86,54 @@ def check_ports(ports: Any, world_size: int) -> list[int]:
     return list(ports)
 
 
+#: Listening ports are looked for from here up to the ephemeral range (above most services').
+LISTEN_PORTS_FROM = 20000
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def ephemeral_range(path: str = EPHEMERAL_RANGE) -> tuple[int, int] | None:
+    """The ports the kernel gives outgoing connections (and ``bind`` to port 0), if it says."""
+    try:
+        with open(path) as f:
+            low, high = (int(v) for v in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return None
+
+
+def listen_ports(n: int, host: str = LOOPBACK, path: str = EPHEMERAL_RANGE) -> list[int]:
+    """n distinct ports free on ``host`` for servers to listen on, held open together while
+    chosen. Taken outside the ephemeral range where there is room: a client retrying a server
+    that is not listening yet can be given an ephemeral port equal to the server's, connect to
+    itself and hold it, and gRPC clients retry like that while the other ranks import TF."""
+    span = ephemeral_range(path)
+    outside = [] if span is None else \
+        [range(LISTEN_PORTS_FROM, span[0]), range(max(span[1] + 1, LISTEN_PORTS_FROM), 65536)]
+    socks: list[socket.socket] = []
+    try:
+        weights = [len(r) for r in outside]
+        for _ in range(64 * n if sum(weights) >= 64 * n else 0):
+            if len(socks) == n:
+                break
+            port = random.choice(random.choices(outside, weights=weights)[0])
+            if any(s.getsockname()[1] == port for s in socks):
+                continue
+            s = socket.socket()
+            try:
+                s.bind((host, port))
+                socks.append(s)
+            except OSError:
+                s.close()
+        while len(socks) < n:  # no room outside the range (or all taken): the kernel's choice
+            s = socket.socket()
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     s = socket.socket()
     try:
@@ -106,10 +157,7 @@ def cluster_addresses(comm, options: dict) -> list[str]:
         ports = check_ports(options["ports"], n)
         mine_free = port_is_free(ports[rank], LOOPBACK if same_host else "")
     else:
-        s = socket.socket()
-        s.bind((LOOPBACK if same_host else "", 0))
-        mine, mine_free = s.getsockname()[1], True
-        s.close()
+        mine, mine_free = listen_ports(1, LOOPBACK if same_host else "")[0], True
         ports = comm.allgather(mine)
     busy = [(r, p) for r, (p, ok) in enumerate(zip(ports, comm.allgather(mine_free))) if not ok]
     if busy:
@@ -148,4 +196,25 @@ def multi_worker_strategy(tf: Any, implementation: str = "RING"):
     """MultiWorkerMirroredStrategy with the given collective implementation (RING = gRPC)."""
     exp = tf.distribute.experimental
     options = exp.CommunicationOptions(implementation=getattr(exp.CommunicationImplementation, implementation))
-    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    except Exception as exc:
+        if GRPC_BIND_FAILED not in str(exc):
+            raise
+        # The port was free when checked; another process bound it before TF did. Raised as
+        # PortInUse so the suite starts the world again on fresh ports.
+        raise PortInUse(f"{own_address()}: {GRPC_BIND_FAILED} (the port was taken after it was "
+                        "checked); run again, or let the suite choose ports") from None
+
+
+#: What TensorFlow's error says when its gRPC server cannot bind the port in ``TF_CONFIG``.
+GRPC_BIND_FAILED = "Could not start gRPC server"
+
+
+def own_address() -> str:
+    """This worker's host:port from ``TF_CONFIG`` (set_tf_config), or "this worker"."""
+    try:
+        config = json.loads(os.environ["TF_CONFIG"])
+        return config["cluster"]["worker"][config["task"]["index"]]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return "this worker"
