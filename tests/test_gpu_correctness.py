@@ -21,7 +21,8 @@ import pytest
 from perfsuite import cli, suite, transports
 from perfsuite.bench.allreduce import allreduce_cases, table
 from perfsuite.errors import ConfigError, TransportUnavailable
-from perfsuite.kernels.allreduce import busbw_factor, calls_per_sample, summarize, zero_sum_pattern
+from perfsuite.kernels.allreduce import (busbw_factor, calls_per_sample, summarize, timed_loop,
+                                        zero_sum_pattern)
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import default_program, run_command
 from perfsuite.model import Case, Result
@@ -346,6 +347,37 @@ def test_calls_per_sample_by_timing():
     assert calls_per_sample(host, 1000) == 1 and calls_per_sample(object(), 1000) == 1
     dev = types.SimpleNamespace(timing="batch")
     assert calls_per_sample(dev, 1000) == 100 and calls_per_sample(dev, 16) == 1
+
+
+class _CountingTransport:
+    def __init__(self):
+        self.calls = 0
+
+    def allreduce(self, send, recv):
+        self.calls += 1
+
+    def time_one(self, send, recv):
+        return self.time_batch(send, recv, 1)
+
+    def time_batch(self, send, recv, calls):
+        for _ in range(calls):
+            self.allreduce(send, recv)
+        return 1e-3 * calls
+
+
+class _NoSpin:
+    def add(self, dt):
+        return 0.0
+
+
+@pytest.mark.parametrize("turns", [-1, 0, 5])  # -1: device-timed; >= 0: host arrays, injection on
+def test_batched_timed_loop_makes_every_call(turns):
+    t = _CountingTransport()
+    case = Case("allreduce", "mpi-staged", 2, size_bytes=4)
+    times = timed_loop(t, None, None, 10, lambda: None, None, case, _NoSpin() if turns >= 0 else None,
+                       turns, batch=4)
+    assert t.calls == 10 and len(times) == 3  # batches of 4, 4 and 2
+    assert times == pytest.approx([1e-3] * 3)  # each value is its batch's mean per call
 
 
 def test_device_timing_is_checked():

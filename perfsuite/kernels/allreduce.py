@@ -179,8 +179,8 @@ def timed_loop(transport, send, recv, iters: int, barrier, fault, case: Case,
     """``iters`` calls timed on this rank, in seconds per call: each call alone after a
     barrier, or with ``batch`` > 1, batches of calls issued back to back after a barrier (one
     value per batch: its mean). With ``spinner``, every call takes the injected fraction
-    longer: ``turns`` inline turns inside the timed region for host transports, a measured
-    spin after the call (or batch) otherwise."""
+    longer: ``turns`` inline turns inside the timed region for host calls timed one by one, a
+    measured spin after the call (or batch) otherwise."""
     clock = time.perf_counter
     spin_range = range(max(turns, 0))
     counts = [min(batch, iters - i) for i in range(0, iters, batch)] if batch > 1 else [1] * iters
@@ -189,7 +189,7 @@ def timed_loop(transport, send, recv, iters: int, barrier, fault, case: Case,
         barrier()
         if fault is not None:
             fault("timed", case)
-        if turns >= 0:
+        if turns >= 0 and calls == 1:
             t0 = clock()
             transport.allreduce(send, recv)  # host buffers: done when the call returns
             for _ in spin_range:  # the injected slowdown, inline: a call would cost more
