@@ -139,7 +139,7 @@ EOF
 mpiexec="$("$PYTHON" -c 'from perfsuite.launch.world import default_program; print(default_program("mpiexec"))')"
 aware_rc=0
 timeout -k 5 60 "$mpiexec" -n 1 "$PYTHON" -c '
-from perfsuite.transports.gpu import mpi_cuda_aware
+from perfsuite.transports.cuda_aware import mpi_cuda_aware
 aware, how = mpi_cuda_aware()
 print("CUDA-aware:", "yes" if aware else "no", f"({how})")' >"$out/cuda-aware.log" 2>&1 || aware_rc=$?
 cat "$out/cuda-aware.log"

@@ -2,11 +2,12 @@
 
 mpi4py hands the device pointer (``__cuda_array_interface__``) to MPI, which must know it is
 device memory; a non-CUDA-aware MPI would read it as host memory and crash, so the transport
-asks first (``gpu.mpi_cuda_aware``) and every rank reports "unavailable" together otherwise.
+asks first (``cuda_aware.mpi_cuda_aware``) and every rank reports "unavailable" together otherwise.
 """
 from __future__ import annotations
 
-from .gpu import GpuTransport, agree, mpi_cuda_aware
+from .cuda_aware import mpi_cuda_aware
+from .gpu import GpuTransport, agree
 
 
 class MpiCudaAllreduce(GpuTransport):

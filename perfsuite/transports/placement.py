@@ -57,42 +57,44 @@ def rank_visible_devices(local_rank: int, visible: str | None, gpu_count: int) -
     return ids[local_rank % len(ids)]
 
 
+def _narrow(env: MutableMapping[str, str], local_rank: int, gpu_count: Callable[[], int]) -> str | None:
+    """Leave this rank only its own GPU in ``env``, and let TF grow its memory there (TF and
+    CuPy/NCCL share the GPU: TF takes what it needs). Returns the value set, or None."""
+    env.setdefault(ALLOW_GROWTH, "true")
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    value = rank_visible_devices(local_rank, visible, 0 if visible is not None else gpu_count())
+    if value is not None:
+        env["CUDA_VISIBLE_DEVICES"] = value
+    return value
+
+
+def _nvml_count() -> int:
+    from .gpu import nvml_gpu_count
+
+    return nvml_gpu_count()[0]
+
+
 def place_rank(env: MutableMapping[str, str] | None = None,
-               gpu_count: Callable[[], int] | None = None) -> dict[str, str | None]:
+               gpu_count: Callable[[], int] = _nvml_count) -> dict[str, str | None]:
     """Narrow this device-transport rank's ``CUDA_VISIBLE_DEVICES`` to its GPU, before MPI or
     CUDA starts. Returns the facts a result keeps: the value and who chose it."""
     env = os.environ if env is None else env
-    env.setdefault(ALLOW_GROWTH, "true")  # TF and CuPy/NCCL share the GPU: TF takes what it needs
     found = local_rank_from_env(env)
     if found is None:
+        env.setdefault(ALLOW_GROWTH, "true")
         return {"cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
                 "gpu_chosen_by": "node rank after MPI_Init (the launcher set no local rank)"}
     local_rank, var = found
-    if gpu_count is None:
-        from .gpu import nvml_gpu_count
-
-        def gpu_count() -> int:
-            return nvml_gpu_count()[0]
-
-    value = rank_visible_devices(local_rank, env.get("CUDA_VISIBLE_DEVICES"),
-                                 0 if "CUDA_VISIBLE_DEVICES" in env else gpu_count())
-    if value is not None:
-        env["CUDA_VISIBLE_DEVICES"] = value
-    return {"cuda_visible_devices": value, "gpu_chosen_by": f"local rank {local_rank} from {var}"}
+    return {"cuda_visible_devices": _narrow(env, local_rank, gpu_count),
+            "gpu_chosen_by": f"local rank {local_rank} from {var}"}
 
 
 def pin_rank_gpu(comm) -> str | None:
     """Collective (node split): narrow CUDA_VISIBLE_DEVICES to this rank's GPU and let TF grow
     its memory. Must run before CUDA starts in this process, which then ignores both."""
-    from .gpu import node_rank, nvml_gpu_count
+    from .gpu import node_rank
 
-    os.environ.setdefault(ALLOW_GROWTH, "true")
-    local_rank, _ = node_rank(comm)
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    value = rank_visible_devices(local_rank, visible, 0 if visible is not None else nvml_gpu_count()[0])
-    if value is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = value
-    return value
+    return _narrow(os.environ, node_rank(comm)[0], _nvml_count)
 
 
 def hide_gpus_from_tf(tf) -> None:

@@ -91,40 +91,28 @@ LISTEN_PORTS_FROM = 20000
 EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 
 
-def ephemeral_range(path: str = EPHEMERAL_RANGE) -> tuple[int, int] | None:
-    """The ports the kernel gives outgoing connections (and ``bind`` to port 0), if it says."""
-    try:
-        with open(path) as f:
-            low, high = (int(v) for v in f.read().split())
-        return low, high
-    except (OSError, ValueError):
-        return None
-
-
 def listen_ports(n: int, host: str = LOOPBACK, path: str = EPHEMERAL_RANGE) -> list[int]:
     """n distinct ports free on ``host`` for servers to listen on, held open together while
-    chosen. Taken outside the ephemeral range where there is room: a client retrying a server
+    chosen. Taken below the ephemeral range where there is room: a client retrying a server
     that is not listening yet can be given an ephemeral port equal to the server's, connect to
     itself and hold it, and gRPC clients retry like that while the other ranks import TF."""
-    span = ephemeral_range(path)
-    outside = [] if span is None else \
-        [range(LISTEN_PORTS_FROM, span[0]), range(max(span[1] + 1, LISTEN_PORTS_FROM), 65536)]
+    try:
+        with open(path) as f:
+            below = range(LISTEN_PORTS_FROM, int(f.read().split()[0]))
+    except (OSError, ValueError, IndexError):
+        below = range(0)
     socks: list[socket.socket] = []
     try:
-        weights = [len(r) for r in outside]
-        for _ in range(64 * n if sum(weights) >= 64 * n else 0):
+        for port in random.sample(below, min(len(below), 64 * n)):
             if len(socks) == n:
                 break
-            port = random.choice(random.choices(outside, weights=weights)[0])
-            if any(s.getsockname()[1] == port for s in socks):
-                continue
             s = socket.socket()
             try:
                 s.bind((host, port))
                 socks.append(s)
             except OSError:
                 s.close()
-        while len(socks) < n:  # no room outside the range (or all taken): the kernel's choice
+        while len(socks) < n:  # no room below the range (or all taken): the kernel's choice
             s = socket.socket()
             s.bind((host, 0))
             socks.append(s)
@@ -192,6 +180,10 @@ def import_tf(legacy_keras: bool = False):
     return tf
 
 
+#: What TensorFlow's error says when its gRPC server cannot bind the port in ``TF_CONFIG``.
+GRPC_BIND_FAILED = "Could not start gRPC server"
+
+
 def multi_worker_strategy(tf: Any, implementation: str = "RING"):
     """MultiWorkerMirroredStrategy with the given collective implementation (RING = gRPC)."""
     exp = tf.distribute.experimental
@@ -206,9 +198,6 @@ def multi_worker_strategy(tf: Any, implementation: str = "RING"):
         raise PortInUse(f"{own_address()}: {GRPC_BIND_FAILED} (the port was taken after it was "
                         "checked); run again, or let the suite choose ports") from None
 
-
-#: What TensorFlow's error says when its gRPC server cannot bind the port in ``TF_CONFIG``.
-GRPC_BIND_FAILED = "Could not start gRPC server"
 
 
 def own_address() -> str:

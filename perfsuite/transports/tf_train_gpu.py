@@ -73,7 +73,6 @@ class DeviceTraining(TrainingTransport):
         if self.on_gpu:
             self.visible_devices = pin_rank_gpu(self.comm)
 
-
     def start(self, tf: Any) -> None:
         from . import load
         from .gpu import agree
