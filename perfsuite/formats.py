@@ -41,12 +41,30 @@ from .model import Case, Result, Sample, WorldSpec
 
 AB = "perfsuite-ab"
 DETECTION = "perfsuite-detection"
+NATIVE = "perfsuite-native-loop"  # the stamp of a cached native-loop build (launch/native.py)
 JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "perfsuite-run",
                                        "perfsuite-baseline", "perfsuite-dataset")
-VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 1, DATASET: 1, AB: 1, DETECTION: 1}
+#: BASELINE 2: each entry says which loop timed it ("timing"), so none is compared across loops.
+VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 2, DATASET: 1, AB: 1, DETECTION: 1, NATIVE: 1}
+
+#: Allreduce transports timed on the host: before BASELINE 2 every one ran the mpi4py loop.
+_V1_HOST_ALLREDUCE = ("mpi", "ring", "tf-grpc")
+
+
+def _baseline_1_to_2(d: dict) -> dict:
+    """Version 1 predates the native loop: its host allreduce entries were timed in Python."""
+    for case, metrics in (d.get("cases") or {}).items():
+        m = _LABEL.match(str(case))
+        if (m and m["benchmark"] == "allreduce" and m["transport"] in _V1_HOST_ALLREDUCE
+                and isinstance(metrics, dict)):
+            for entry in metrics.values():
+                if isinstance(entry, dict):
+                    entry.setdefault("timing", "python")
+    return d
+
 
 #: (format, old version) -> function turning such a dict into the next version's.
-MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {}
+MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {(BASELINE, 1): _baseline_1_to_2}
 
 RERUN = "re-run the suite with this perfsuite to regenerate it"
 REFRESH_BASELINE = ("re-record it with `perfsuite baseline update --from results.json` "
@@ -63,6 +81,7 @@ _HINTS = {
                f"it is older than this perfsuite reads; {REFRESH_BASELINE}"),
     DATASET: ("delete the folder and let the suite rewrite it",
               "delete the folder and let the suite rewrite it"),
+    NATIVE: ("delete its folder: the suite builds it again", "delete its folder: the suite builds it again"),
 }
 
 
@@ -141,6 +160,18 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
 
 def write_json(path: str | os.PathLike, data: dict) -> Path:
     return atomic_write(path, json.dumps(data, indent=1))
+
+
+def write_native_stamp(path: str | os.PathLike, body: dict) -> Path:
+    return write_json(path, stamp(NATIVE, body))
+
+
+def read_native_stamp(path: str | os.PathLike) -> dict:
+    try:
+        d = json.loads(Path(path).read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FormatError(f"{path}: not valid JSON ({exc})") from None
+    return check_format(d, NATIVE, str(path))
 
 
 def _probe_folder(folder: Path, what: str, value: str) -> None:

@@ -200,6 +200,12 @@ class Sample:
                    times_s=tuple(d.get("times_s", ())), info=dict(d.get("info", {})))
 
 
+def timing_of(info: dict[str, Any]) -> str:
+    """How a sample's calls were timed: "native" or "python" (host loops), a device timing
+    (batch, per-call, graph), or "" when not recorded."""
+    return str(info.get("timing") or "")
+
+
 #: Key in ``Sample.info`` holding per-metric round values of a sample pooled over rounds.
 ROUNDS_KEY = "round_values"
 
@@ -320,6 +326,7 @@ class Baseline:
     xfail: str | None = None
     recorded: str = ""  # ISO time the baseline was measured
     canary: tuple[float, ...] = ()  # the canary (us) of each round, when every round has one
+    timing: str = ""  # which loop or device timing measured it (timing_of); "" when not recorded
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"unit": self.unit, "higher_is_better": self.higher_is_better,
@@ -333,6 +340,8 @@ class Baseline:
             d["xfail"] = self.xfail
         if self.canary:
             d["canary_rounds"] = list(self.canary)
+        if self.timing:
+            d["timing"] = self.timing
         return d
 
     @classmethod
@@ -347,7 +356,8 @@ class Baseline:
                    n=int(summary.get("n") or 0),
                    tolerance=Tolerance.from_dict(tol) if tol is not None else None,
                    xfail=d.get("xfail") or None, recorded=str(d.get("recorded", "")),
-                   canary=tuple(float(x) for x in d.get("canary_rounds", ())))
+                   canary=tuple(float(x) for x in d.get("canary_rounds", ())),
+                   timing=str(d.get("timing") or ""))
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from . import stats
 from .errors import ConfigError
-from .model import VERDICT_ORDER, Baseline, Sample, Tolerance, Verdict
+from .model import VERDICT_ORDER, Baseline, Sample, Tolerance, Verdict, timing_of
 from .rounds import (DEFAULT_CANARY_SHIFT, ROUNDS_KEY, RoundsPolicy, modal_canary,  # noqa: F401
                      pool_by_case, pool_results, pool_rounds, precise_enough, round_canaries,
                      round_values, same_mode)
@@ -105,7 +105,8 @@ def baseline_from_sample(sample: Sample, metric: str, recorded: str = "",
                     higher_is_better=m.higher_is_better, value=stats.median(rounds),
                     rounds=tuple(rounds), samples=tuple(stats.thin(raw, MAX_BASELINE_SAMPLES)),
                     median=summary["median"], iqr=summary["iqr"], mad=summary["mad"], n=int(summary["n"]),
-                    tolerance=tolerance, xfail=xfail, recorded=recorded)
+                    tolerance=tolerance, xfail=xfail, recorded=recorded,
+                    timing=timing_of(sample.info))
 
 
 # --- verdicts ---------------------------------------------------------------------------------
@@ -204,6 +205,15 @@ def verdict(case: str, metric: str, sample: Sample | None, baseline: Baseline | 
         raise ConfigError(f"{case} {metric}: baseline is in {baseline.unit!r} "
                           f"({_direction(baseline.higher_is_better)}), the result in {m.unit!r} "
                           f"({_direction(m.higher_is_better)}); update the baseline")
+    timing = timing_of(sample.info)
+    if baseline.timing and timing and baseline.timing != timing:
+        # The native loop and the mpi4py loop differ by ~1.5 us a call: the change is the loop's.
+        return Verdict(case, metric, "unknown", m.unit, m.higher_is_better, value=m.value,
+                       baseline=baseline.value, system=system, xfail=xfail,
+                       note=f"{case} {_short(metric)}: the baseline was timed by {baseline.timing}, "
+                            f"this run by {timing}; no verdict across timings (re-record the "
+                            f"baseline, or time this run by {baseline.timing}: --host-timing / "
+                            "--device-timing)")
     # Rounds are compared within one machine mode: across modes the change is the machine's.
     new_rounds, base_rounds, across = in_mode(sample, metric, baseline, canary_shift)
     other_mode = len(round_values(sample, metric)) - len(new_rounds)

@@ -15,6 +15,7 @@ from . import bench, fingerprint, regress, transports
 from .bench import Selection
 from .errors import ConfigError, LaunchError, PerfsuiteError, PortInUse, RankFailure, Unavailable
 from .formats import SuiteRun, WorldOutcome
+from .launch import native
 from .launch.environment import free_ports, prepared
 from .launch.launchers import LaunchConfig
 from .launch.world import run_world
@@ -81,6 +82,8 @@ def preflight(specs: Sequence[WorldSpec], cfg: SuiteConfig) -> None:
         world.resolve(cfg.launch, named=True)
     available, cores = fingerprint.memory_bytes("MemAvailable"), _cores()
     for spec in specs:
+        if _transport(spec).native:
+            native_options({**cfg.options, **spec.options})
         launchers.check_fits(cfg.launch, spec.world_size, cores)
         here = launchers.local_ranks(cfg.launch, spec.world_size)
         biggest = max((c.size_bytes or 0 for c in spec.cases), default=0)
@@ -92,6 +95,19 @@ def preflight(specs: Sequence[WorldSpec], cfg: SuiteConfig) -> None:
             raise ConfigError(f"size {format_size(biggest)} needs about {need / 2**30:.1f} GiB on this host "
                               f"({here or 1} rank(s) x {HOST_BUFFERS} buffers) and {available / 2**30:.1f} GiB "
                               f"is available; choose sizes up to {format_size(1 << (fits.bit_length() - 1))}")
+
+
+def native_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The native loop's facts for a world's ranks (built on first use), unless the mpi4py
+    loop was asked for; with ``host_timing native`` a loop that cannot be had is bad input."""
+    timing = options.get("host_timing", "auto")
+    if timing == "python":
+        return {}
+    built = native.build()
+    if built.why and timing == "native":
+        raise ConfigError(f"host timing native: {built.why}; use --host-timing auto to fall back "
+                          "to the mpi4py loop")
+    return built.job_options()
 
 
 def run_one(spec: WorldSpec, cfg: SuiteConfig) -> WorldOutcome:
@@ -125,6 +141,8 @@ class Rounds:
         reason = _transport(spec).unavailable_reason()
         if reason:
             self.skipped = reason
+        elif _transport(spec).native and "native_loop" not in self.spec.options:
+            self.spec = replace(self.spec, options={**self.spec.options, **native_options(self.spec.options)})
 
     def pooled(self) -> Result:
         return regress.pool_results(self.results, self.policy.max_contention)

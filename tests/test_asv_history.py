@@ -27,7 +27,7 @@ from perfsuite.model import Case, Metric
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
-ENTRY = "allreduce.Allreduce.track_inv_busbw('mpi', 2, '1MiB', 'float32')"
+ENTRY = "allreduce.Allreduce.track_inv_busbw('mpi', 2, '1MiB', 'float32', 'python')"
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -118,7 +118,12 @@ def test_recorder_and_asv_discovery_describe_the_same_benchmarks():
         theirs = found[layout.name(m)]
         for key in ("name", "type", "unit", "version", "param_names", "params"):
             assert ours[key] == getattr(theirs, key), key
-    assert all(layout.param_ids(c) in set(itertools.product(*ids)) for c in cases)
+    combos = set(itertools.product(*ids))
+    assert all(set(layout.all_ids(c)) <= combos for c in cases)
+    # A measured mpi case is recorded under the loop that timed it, which asv's params hold.
+    mpi = next(c for c in cases if c.transport == "mpi")
+    assert layout.param_ids(mpi, {"timing": "native"}) in combos
+    assert layout.param_ids(mpi, {})[-1] == "'python'"  # recorded before timings were: Python's
 
 
 def test_asv_benchmarks_follow_the_perfsuite_options_from_the_environment():
@@ -244,9 +249,9 @@ def test_runners_merge_and_concurrent_recorders_lose_nothing(tmp_path):
     stats = res.get_result_stats(name, params)
     combos = [tuple(c) for c in itertools.product(*params)]
     repeat = {c: (s or {}).get("repeat") for c, s in zip(combos, stats)}
-    assert repeat[("'mpi'", "2", "'1MiB'", "'float32'")] == 30 + 20  # pooled, nothing lost
-    assert repeat[("'mpi'", "2", "'4B'", "'float32'")] == 30
-    assert repeat[("'ring'", "2", "'1MiB'", "'float32'")] == 25
+    assert repeat[("'mpi'", "2", "'1MiB'", "'float32'", "'python'")] == 30 + 20  # pooled, nothing lost
+    assert repeat[("'mpi'", "2", "'4B'", "'float32'", "'python'")] == 30
+    assert repeat[("'ring'", "2", "'1MiB'", "'float32'", "'python'")] == 25
     assert not list(tmp_path.glob(".recording-*"))
 
 
@@ -309,8 +314,11 @@ def test_run_asv_on_two_commits_publishes_both_points(measured_site):
     index = json.loads((html / "index.json").read_text())
     revs = {v: int(k) for k, v in index["revision_to_hash"].items()}
     bench = index["benchmarks"]["allreduce.Allreduce.track_inv_busbw"]
+    from perfsuite.launch import native
+
+    loop = "'python'" if native.build().why else "'native'"  # the loop that timed the runs
     j = [tuple(c) for c in itertools.product(*bench["params"])].index(
-        ("'mpi'", "2", "'1MiB'", "'float32'"))
+        ("'mpi'", "2", "'1MiB'", "'float32'", loop))
     (graph,) = [p for p in html.glob("graphs/**/allreduce.Allreduce.track_inv_busbw.json")
                 if "summary" not in p.parts]
     points = {rev: values[j] for rev, values in json.loads(graph.read_text())}

@@ -6,7 +6,7 @@ must fail naming the cases; a clean rerun must pass. Once through the CLI, once 
 The machine these run on is shared, and a world can run at half speed when a neighbour takes a
 core, so the tests use what docs/baselines.md recommends there: several rounds per world (a median of
 rounds ignores one contended round; 5 against 5 is the fewest that bound a 99% interval of the
-change, fewer can only say UNKNOWN) and a slowdown (x41) far beyond a wide tolerance, so that
+change, fewer can only say UNKNOWN) and a slowdown (x61) far beyond a wide tolerance, so that
 they prove the plumbing without depending on how quiet the machine is. The tolerance is wide
 because a neighbour can hold a core for all three rounds of a world: clean reruns here read
 4 B latency up to +111% and 1 MiB latency up to +266% against their own baseline. For the
@@ -28,14 +28,14 @@ import pytest
 pytestmark = pytest.mark.world
 
 REPO = Path(__file__).resolve().parents[1]
-# The timed call lasts 41x as long. busbw may fall 75% and latency rise 300% (4x) before a
-# clean rerun counts as a regression, and this machine's speed swings by 2-3x between
-# spells of minutes (an 11x slowdown read as 5.2x against a baseline from a slow spell), so
-# the slowdown stays beyond the tolerance even against a baseline 3x slower than the
-# candidate's spell: 41 / 3 = 13.7x, against 4x.
-SLOWDOWN = "40.0"
-TOLERANCE = "-0.75:3.0"
-# Few calls per size keep a 41x slowed 1 MiB round under a second; the gate judges rounds,
+# The timed call lasts 61x as long. busbw may fall 90% and latency rise 900% (10x) before a
+# clean rerun counts as a regression: this machine's speed swings between spells of minutes,
+# and timed by the native loop a 4 B call takes 0.26 us in a fast spell and 1.06 us in a slow
+# one (4x; the mpi4py loop's own ~0.6 us hid most of that). The slowdown stays beyond the
+# tolerance even against a baseline 4x slower than the candidate's spell: 61 / 4 = 15x.
+SLOWDOWN = "60.0"
+TOLERANCE = "-0.9:9.0"
+# Few calls per size keep a 61x slowed 1 MiB round under a second; the gate judges rounds,
 # not calls, so this changes nothing it checks.
 ITERS = ["--iters", "20"]
 CLEAN_TRIES = 3
@@ -87,7 +87,7 @@ def test_cli_gate_fails_a_slowdown_and_passes_a_clean_rerun(tmp_path):
     assert slow.returncode == 1, slow.stdout + slow.stderr
     for case in ("allreduce[mpi-n2-4B]", "allreduce[mpi-n2-1MiB]"):
         assert f"REGRESSION: {case} " in slow.stdout, slow.stdout
-    assert "on e2e-box: " in slow.stdout and "tolerance -75%/+300%" in slow.stdout
+    assert "on e2e-box: " in slow.stdout and "tolerance -90%/+900%" in slow.stdout
 
     clean = until_clean(lambda: cli("run", *WORLD, *GATE, "--compare", "--baseline-dir", str(base),
                                     cwd=tmp_path))

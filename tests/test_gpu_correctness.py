@@ -26,6 +26,7 @@ from perfsuite.kernels.allreduce import (busbw_factor, calls_per_sample, summari
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import default_program, run_command
 from perfsuite.model import Case, Result
+from perfsuite.rounds import RoundsPolicy
 from perfsuite.transports import cuda_aware, gpu, nccl, placement, tf_train, tf_train_gpu
 from test_tf_gpu_training import FakeCupyNccl, FakeMpiComm, install_fake_cupy, train_one_step
 
@@ -394,7 +395,9 @@ def run_gpu_world(monkeypatch, transport, n, sizes, **opts):
     monkeypatch.setitem(transports.REGISTRY, transport, dataclasses.replace(spec, check=lambda: None))
     (world,) = suite.plan(allreduce_cases([transport], [n], sizes),
                           {"array_module": "numpy", "copy_bytes": 1 << 20, **opts})
-    return suite.run_one(world, suite.SuiteConfig(launch=LaunchConfig(), timeout=90))
+    # The batching mechanics, not the contention rules: a busy machine must not add rounds.
+    return suite.run_one(world, suite.SuiteConfig(launch=LaunchConfig(), timeout=90,
+                                                  rounds=RoundsPolicy(max_contention=None, retries=0)))
 
 
 @pytest.mark.world

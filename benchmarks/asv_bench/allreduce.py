@@ -5,7 +5,8 @@ The parameters come from the pytest suite's case matrix (``perfsuite.suite.selec
 PERFSUITE_ASV_SIZES=4,1MiB PERFSUITE_ASV_TRANSPORTS=mpi,ring). ``setup_cache`` starts each world
 (one per transport and world size) once through ``perfsuite.suite.run_one``; every ``track_*``
 then reads its number from that cache. Numbers are lower-is-better for asv: latency in seconds
-and 1/busbw in s/GB (see perfsuite.asv.layout).
+and 1/busbw in s/GB (see perfsuite.asv.layout). ``timing`` is the loop that timed a case
+(native or python on the host, a device timing on a GPU): only the one measured has a number.
 """
 from perfsuite import bench
 from perfsuite.asv import bench as asv_bench
@@ -25,15 +26,15 @@ class Allreduce:
 
     setup_cache.timeout = asv_bench.bench_timeout(CASES)
 
-    def setup(self, cache, transport, world_size, size, dtype):
-        asv_bench.check_case(cache, "allreduce", transport, world_size, size, dtype)
+    def setup(self, cache, transport, world_size, size, dtype, timing):
+        asv_bench.check_case(cache, "allreduce", transport, world_size, size, dtype, timing)
 
-    def track_latency(self, cache, transport, world_size, size, dtype):
-        return asv_bench.tracked(cache, "track_latency", transport, world_size, size, dtype)
+    def track_latency(self, cache, transport, world_size, size, dtype, timing):
+        return asv_bench.tracked(cache, "track_latency", transport, world_size, size, dtype, timing)
 
     track_latency.unit = "seconds"
 
-    def track_inv_busbw(self, cache, transport, world_size, size, dtype):
-        return asv_bench.tracked(cache, "track_inv_busbw", transport, world_size, size, dtype)
+    def track_inv_busbw(self, cache, transport, world_size, size, dtype, timing):
+        return asv_bench.tracked(cache, "track_inv_busbw", transport, world_size, size, dtype, timing)
 
     track_inv_busbw.unit = "s/GB (1/busbw)"

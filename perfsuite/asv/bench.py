@@ -58,12 +58,13 @@ def measure(cases: list[Case], environ: Mapping[str, str] | None = None) -> dict
         outcome = suite.run_one(spec, cfg)
         for case in spec.cases:
             layout = bench.asv_layout(case.benchmark)
-            ids = layout.param_ids(case)
             sample = outcome.sample_for(case)
-            if outcome.skipped:
-                cache["skipped"][ids] = f"{case.transport}: {outcome.skipped}"
-            elif sample is None:
-                cache["failed"][ids] = f"{case.name}: {outcome.failure or 'no result'}"
+            ids = layout.param_ids(case, sample.info if sample is not None else None)
+            if outcome.skipped or sample is None:
+                why = (f"{case.transport}: {outcome.skipped}" if outcome.skipped
+                       else f"{case.name}: {outcome.failure or 'no result'}")
+                for each in layout.all_ids(case):  # whichever loop would have timed it
+                    cache["skipped" if outcome.skipped else "failed"][each] = why
             elif not sample.valid:
                 cache["failed"][ids] = f"{case.name}: wrong result (validation failed)"
             else:
@@ -76,10 +77,14 @@ def measure(cases: list[Case], environ: Mapping[str, str] | None = None) -> dict
 
 
 def check_case(cache: Mapping[str, Any], benchmark: str, *values: Any) -> None:
-    """For asv's ``setup``: a skipped transport raises NotImplementedError (asv: skipped)."""
+    """For asv's ``setup``: a skipped transport, or a combination nothing was measured with,
+    raises NotImplementedError (asv: skipped)."""
     ids = tuple(repr(v) for v in values)
     if ids in cache["skipped"]:
         raise NotImplementedError(cache["skipped"][ids])
+    if ids not in cache["failed"] and not any(k[1] == ids for k in cache["values"]):
+        # Another timing of a measured case (the loop that timed it has the number): n/a.
+        raise NotImplementedError(f"{ids}: not measured with these parameters")
 
 
 def tracked(cache: Mapping[str, Any], method: str, *values: Any) -> float:

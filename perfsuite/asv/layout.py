@@ -9,6 +9,7 @@ s/img). A 15% busbw drop is then a +17.6% step up, which asv shows as a regressi
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -65,31 +66,53 @@ def generic_metric(metric: Metric) -> AsvMetric:
 
 
 @dataclass(frozen=True)
+class MeasuredAxis:
+    """An asv axis known only once a case is measured, read from its ``Sample.info`` (e.g. which
+    loop timed it), so numbers measured differently get graph lines of their own."""
+
+    read: Callable[[dict], Any]  # the value from a sample's info
+    choices: Callable[[Case], tuple]  # every value a case may take (asv's params before measuring)
+
+
+@dataclass(frozen=True)
 class AsvLayout:
     """How one benchmark's cases appear in asv: ``<module>.<suite>.<method>(param, ...)``."""
 
     benchmark: str
     module: str  # file name in the asv benchmark dir, e.g. 'allreduce'
     suite: str  # class name, e.g. 'Allreduce'
-    axes: tuple[str, ...]  # asv param_names
-    values: Callable[[Case], tuple]  # a case's python values along the axes
+    axes: tuple[str, ...]  # asv param_names: the case's axes, then the measured ones
+    values: Callable[[Case], tuple]  # a case's python values along its own axes
     metrics: tuple[AsvMetric, ...] = ()
     version: str = "1"  # bump when a recorded number changes meaning; asv drops other versions
     sort_keys: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+    measured: tuple[MeasuredAxis, ...] = ()  # the last len(measured) axes
 
     def name(self, m: AsvMetric) -> str:
         return f"{self.module}.{self.suite}.{m.method}"
 
-    def param_ids(self, case: Case) -> tuple[str, ...]:
-        """asv's parameter ids are ``repr`` of the values (asv_runner ``_unique_param_ids``)."""
-        return tuple(repr(v) for v in self.values(case))
+    def param_ids(self, case: Case, info: dict | None = None) -> tuple[str, ...]:
+        """asv's parameter ids are ``repr`` of the values (asv_runner ``_unique_param_ids``);
+        the measured axes' values come from the sample's ``info``."""
+        got = (*self.values(case), *(a.read(info or {}) for a in self.measured))
+        return tuple(repr(v) for v in got)
+
+    def all_ids(self, case: Case) -> list[tuple[str, ...]]:
+        """Every id ``case`` may be recorded under (one per choice of the measured axes)."""
+        own = tuple(repr(v) for v in self.values(case))
+        return [own + tuple(repr(v) for v in rest)
+                for rest in itertools.product(*(a.choices(case) for a in self.measured))]
 
     def params(self, cases: Iterable[Case]) -> list[list[Any]]:
         """asv ``params``: per axis, the values the cases take, in matrix order."""
         axes: list[dict[Any, None]] = [{} for _ in self.axes]
         for c in cases:
-            for seen, v in zip(axes, self.values(c)):
+            own = self.values(c)
+            for seen, v in zip(axes, own):
                 seen.setdefault(v, None)
+            for seen, a in zip(axes[len(own):], self.measured):
+                for v in a.choices(c):
+                    seen.setdefault(v, None)
         return [list(seen) for seen in axes]
 
     def metric(self, method: str) -> AsvMetric | None:

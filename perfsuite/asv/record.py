@@ -227,7 +227,7 @@ def record(samples: Iterable[Sample], to: RecordTarget, fp: Mapping[str, Any] | 
             if not values:
                 continue
             _, _, per = grouped.setdefault(layout.name(m), (layout, m, {}))
-            per.setdefault(layout.param_ids(s.case), []).extend(values)
+            per.setdefault(layout.param_ids(s.case, s.info), []).extend(values)
 
     with results_lock(project.results_dir, to.lock_timeout):
         bench_path, existing, results = _read_store(project.results_dir, fp, machine, commit, date,

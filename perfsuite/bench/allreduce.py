@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..asv.layout import AsvLayout, AsvMetric
+from ..asv.layout import AsvLayout, AsvMetric, MeasuredAxis
 from ..errors import ConfigError
-from ..model import DTYPES, Case, Opt, Result, Sample, format_size, parse_names, parse_size, split_list
+from ..model import (DTYPES, Case, Opt, Result, Sample, format_size, parse_names, parse_size, split_list,
+                     timing_of)
 from . import BenchmarkSpec, Selection, heading, register
 
 DEFAULT_SIZES = "4:64MiB"
@@ -117,9 +118,10 @@ def table(result: Result) -> str:
             f"{i['busbw_GBps']:>12.3f} {'OK' if s.valid else 'WRONG':>12}"
             + (f" {i.get('busbw_of_copy', float('nan')):>12.3f}" if of_copy else ""))
     first = result.samples[0].info if result.samples else {}
-    if first.get("clock", "host") != "host" or first.get("timing", "per-call") != "per-call":
-        lines.append(f"# timed by {first.get('clock', 'host')}, {first.get('timing')}: "
-                     f"{first.get('calls_per_sample', 1)} call(s) per sample, its mean per call")
+    line = timing_line(first, {timing_of(s.info) for s in result.samples})
+    note = (extra.get("transport_facts") or {}).get("native_note")
+    if line:
+        lines.append(f"{line}; {note}" if note else line)
     if result.world_size == 1:
         lines.append("# busbw is 0 at world size 1, as in nccl-tests: no byte crosses a bus; "
                      "latency and algbw time the call itself")
@@ -133,6 +135,24 @@ def table(result: Result) -> str:
         lines.append(f"# host memory-copy bandwidth {copy:.2f} GB/s; busbw at "
                      f"{format_size(last['size_bytes'])} is {last['busbw_GBps'] / copy:.2f} of it")
     return "\n".join(lines)
+
+
+def timing_line(first: dict, timings: set[str]) -> str:
+    """Which loop or clock timed the calls, and why not the native loop where it was wanted."""
+    timing = timing_of(first)
+    if first.get("clock", "host") != "host" or timing not in ("python", "native", ""):
+        return (f"# timed by {first.get('clock', 'host')}, {first.get('timing')}: "
+                f"{first.get('calls_per_sample', 1)} call(s) per sample, its mean per call")
+    if not timing:
+        return ""
+    if timings == {"native"}:
+        return "# timing: native (each barrier-separated call timed by a C loop, not by Python)"
+    why = first.get("timing_why")
+    head = "# timing: python (each barrier-separated call timed by the kernel's mpi4py loop)"
+    if "native" in timings:  # sizes too big for MPI's int count fall back one by one
+        return ("# timing: native (each barrier-separated call timed by a C loop), but sizes over "
+                "2^31 elements by the mpi4py loop (MPI's count is an int)")
+    return f"{head}; not native: {why}" if why else head
 
 
 def omb_table(result: Result) -> str:
@@ -157,15 +177,45 @@ def parse_device_timing(text: str) -> str:
     return text
 
 
+#: How host transports' calls are timed (option ``host_timing``); only ``mpi`` has a native loop.
+HOST_TIMINGS = ("auto", "native", "python")
+
+
+def parse_host_timing(text: str) -> str:
+    if text not in HOST_TIMINGS:
+        raise ConfigError(f"host timing {text!r} is unknown; choose from {', '.join(HOST_TIMINGS)}")
+    return text
+
+
 def _asv_values(case: Case) -> tuple:
     return (case.transport, case.world_size, format_size(case.size_bytes or 0), case.dtype)
 
 
+def _timings(case: Case) -> tuple:
+    """The timings a case may be measured with: its loops on the host, or a device timing."""
+    from ..transports import REGISTRY
+    from ..transports.base import TIMINGS
+
+    spec = REGISTRY.get(case.transport)
+    if spec is not None and spec.device != "host":
+        return TIMINGS
+    return ("native", "python") if spec is not None and spec.native else ("python",)
+
+
+def _asv_timing(info: dict) -> str:
+    """Samples from before timings were recorded: host loops were Python's, devices per call."""
+    return timing_of(info) or ("python" if info.get("clock", "host") == "host" else "per-call")
+
+
+# Version 2 adds the timing axis: the native and the mpi4py loop draw separate lines, so a
+# fallback from one to the other is never read as a step.
 ASV = AsvLayout(
-    "allreduce", "allreduce", "Allreduce", ("transport", "world_size", "size", "dtype"), _asv_values,
+    "allreduce", "allreduce", "Allreduce", ("transport", "world_size", "size", "dtype", "timing"),
+    _asv_values,
     (AsvMetric("track_latency", "latency_us", "seconds", scale=1e-6),
      AsvMetric("track_inv_busbw", "busbw_GBps", "s/GB (1/busbw)", inverse=True)),
-    version="perfsuite-allreduce-1", sort_keys={"size": parse_size})
+    version="perfsuite-allreduce-2", sort_keys={"size": parse_size},
+    measured=(MeasuredAxis(_asv_timing, _timings),))
 
 OPTIONS = (
     Opt("sizes", DEFAULT_SIZES, "message sizes: 4,1024,1MiB or a range MIN:MAX[:FACTOR] (default x4)",
@@ -177,6 +227,10 @@ OPTIONS = (
     Opt("device-timing", "batch", "how GPU transports' calls are timed: batch (nccl-tests: a batch of "
         "calls between one pair of CUDA events, a sample is its mean), per-call, or graph (the batch "
         "as one CUDA graph; nccl only)", metavar="MODE", parse=parse_device_timing, knob="device_timing"),
+    Opt("host-timing", "auto", "how the mpi transport's calls are timed: auto (the native C loop, "
+        "built with the MPI's mpicc on first use, else the mpi4py loop with the reason), native "
+        "(refuse to run without it) or python (the mpi4py loop)", metavar="LOOP",
+        parse=parse_host_timing, knob="host_timing"),
     Opt("no-validate", False, "skip checking each result against the exact expected sum", kind="flag",
         parse=lambda flag: not flag, knob="validate"),
 )

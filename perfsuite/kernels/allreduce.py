@@ -57,7 +57,7 @@ def calls_per_sample(transport, iters: int) -> int:
     """Calls timed together per sample: 1 for host transports and ``per-call`` timing, else
     the timed calls cut into about ``DEVICE_SAMPLES`` batches (a batch is what nccl-tests times;
     several give the verdicts a spread)."""
-    if getattr(transport, "timing", "per-call") == "per-call":
+    if getattr(transport, "timing", "python") in ("per-call", "python", "native"):
         return 1
     return max(1, iters // DEVICE_SAMPLES)
 
@@ -180,7 +180,14 @@ def timed_loop(transport, send, recv, iters: int, barrier, fault, case: Case,
     barrier, or with ``batch`` > 1, batches of calls issued back to back after a barrier (one
     value per batch: its mean). With ``spinner``, every call takes the injected fraction
     longer: ``turns`` inline turns inside the timed region for host calls timed one by one, a
-    measured spin after the call (or batch) otherwise."""
+    measured spin after the call (or batch) otherwise. A transport whose ``native`` loop fits
+    the buffers runs the same loop in C (one Python call for all ``iters``); the fault switch
+    then acts where the loop starts, as the Python loop's first iteration would."""
+    native = getattr(transport, "native", None)
+    if native is not None and batch == 1 and native.fits(recv):
+        if fault is not None:
+            fault("timed", case)
+        return native.loop(send, recv, iters, turns)
     clock = time.perf_counter
     spin_range = range(max(turns, 0))
     counts = [min(batch, iters - i) for i in range(0, iters, batch)] if batch > 1 else [1] * iters
@@ -249,7 +256,7 @@ def run(ctx: RankContext) -> dict:
     inplace = bool(ctx.options.get("inplace", False))
     validate = bool(ctx.options.get("validate", True))
     slow = slowdown_fraction()
-    spinner = spin(slow)
+    spinner = spin(slow, getattr(transport, "native", None))
     barrier = comm.Barrier
     # Skip the call in the timed loop when no fault is set.
     fault = ctx.fault if getattr(ctx.fault, "active", True) else None
@@ -308,8 +315,10 @@ def run(ctx: RankContext) -> dict:
         ok = all(checked)
         gathered = comm.gather((times, machine), root=0)
         if ctx.is_root:
-            timing = {"timing": getattr(transport, "timing", "per-call"),
+            timing = {"timing": timing_of(transport, recv),
                       "clock": getattr(transport, "clock", "host"), "calls_per_sample": batch}
+            if timing["timing"] == "python" and getattr(transport, "timing_why", None):
+                timing["timing_why"] = transport.timing_why
             if validate:
                 timing.update(valid_timed=bool(checked[0]), valid_fresh=bool(checked[1]))
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1), ok, iters, warmup,
@@ -326,6 +335,14 @@ def run(ctx: RankContext) -> dict:
     comm.Barrier()
     transport.close()  # after the barrier: no rank is still inside a call
     return extra
+
+
+def timing_of(transport, recv) -> str:
+    """How this buffer's calls were timed: the transport's own timing, but "python" where its
+    native loop cannot take the buffer (timed_loop falls back)."""
+    timing = getattr(transport, "timing", "python")
+    native = getattr(transport, "native", None)
+    return "python" if timing == "native" and (native is None or not native.fits(recv)) else timing
 
 
 def same(got: np.ndarray, want: np.ndarray, corrupt: bool = False) -> bool:

@@ -141,12 +141,36 @@ class Spin:
         return self._timed(self.turns(dt, self.fixed))
 
 
+class NativeSpin(Spin):
+    """The injected spin of the native loop: turns of its C loop, calibrated in C."""
+
+    def __init__(self, fraction: float, native):
+        self.native = native
+        super().__init__(fraction)
+
+    def _calibrate(self) -> tuple[float, float, float]:
+        def median(turns: int, repeats: int) -> float:
+            got = sorted(self.native.spin_seconds(turns) for _ in range(repeats))
+            return got[len(got) // 2]
+
+        median(0, 200)
+        fixed, many = median(0, 2001), 1_000_000
+        # Inside the C loop's timed region a turn costs only itself: nothing fixed to subtract.
+        return max((median(many, 51) - fixed) / many, 1e-12), fixed, 0.0
+
+    def _timed(self, turns: int) -> float:
+        return self.native.spin_seconds(turns)
+
+
 def spin_turns(turns: int) -> None:
     for _ in range(turns):
         pass
 
 
-def spin(fraction: float | None = None) -> Spin | None:
-    """The calibrated spin ``PERFSUITE_INJECT_SLOWDOWN`` asks for, or None when it is off."""
+def spin(fraction: float | None = None, native=None) -> Spin | None:
+    """The calibrated spin ``PERFSUITE_INJECT_SLOWDOWN`` asks for, or None when it is off;
+    with ``native`` (a transport's NativeLoop), the spin of its C loop."""
     f = slowdown_fraction() if fraction is None else fraction
-    return Spin(f) if f > 0 else None
+    if f <= 0:
+        return None
+    return NativeSpin(f, native) if native is not None else Spin(f)

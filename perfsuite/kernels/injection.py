@@ -15,7 +15,7 @@ from ..model import DTYPES
 from ..transports import load as load_transport
 from .allreduce import default_iters, injected_turns, pattern, summarize, timed_loop, world_max
 from .context import RankContext
-from .faults import Spin
+from .faults import NativeSpin, Spin
 
 BLOCKS = 10
 
@@ -23,7 +23,9 @@ BLOCKS = 10
 def run(ctx: RankContext) -> dict:
     comm = ctx.comm
     transport = load_transport(ctx.transport)(comm, ctx.options)
-    spinner = Spin(float(ctx.options["fraction"]))
+    native = getattr(transport, "native", None)
+    fraction = float(ctx.options["fraction"])
+    spinner = NativeSpin(fraction, native) if native is not None else Spin(fraction)
     blocks = int(ctx.options.get("blocks") or BLOCKS)
     for case in ctx.cases:
         count = (case.size_bytes or 0) // DTYPES[case.dtype]

@@ -39,6 +39,7 @@ class TransportSpec:
     device: str = "host"  # host | gpu
     check: Callable[[], str | None] = field(default=need_mpi4py, compare=False)
     needs_ports: bool = False  # the launching side fills options["ports"]: one free port per rank
+    native: bool = False  # the launching side builds the native timed loop (launch/native.py)
 
     def unavailable_reason(self) -> str | None:
         if self.module is None:
@@ -82,8 +83,8 @@ def load(name: str, benchmark: str = "allreduce"):
     return getattr(importlib.import_module(mod), attr)
 
 
-register(TransportSpec("mpi", "mpi4py Allreduce on host (numpy) buffers", ("allreduce",),
-                       "perfsuite.transports.mpi:MpiAllreduce"))
+register(TransportSpec("mpi", "MPI_Allreduce on host (numpy) buffers, timed by a C loop", ("allreduce",),
+                       "perfsuite.transports.mpi:MpiAllreduce", native=True))
 register(TransportSpec("ring", "Baidu ring allreduce: reduce-scatter + allgather over MPI Sendrecv",
                        ("allreduce",), "perfsuite.transports.ring:RingAllreduce"))
 for _proto in ("verbs", "mpi", "gdr"):

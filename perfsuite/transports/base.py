@@ -26,7 +26,10 @@ class AllreduceTransport:
 
     name = "base"
     xp: Any = np  # the array module of this transport's buffers
-    timing = "per-call"  # see TIMINGS; host transports time each barrier-separated call
+    # Device transports: one of TIMINGS. Host transports time each barrier-separated call in a
+    # loop: "python" (the kernel's mpi4py loop) or "native" (``native``'s C loop, ``mpi`` only).
+    timing = "python"
+    native = None  # transports/native.NativeLoop when the C loop times this transport's calls
     clock = "host"  # what reads the time: the host clock, or CUDA events on the device
 
     _clock = staticmethod(time.perf_counter)
