@@ -55,27 +55,44 @@ def run_summary(run: SuiteRun) -> str:
 
 
 def overhead_table(rep: Any) -> str:
-    """``perfsuite overhead``: the suite's loop beside the C loop and the plain mpi4py loop."""
-    lines = [f"# harness overhead: perfsuite mpi loop vs the same MPI_Allreduce loop in C, "
-             f"world_size={rep.world_size}, p50 of the slowest rank per iteration",
-             "# C: the loop in C; mpi4py: the same loop as a plain Python script (the binding's cost);"
-             " suite: perfsuite's kernel; diff = suite - C",
-             f"#{'size':>11} {'C(us)':>10} {'mpi4py(us)':>11} {'suite(us)':>10} {'diff(us)':>10} "
-             f"{'C busbw':>10} {'suite busbw':>12} {'ratio':>7}"]
+    """``perfsuite overhead``: the native and mpi4py loops beside the C program, with deltas."""
+    lines = [f"# harness overhead: the mpi transport's native loop and mpi4py loop vs the same "
+             f"MPI_Allreduce loop as a C program, world_size={rep.world_size}, {rep.rounds} "
+             "interleaved round(s)",
+             "# p50 of the slowest rank per iteration, median over rounds; +us and x are against C",
+             f"#{'size':>11} {'C(us)':>10} {'native(us)':>11} {'mpi4py(us)':>11} {'native+us':>10} "
+             f"{'native x':>9} {'mpi4py+us':>10} {'mpi4py x':>9} {'C busbw':>9} {'nat busbw':>10} "
+             f"{'busbw x':>8}"]
+
+    def cell(d: dict, key: str, width: int, fmt: str) -> str:
+        return f"{format(d[key], fmt):>{width}}" if key in d else f"{'-':>{width}}"
+
     for r in rep.rows:
-        plain = f"{r['plain_p50_us']:>11.2f}" if "plain_p50_us" in r else f"{'-':>11}"
-        if "c_p50_us" in r:
-            lines.append(f"{r['size_bytes']:>12} {r['c_p50_us']:>10.2f} {plain} {r['suite_p50_us']:>10.2f} "
-                         f"{r['overhead_us']:>10.2f} {r['c_busbw_GBps']:>10.3f} {r['suite_busbw_GBps']:>12.3f} "
-                         f"{r['busbw_ratio']:>7.3f}")
-        else:
-            lines.append(f"{r['size_bytes']:>12} {'-':>10} {plain} {r['suite_p50_us']:>10.2f}")
+        p, b = r["p50_us"], r["busbw_GBps"]
+        c = p.get("c")
+        delta = {k: p[k] - c for k in ("native", "python") if c is not None and k in p}
+        ratio = {k: p[k] / c for k in ("native", "python") if c and k in p}
+        bx = {"x": b["native"] / b["c"]} if b.get("c") and "native" in b else {}
+        lines.append(f"{r['size_bytes']:>12} {cell(p, 'c', 10, '.2f')} {cell(p, 'native', 11, '.2f')} "
+                     f"{cell(p, 'python', 11, '.2f')} {cell(delta, 'native', 10, '+.2f')} "
+                     f"{cell(ratio, 'native', 9, '.3f')} {cell(delta, 'python', 10, '+.2f')} "
+                     f"{cell(ratio, 'python', 9, '.3f')} {cell(b, 'c', 9, '.3f')} "
+                     f"{cell(b, 'native', 10, '.3f')} {cell(bx, 'x', 8, '.3f')}")
+    for r in rep.rows:
+        lo_hi = ", ".join(f"{k} {a:.2f}-{z:.2f}" for k, (a, z) in r["range_us"].items())
+        lines.append(f"# {r['size_bytes']} B range over rounds (us): {lo_hi}")
+    for what, value, met in rep.targets():
+        lines.append(f"# target {what}: {value:.3f} {'met' if met else 'NOT met'}")
     if rep.skipped:
-        lines.append(f"# SKIPPED C reference: {rep.skipped}")
-    lines.append(f"# world start {rep.world_start_s:.3f} s (target <= 0.5 s with MPICH)")
-    if rep.host_copy_GBps and rep.busbw_64MiB_GBps:
-        lines.append(f"# host memory-copy bandwidth {rep.host_copy_GBps:.2f} GB/s; busbw at 64MiB "
-                     f"{rep.busbw_64MiB_GBps:.3f} GB/s = {rep.busbw_64MiB_GBps / rep.host_copy_GBps:.2f} of it")
+        lines.append(f"# SKIPPED C program: {rep.skipped}")
+    if rep.native_why:
+        lines.append(f"# native loop not used: {rep.native_why}")
+    if rep.world_start_s is not None:
+        lines.append(f"# world start {rep.world_start_s:.3f} s (target <= 0.5 s with MPICH)")
+    nat = next((r["busbw_GBps"].get("native") for r in rep.rows if r["size_bytes"] == 64 << 20), None)
+    if rep.host_copy_GBps and nat:
+        lines.append(f"# host memory-copy bandwidth {rep.host_copy_GBps:.2f} GB/s; native busbw at "
+                     f"64MiB {nat:.3f} GB/s = {nat / rep.host_copy_GBps:.2f} of it")
     return "\n".join(lines)
 
 

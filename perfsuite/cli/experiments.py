@@ -77,7 +77,8 @@ COMMANDS["detection-power"] = (add_detection_power, do_detection_power,
 
 
 OVERHEAD_OPTIONS = ("world-sizes", "sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor",
-                    "hostfile", "hosts", "ppn", "oversubscribe", "env", "timeout", "iters", "warmup", "workdir")
+                    "hostfile", "hosts", "ppn", "oversubscribe", "env", "timeout", "iters", "warmup", "workdir",
+                    "rounds")
 
 
 def add_overhead(p: argparse.ArgumentParser) -> None:
@@ -86,18 +87,21 @@ def add_overhead(p: argparse.ArgumentParser) -> None:
 
 
 def do_overhead(args: argparse.Namespace) -> int:
-    from ..experiments.overhead import SIZES, overhead
+    from ..experiments.overhead import ROUNDS, SIZES, overhead
+    from ..model import whole_number
 
     values = vars(args)
     sel = options.selection({**values, "transports": "mpi"})
-    rep = overhead(options.suite_config(values), world_size=sel.world_sizes[0],
-                   sizes=sel.values["sizes"] if args.sizes is not None else SIZES)
+    # --rounds here counts interleaved rounds of the three loops, not pooled rounds of one world.
+    rounds = whole_number(args.rounds, "rounds") if args.rounds is not None else ROUNDS
+    rep = overhead(options.suite_config({**values, "rounds": None}), world_size=sel.world_sizes[0],
+                   sizes=sel.values["sizes"] if args.sizes is not None else SIZES, rounds=rounds)
     say(report.overhead_table(rep))
     return EXIT_OK
 
 
 COMMANDS["overhead"] = (add_overhead, do_overhead,
-                        "print what the Python harness adds over a C MPI_Allreduce loop, and host busbw vs memcpy")
+                        "print the mpi transport's native and mpi4py loops beside a C MPI_Allreduce program, with deltas")
 
 
 # --- stalls (Stash breakdown) ----------------------------------------------------------------
