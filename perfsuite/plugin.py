@@ -325,8 +325,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             tr.write_line(f"{spec.label}: FAILED: {outcome.failure}")
         else:
             r = outcome.result
+            facts = r.extra.get("transport_facts") or {}
+            timed = f", timing {facts['timing']}" if facts.get("timing") in ("native", "python") else ""
+            why = f" (not native: {facts['timing_why']})" if facts.get("timing_why") else ""
             tr.write_line(f"{spec.label}: {len(r.samples)} cases, world start {r.world_start_s:.2f} s, "
-                          f"wall {r.wall_s:.1f} s")
+                          f"wall {r.wall_s:.1f} s{timed}{why}")
     _verdict_summary(state, tr)
     for line, bad in state.report_lines:
         tr.write_line(line, red=bad)

@@ -26,8 +26,13 @@ def test_extra_info_and_real_per_iteration_rounds(pytester, no_leftover_ranks):
                                       "--perf-sizes", "4,1MiB", f"--benchmark-json={out}",
                                       "--perf-max-contention", "off", *QUICK)
     r.assert_outcomes(passed=4, skipped=2)
-    r.stdout.fnmatch_lines(["*allreduce?mpi-n2?: 2 cases, world start*"])
+    from perfsuite.launch import native
+
+    loop = "python (not native: *" if native.build().why else "native"  # the mpi loop that timed it
+    r.stdout.fnmatch_lines([f"*allreduce?mpi-n2?: 2 cases, world start*, timing {loop}"])
     data = json.loads(out.read_text())
+    mpi = [b for b in data["benchmarks"] if "mpi-n2" in b["name"]]
+    assert {b["extra_info"]["timing"] for b in mpi} == {loop.split()[0]}
     names = {b["name"] for b in data["benchmarks"]}
     assert names == {f"test_allreduce[{t}-n2-{s}]" for t in ("mpi", "ring") for s in ("4B", "1MiB")}
     for b in data["benchmarks"]:

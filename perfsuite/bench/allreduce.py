@@ -148,7 +148,7 @@ def timing_line(first: dict, timings: set[str]) -> str:
     if timings == {"native"}:
         return "# timing: native (each barrier-separated call timed by a C loop, not by Python)"
     why = first.get("timing_why")
-    head = "# timing: python (each barrier-separated call timed by the kernel's mpi4py loop)"
+    head = "# timing: python (each barrier-separated call timed by the kernel's Python loop)"
     if "native" in timings:  # sizes too big for MPI's int count fall back one by one
         return ("# timing: native (each barrier-separated call timed by a C loop), but sizes over "
                 "2^31 elements by the mpi4py loop (MPI's count is an int)")
