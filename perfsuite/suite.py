@@ -83,7 +83,7 @@ def preflight(specs: Sequence[WorldSpec], cfg: SuiteConfig) -> None:
     available, cores = fingerprint.memory_bytes("MemAvailable"), _cores()
     for spec in specs:
         if _transport(spec).native:
-            native_options({**cfg.options, **spec.options})
+            native_options({**cfg.options, **spec.options}, cfg.launch.python)
         launchers.check_fits(cfg.launch, spec.world_size, cores)
         here = launchers.local_ranks(cfg.launch, spec.world_size)
         biggest = max((c.size_bytes or 0 for c in spec.cases), default=0)
@@ -97,13 +97,14 @@ def preflight(specs: Sequence[WorldSpec], cfg: SuiteConfig) -> None:
                               f"is available; choose sizes up to {format_size(1 << (fits.bit_length() - 1))}")
 
 
-def native_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The native loop's facts for a world's ranks (built on first use), unless the mpi4py
-    loop was asked for; with ``host_timing native`` a loop that cannot be had is bad input."""
+def native_options(options: dict[str, Any], python: str | None = None) -> dict[str, Any]:
+    """The native loop's facts for a world's ranks (built on first use with the mpicc of
+    ``python``, the ranks' interpreter), unless the mpi4py loop was asked for; with
+    ``host_timing native`` a loop that cannot be had is bad input."""
     timing = options.get("host_timing", "auto")
     if timing == "python":
         return {}
-    built = native.build()
+    built = native.build(python=python)
     if built.why and timing == "native":
         raise ConfigError(f"host timing native: {built.why}; use --host-timing auto to fall back "
                           "to the mpi4py loop")
@@ -142,7 +143,8 @@ class Rounds:
         if reason:
             self.skipped = reason
         elif _transport(spec).native and "native_loop" not in self.spec.options:
-            self.spec = replace(self.spec, options={**self.spec.options, **native_options(self.spec.options)})
+            self.spec = replace(self.spec, options={**self.spec.options,
+                                                    **native_options(self.spec.options, cfg.launch.python)})
 
     def pooled(self) -> Result:
         return regress.pool_results(self.results, self.policy.max_contention)

@@ -64,6 +64,25 @@ def test_a_metric_measured_by_one_arm_only_is_refused():
         ab.run(config(), fake(1.0, drop_metric=True))
 
 
+def test_one_transport_timed_by_two_loops_is_refused_and_older_python_loops_match():
+    plain = fake(1.0)
+
+    def timed(b_timing):
+        def runner(arm, cases):
+            t = b_timing if arm.name == "B" else "native"
+            return [Sample(s.case, s.metrics, info={"contention": 0.0, **({"timing": t} if t else {})})
+                    for s in plain(arm, cases)]
+        return runner
+
+    with pytest.raises(ab.ConfigError, match=r"arm A was timed by native, arm B by python; A/B "
+                                             r"compares one timing .* pass --host-timing python"):
+        ab.run(config(), timed("python"))
+    # A perfsuite from before the native loop recorded "per-call" (or nothing): its Python loop.
+    assert ab._loop({"timing": "per-call", "clock": "host"}) == ab._loop({}) == "python"
+    assert ab._loop({"timing": "per-call", "clock": "cuda-events"}) == "per-call"
+    assert ab.run(config(max_pairs=4), timed("native")).verdicts  # one loop: judged
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--b-env", "NOEQUALS"], "'NOEQUALS' must be NAME=VALUE"),
     (["--budget", "0"], "budget '0' must be a number of seconds > 0"),

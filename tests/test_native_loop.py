@@ -215,3 +215,25 @@ def test_version_1_baselines_were_timed_by_python_on_the_host():
     timings = {case: m.popitem()[1].get("timing") for case, m in d["cases"].items()}
     assert timings == {"allreduce[mpi-n2-4B]": "python", "allreduce[tf-grpc-n2-4B]": "python",
                        "allreduce[nccl-n2-4B]": None, "tf-epoch[mpi-n2-small-cnn]": None}
+
+
+def test_the_compiler_is_the_one_beside_the_ranks_python(tmp_path, monkeypatch):
+    """An A/B arm with another venv (another MPI wheel) gets a build with that venv's mpicc."""
+    monkeypatch.delenv(native.COMPILER_ENV, raising=False)
+    venv = tmp_path / "bin"
+    venv.mkdir()
+    (venv / "mpicc").write_text("#!/bin/sh\nexit 1\n")
+    (venv / "mpicc").chmod(0o755)
+    assert native.compiler(str(venv / "python")) == str(venv / "mpicc")
+    got = native.build(cache=tmp_path / "cache", python=str(venv / "python"))
+    assert got.why.startswith(f"{venv / 'mpicc'} could not build the native loop")
+    monkeypatch.setenv(native.COMPILER_ENV, "/usr/bin/mpicc-of-my-cluster")
+    assert native.compiler(str(venv / "python")) == "/usr/bin/mpicc-of-my-cluster"
+
+
+def test_library_versions_compare_without_terminators_or_spacing():
+    from perfsuite.transports.native import _first_line
+
+    ompi = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11"
+    assert _first_line(ompi + "\x00") == _first_line(ompi) == ompi  # mpi4py keeps Open MPI's NUL
+    assert _first_line("MPICH Version:      5.0.2\nMPICH Release date: x\n") == "MPICH Version: 5.0.2"

@@ -31,9 +31,14 @@ def world(transport, n, sizes, **opts):
 @pytest.mark.parametrize("transport", ["mpi", "ring"])
 @pytest.mark.parametrize("n", [1, 3])
 def test_sums_are_exact_even_with_fewer_elements_than_ranks(transport, n, no_leftover_ranks):
-    res = run_world(world(transport, n, [4, 12, 1028]), LaunchConfig(), timeout=60)
+    spec = world(transport, n, [4, 12, 1028])
+    res = run_world(spec, LaunchConfig(), timeout=60)
     assert [s.case.size_bytes for s in res.samples] == [4, 12, 1028]
     assert all(s.valid for s in res.samples)
+    # Where this MPI's mpicc built the native loop, every rank must take it (Open MPI too).
+    built = "path" in spec.options.get("native_loop", {})
+    want = "native" if transport == "mpi" and built else "python"
+    assert {s.info["timing"] for s in res.samples} == {want}, res.samples[0].info.get("timing_why")
     assert res.fingerprint["mpi_library"].startswith(("MPICH", "Open MPI"))
     assert 0 < res.world_start_s < 30
 

@@ -14,7 +14,7 @@ from .common import EXIT_FAIL, EXIT_OK, say
 COMMANDS = {}
 SHARED = ("transports", "world-sizes", "sizes", "dtypes", "models", "batches", "image-size", "launcher",
           "launcher-program", "mpi-flavor", "hostfile", "hosts", "ppn", "oversubscribe", "env",
-          "timeout", "iters", "warmup", "workdir", "max-contention", "max-canary-shift")
+          "timeout", "iters", "warmup", "workdir", "max-contention", "max-canary-shift", "host-timing")
 
 
 def add_ab(p: argparse.ArgumentParser) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 from .. import regress, rounds, stats, suite
 from ..errors import ConfigError, PerfsuiteError
 from ..launch.launchers import LaunchConfig
-from ..model import Case, Sample, Tolerance, Verdict
+from ..model import Case, Sample, Tolerance, Verdict, timing_of
 
 #: The change an A/B run is asked to resolve: with both arms measured side by side there is no
 #: drift to allow for, so the tolerance is what matters, not what the machine wanders by.
@@ -203,6 +203,12 @@ def _add_pair(cfg, names, got, ratios, dropped, values, meta) -> None:
         calm = not (rounds.is_contended(sa, cfg.max_contention) or
                     rounds.is_contended(sb, cfg.max_contention)) and rounds.same_mode(
             rounds.canary_of(sa), rounds.canary_of(sb), cfg.canary_shift)
+        # The same transport timed by two loops would read the loops' ~1 us as the arms' change;
+        # across transports the loop is part of what is compared (the ring's is its algorithm).
+        if ca.transport == cb.transport and _loop(sa.info) != _loop(sb.info):
+            raise ConfigError(f"{name}: arm {cfg.a.name} was timed by {_loop(sa.info)}, arm {cfg.b.name} "
+                              f"by {_loop(sb.info)}; A/B compares one timing (the loops differ by "
+                              "~1 us a call): pass --host-timing python (or native) for both")
         if set(sa.metrics) != set(sb.metrics):
             only = sorted(set(sa.metrics) ^ set(sb.metrics))
             raise ConfigError(f"{name}: metric(s) {', '.join(only)} measured by one arm only; "
@@ -220,6 +226,15 @@ def _add_pair(cfg, names, got, ratios, dropped, values, meta) -> None:
                 ratios.setdefault(k, []).append(mb.value / ma.value)
             else:
                 dropped[k] = dropped.get(k, 0) + 1
+
+
+def _loop(info: dict) -> str:
+    """The timing of a sample; on the host, samples of perfsuite versions before the native loop
+    (no timing, or "per-call") were timed by the Python loop."""
+    timing = timing_of(info)
+    if info.get("clock", "host") == "host" and timing in ("", "per-call"):
+        return "python"
+    return timing
 
 
 def _judge(cfg, ratios, dropped, values, meta) -> list[Verdict]:

@@ -59,8 +59,14 @@ def cache_root() -> Path:
     return Path(xdg) / "perfsuite" if xdg else Path.home() / ".cache" / "perfsuite"
 
 
-def compiler() -> str:
-    return os.environ.get(COMPILER_ENV) or default_program("mpicc")
+def compiler(python: str | None = None) -> str:
+    """$MPICC, else the mpicc beside the Python the ranks run (its MPI wheel's), else PATH's."""
+    if os.environ.get(COMPILER_ENV):
+        return os.environ[COMPILER_ENV]
+    beside = Path(python or sys.executable).parent / "mpicc"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return default_program("mpicc")
 
 
 def _sha256(data: bytes) -> str:
@@ -106,15 +112,17 @@ def _cached(folder: Path) -> tuple[NativeBuild | None, str | None]:
     return NativeBuild(str(lib), stamp["library_sha256"]), None
 
 
-def build(cc: str | None = None, cache: str | os.PathLike | None = None) -> NativeBuild:
-    """The cached library for this MPI and perfsuite, built now when it is missing or damaged."""
+def build(cc: str | None = None, cache: str | os.PathLike | None = None,
+          python: str | None = None) -> NativeBuild:
+    """The cached library for the MPI of ``python`` (the ranks' interpreter; default this one)
+    and this perfsuite, built now when it is missing or damaged."""
     named = cc or os.environ.get(COMPILER_ENV)
-    cc = named or compiler()
+    cc = named or compiler(python)
     if shutil.which(cc) is None:
         if named:
             return NativeBuild(why=f"{COMPILER_ENV}={cc!r} is not an executable; name the MPI's "
                                    "compiler wrapper (mpicc)")
-        return NativeBuild(why=f"no mpicc beside {sys.executable} or on PATH (set "
+        return NativeBuild(why=f"no mpicc beside {python or sys.executable} or on PATH (set "
                                f"{COMPILER_ENV} to the MPI's compiler wrapper)")
     source_ref = importlib.resources.files("perfsuite.kernels").joinpath(SOURCE)
     source = source_ref.read_bytes()

@@ -113,6 +113,9 @@ def _other_mpi(lib: ctypes.CDLL, path: str) -> str | None:
 
 
 def _first_line(text: str) -> str:
+    """The library's first line, spaces collapsed: Open MPI's string via mpi4py keeps its C
+    terminator, which ctypes' copy does not."""
+    text = text.split("\0", 1)[0]
     return " ".join((text.strip().splitlines() or [""])[0].split())
 
 
