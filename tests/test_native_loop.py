@@ -57,6 +57,38 @@ def test_a_bad_compiler_is_one_line_and_no_library(tmp_path, cc, says):
     assert got.job_options() == {"native_loop": {"why": got.why}}
 
 
+def test_a_failed_build_is_tried_once_per_process_not_once_per_world(tmp_path):
+    log = tmp_path / "calls"
+    cc = tmp_path / "mpicc"
+    cc.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\necho 'error: no C compiler' >&2\nexit 1\n")
+    cc.chmod(0o755)
+    first = native.build(cc=str(cc), cache=tmp_path / "cache")
+    assert native.build(cc=str(cc), cache=tmp_path / "cache") == first
+    assert first.why.endswith("exited 1: error: no C compiler)")
+    assert sum("-shared" in line for line in log.read_text().splitlines()) == 1
+
+
+@needs_build
+def test_the_injected_spin_is_calibrated_in_c():
+    """The spin a slowdown adds inside the C loop lasts what it was asked to (generous bounds:
+    the check is the calibration's order of magnitude, on a busy machine)."""
+    import ctypes
+
+    from perfsuite.kernels.faults import NativeSpin
+
+    lib = ctypes.CDLL(BUILT.path)
+    lib.perfsuite_native_spin.restype, lib.perfsuite_native_spin.argtypes = ctypes.c_double, [ctypes.c_long]
+
+    class Loop:
+        def spin_seconds(self, turns):
+            return lib.perfsuite_native_spin(turns)
+
+    spinner = NativeSpin(0.5, Loop())
+    turns = spinner.turns(4e-3)  # half of a 4 ms call: 2 ms
+    took = sorted(Loop().spin_seconds(turns) for _ in range(5))[2]
+    assert 0.5e-3 < took < 10e-3, (turns, took)
+
+
 @needs_build
 def test_an_unwritable_cache_is_one_line_and_no_library():
     got = native.build(cache="/proc/perfsuite-cache")

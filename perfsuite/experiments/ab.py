@@ -203,12 +203,12 @@ def _add_pair(cfg, names, got, ratios, dropped, values, meta) -> None:
         calm = not (rounds.is_contended(sa, cfg.max_contention) or
                     rounds.is_contended(sb, cfg.max_contention)) and rounds.same_mode(
             rounds.canary_of(sa), rounds.canary_of(sb), cfg.canary_shift)
-        # The same transport timed by two loops would read the loops' ~1 us as the arms' change;
+        # The same transport timed by two loops would read the loops' ~0.5 us as the arms' change;
         # across transports the loop is part of what is compared (the ring's is its algorithm).
         if ca.transport == cb.transport and _loop(sa.info) != _loop(sb.info):
             raise ConfigError(f"{name}: arm {cfg.a.name} was timed by {_loop(sa.info)}, arm {cfg.b.name} "
                               f"by {_loop(sb.info)}; A/B compares one timing (the loops differ by "
-                              "~1 us a call): pass --host-timing python (or native) for both")
+                              "~0.5 us a call): pass --host-timing python (or native) for both")
         if set(sa.metrics) != set(sb.metrics):
             only = sorted(set(sa.metrics) ^ set(sb.metrics))
             raise ConfigError(f"{name}: metric(s) {', '.join(only)} measured by one arm only; "

@@ -315,7 +315,7 @@ def run(ctx: RankContext) -> dict:
         ok = all(checked)
         gathered = comm.gather((times, machine), root=0)
         if ctx.is_root:
-            timing = {"timing": timing_of(transport, recv),
+            timing = {"timing": loop_timing(transport, recv),
                       "clock": getattr(transport, "clock", "host"), "calls_per_sample": batch}
             if timing["timing"] == "python" and getattr(transport, "timing_why", None):
                 timing["timing_why"] = transport.timing_why
@@ -337,7 +337,7 @@ def run(ctx: RankContext) -> dict:
     return extra
 
 
-def timing_of(transport, recv) -> str:
+def loop_timing(transport, recv) -> str:
     """How this buffer's calls were timed: the transport's own timing, but "python" where its
     native loop cannot take the buffer (timed_loop falls back)."""
     timing = getattr(transport, "timing", "python")

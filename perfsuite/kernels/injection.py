@@ -15,7 +15,7 @@ from ..model import DTYPES
 from ..transports import load as load_transport
 from .allreduce import default_iters, injected_turns, pattern, summarize, timed_loop, world_max
 from .context import RankContext
-from .faults import NativeSpin, Spin
+from .faults import spin
 
 BLOCKS = 10
 
@@ -23,9 +23,7 @@ BLOCKS = 10
 def run(ctx: RankContext) -> dict:
     comm = ctx.comm
     transport = load_transport(ctx.transport)(comm, ctx.options)
-    native = getattr(transport, "native", None)
-    fraction = float(ctx.options["fraction"])
-    spinner = NativeSpin(fraction, native) if native is not None else Spin(fraction)
+    spinner = spin(float(ctx.options["fraction"]), getattr(transport, "native", None))
     blocks = int(ctx.options.get("blocks") or BLOCKS)
     for case in ctx.cases:
         count = (case.size_bytes or 0) // DTYPES[case.dtype]

@@ -74,6 +74,7 @@ def _sha256(data: bytes) -> str:
 
 
 _SHOWN: dict[str, str] = {}  # compiler real path -> what it says it runs (one process each)
+_FAILED: dict[tuple[str, str], NativeBuild] = {}  # (compiler, folder) -> a failed build: once a process
 
 
 def _shows(cc: str) -> str:
@@ -130,6 +131,8 @@ def build(cc: str | None = None, cache: str | os.PathLike | None = None,
     found, damaged = _cached(folder)
     if found is not None:
         return found
+    if (cc, str(folder)) in _FAILED:  # every world asks: one compiler error per process is enough
+        return _FAILED[(cc, str(folder))]
     with tempfile.TemporaryDirectory(prefix="perfsuite-native-") as tmp, \
             importlib.resources.as_file(source_ref) as src:
         out = Path(tmp) / "lib.so"
@@ -138,7 +141,9 @@ def build(cc: str | None = None, cache: str | os.PathLike | None = None,
                         timeout=BUILD_TIMEOUT_S)
             data = out.read_bytes()
         except (LaunchError, OSError) as exc:
-            return NativeBuild(why=f"{cc} could not build the native loop ({_one_line(exc)})")
+            failed = NativeBuild(why=f"{cc} could not build the native loop ({_one_line(exc)})")
+            _FAILED[(cc, str(folder))] = failed
+            return failed
     digest = _sha256(data)
     lib = folder / f"libperfsuite_loop-{digest[:16]}.so"
     try:
