@@ -191,13 +191,9 @@ def _check_confidence(confidence: float) -> None:
         raise ValueError(f"confidence {confidence!r} must be between 0 and 1, e.g. 0.95")
 
 
-def _mwu_lower_quantile(m: int, n: int, tail: float) -> int:
-    """The largest k with P(U < k) <= tail under no shift, U the Mann-Whitney count over m x n
-    pairs: exact (counting arrangements) up to m*n = 10000, normal approximation above."""
-    if m * n > 10000:
-        mu, sd = m * n / 2.0, math.sqrt(m * n * (m + n + 1) / 12.0)
-        return max(0, int(math.floor(mu - _sps.norm.ppf(1.0 - tail) * sd)))
-    # counts[u] = arrangements with U = u, built one value at a time (the classic recursion).
+def _mwu_null(m: int, n: int) -> np.ndarray:
+    """P(U = u) for u = 0..m*n under no shift, U the Mann-Whitney count over m x n pairs
+    (counting arrangements, the classic recursion)."""
     counts = np.zeros(m * n + 1)
     counts[0] = 1.0
     # Generating function: prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i).
@@ -208,10 +204,52 @@ def _mwu_lower_quantile(m: int, n: int, tail: float) -> int:
         counts = counts - shifted
         for u in range(i, m * n + 1):  # divide by (1 - q^i): running sum with stride i
             counts[u] += counts[u - i]
-    cdf = np.cumsum(counts / counts.sum())
+    return counts / counts.sum()
+
+
+def _mwu_sum_null(sizes: Sequence[tuple[int, int]]) -> np.ndarray:
+    """P(U = u) for U the sum of independent Mann-Whitney counts over the (m, n) strata."""
+    pmf = np.ones(1)
+    for m, n in sizes:
+        pmf = np.convolve(pmf, _mwu_null(m, n))
+    return pmf
+
+
+def stratified_mann_whitney_p(strata: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float:
+    """Two-sided p that (new, base) strata share no shift: the Mann-Whitney counts of the
+    strata summed (ties count half), against the sum's exact null up to 10000 pairs in all and
+    its normal approximation above. One stratum: ``mann_whitney_p``."""
+    pairs = [(_array(x, "new values"), _array(y, "base values")) for x, y in strata
+             if len(x) and len(y)]
+    if not pairs:
+        raise ValueError("a p-value needs a stratum with values on both sides")
+    if len(pairs) == 1:
+        return mann_whitney_p(pairs[0][1], pairs[0][0])
+    u = sum(float(np.sum(x[:, None] > y[None, :]) + 0.5 * np.sum(x[:, None] == y[None, :]))
+            for x, y in pairs)
+    sizes = [(x.size, y.size) for x, y in pairs]
+    total = sum(m * n for m, n in sizes)
+    if total > 10000:
+        sd = math.sqrt(sum(m * n * (m + n + 1) / 12.0 for m, n in sizes))
+        return float(min(1.0, 2.0 * _sps.norm.sf(abs(u - total / 2.0) / sd)))
+    cdf = np.cumsum(_mwu_sum_null(sizes))
+    low = cdf[int(math.floor(u))]  # P(U <= u)
+    high = 1.0 - (cdf[int(math.ceil(u)) - 1] if u >= 1 else 0.0)  # P(U >= u)
+    return float(min(1.0, 2.0 * min(low, high)))
+
+
+def _mwu_lower_quantile(sizes: Sequence[tuple[int, int]], tail: float) -> int:
+    """The largest k with P(U < k) <= tail under no shift, U the sum of independent
+    Mann-Whitney counts over the (m, n) strata: exact (the counts' convolution) up to 10000
+    pairs in all, normal approximation above."""
+    total = sum(m * n for m, n in sizes)
+    if total > 10000:
+        sd = math.sqrt(sum(m * n * (m + n + 1) / 12.0 for m, n in sizes))
+        return max(0, int(math.floor(total / 2.0 - _sps.norm.ppf(1.0 - tail) * sd)))
+    cdf = np.cumsum(_mwu_sum_null(sizes))
     # P(U < k) = cdf[k - 1]
     k = 0
-    while k < m * n and cdf[k] <= tail:
+    while k < total and cdf[k] <= tail:
         k += 1
     return k
 
@@ -221,11 +259,24 @@ def shift_ci(new: Sequence[float], base: Sequence[float], confidence: float = 0.
     """(estimate, low, high) of the shift of ``new`` against ``base`` (new - base), from the
     Mann-Whitney test inverted (Hodges-Lehmann): distribution-free, two independent samples.
     Too few values for the confidence give an infinite side (the data cannot bound it)."""
+    return stratified_shift_ci([(_array(new, "new values"), _array(base, "base values"))], confidence)
+
+
+def stratified_shift_ci(strata: Sequence[tuple[Sequence[float], Sequence[float]]],
+                        confidence: float = 0.95) -> tuple[float, float, float]:
+    """``shift_ci`` over strata (new, base) that share one shift but not one level (a machine's
+    modes): the rank-sum test summed over strata, as van Elteren's, inverted. Only differences
+    within a stratum count, so a level that moves between strata adds nothing to the width;
+    the sum's null is the convolution of each stratum's exact Mann-Whitney null. A stratum
+    missing either side is left out."""
     _check_confidence(confidence)
-    x, y = _array(new, "new values"), _array(base, "base values")
-    d = np.sort((x[:, None] - y[None, :]).ravel())
+    pairs = [(_array(x, "new values"), _array(y, "base values")) for x, y in strata
+             if len(x) and len(y)]
+    if not pairs:
+        raise ValueError("a shift interval needs a stratum with values on both sides")
+    d = np.sort(np.concatenate([(x[:, None] - y[None, :]).ravel() for x, y in pairs]))
     est = float(np.median(d))
-    k = _mwu_lower_quantile(x.size, y.size, (1.0 - confidence) / 2.0)
+    k = _mwu_lower_quantile([(x.size, y.size) for x, y in pairs], (1.0 - confidence) / 2.0)
     if k < 1:
         return est, -math.inf, math.inf
     return est, float(d[k - 1]), float(d[d.size - k])

@@ -222,3 +222,69 @@ def test_sign_ci_covers_the_median_of_a_skewed_distribution():
     # ... and its interval is far narrower than the data when there are many pairs
     _, lo, hi = stats.sign_ci(rng.exponential(1.0, 400), 0.95)
     assert lo < math.log(2) < hi and hi - lo < 0.25
+
+
+def test_stratified_shift_ci_sums_the_strata_exact_nulls():
+    """Two strata (3 vs 4, 2 vs 5): the interval's k comes from the sum of the two U counts,
+    whose null is counted here by brute force over both strata's arrangements; only
+    differences within a stratum enter, so a level that differs between strata does not widen
+    it; one stratum is shift_ci."""
+    from fractions import Fraction
+    from itertools import combinations
+
+    def counts(m: int, n: int) -> list[int]:
+        out = [0] * (m * n + 1)
+        for xs in combinations(range(m + n), m):
+            ys = [p for p in range(m + n) if p not in xs]
+            out[sum(1 for x in xs for y in ys if x < y)] += 1
+        return out
+
+    joint = np.convolve(counts(3, 4), counts(2, 5))
+    tail = Fraction(5, 100)  # 90%: the sum of two small strata can reach it, neither alone can
+    below, k = Fraction(0), 0
+    for u, c in enumerate(joint):
+        below += Fraction(int(c), int(joint.sum()))
+        if below > tail:
+            break
+        k = u + 1
+    assert k >= 1
+    rng = np.random.default_rng(7)
+    s1 = (rng.normal(0.3, 0.1, 3), rng.normal(0.0, 0.1, 4))
+    s2 = (rng.normal(50.3, 0.1, 2), rng.normal(50.0, 0.1, 5))  # another level, same shift
+    est, lo, hi = stats.stratified_shift_ci([s1, s2], 0.9)
+    d = np.sort(np.concatenate([(x[:, None] - y[None, :]).ravel() for x, y in (s1, s2)]))
+    assert (lo, hi) == (d[k - 1], d[d.size - k]) and est == pytest.approx(float(np.median(d)))
+    assert -1 < lo < 0.3 < hi < 1
+    assert stats.stratified_shift_ci([s1], 0.9) == stats.shift_ci(*s1, 0.9)
+    # a stratum without one side adds nothing; with none left there is nothing to say
+    assert stats.stratified_shift_ci([s1, s2, ([], [1.0])], 0.9) == (est, lo, hi)
+    with pytest.raises(ValueError, match="both sides"):
+        stats.stratified_shift_ci([([1.0], [])], 0.9)
+
+
+def test_stratified_mann_whitney_p_counts_arrangements_within_strata():
+    """The p of the summed counts equals the one counted by brute force: every way to label
+    each stratum's values new or base, the strata independent; one stratum is the plain test."""
+    from itertools import combinations, product
+
+    strata = [([0.9, 1.3, 1.25], [1.0, 1.1, 0.8, 0.7]), ([50.6, 50.2], [50.1, 50.0, 49.7])]
+
+    def u(new, base) -> float:
+        return sum((x > y) + 0.5 * (x == y) for x in new for y in base)
+
+    seen = sum(u(n, b) for n, b in strata)
+    labelings = []
+    for n, b in strata:
+        pool = list(n) + list(b)
+        labelings.append([(list(c), [pool[i] for i in range(len(pool)) if i not in idx])
+                          for idx in combinations(range(len(pool)), len(n))
+                          for c in [[pool[i] for i in idx]]])
+    totals = [sum(u(n, b) for n, b in combo) for combo in product(*labelings)]
+    low = sum(t <= seen for t in totals) / len(totals)
+    high = sum(t >= seen for t in totals) / len(totals)
+    want = min(1.0, 2 * min(low, high))
+    assert stats.stratified_mann_whitney_p(strata) == pytest.approx(want)
+    assert 0.0 < want < 0.2  # the new values sit above the base ones in both strata
+    assert stats.stratified_mann_whitney_p(strata[:1]) == stats.mann_whitney_p(strata[0][1], strata[0][0])
+    with pytest.raises(ValueError, match="both sides"):
+        stats.stratified_mann_whitney_p([([], [1.0])])
