@@ -82,7 +82,7 @@ COMMON: list[Opt] = [
         "loop is contended: kept in the results, left out of verdicts and re-run", metavar="F"),
     Opt("contention-retries", "3", "worlds re-run per world in place of contended rounds", metavar="N"),
     Opt("max-canary-shift", "0.15", "rounds whose canaries differ by more than this fraction ran in different "
-        "machine modes: verdicts compare rounds in one mode only (off: every round)", metavar="F",
+        "machine modes: verdicts set rounds only against rounds of their own mode (off: every round)", metavar="F",
         parse=lambda v: canary_limit(v)),
     Opt("system", None, "baseline system name [default: from this machine's fingerprint]", metavar="NAME"),
     Opt("baseline-dir", "baselines", "folder of baselines/<system>/<benchmark>.json", metavar="DIR"),

@@ -17,7 +17,10 @@ against one, or every round contended) is UNKNOWN, never "unchanged".
 * **Against a stored baseline** (independent samples): the interval of the shift of log round
   values, new against baseline, from the Mann-Whitney test inverted (Hodges-Lehmann;
   ``stats.shift_ci``): rank-based, so a round that ran at half speed counts as one rank; exact
-  for small counts; no distribution assumed. Its estimate is the reported change.
+  for small counts; no distribution assumed. Its estimate is the reported change. Rounds are
+  set against rounds of their own machine mode only (``mode_strata``, by the canaries), with
+  the counts of every mode summed (``stats.stratified_shift_ci``, van Elteren's way), so a
+  baseline split over two modes still lends all its rounds.
 * **Arm B against arm A** (``perfsuite ab``; pairs of worlds run next to each other): the
   interval of the median of per-pair log ratios from the sign test (``stats.sign_ci``),
   which needs neither symmetry nor a distribution.
@@ -146,29 +149,50 @@ def _log(values: Sequence[float]) -> list[float]:
     return [math.log(max(v, 1e-300)) for v in values]
 
 
-#: Fewest baseline rounds in the candidate's machine mode that a verdict may rest on.
+#: Fewest baseline rounds, in the candidate's machine modes, that a verdict may rest on.
 MIN_MODE_ROUNDS = 3
 
+Strata = list[tuple[list[float], list[float]]]
 
-def in_mode(sample: Sample, metric: str, baseline: Baseline, limit: float | None
-            ) -> tuple[list[float], list[float], str | None]:
-    """(candidate rounds, baseline rounds) in the mode most candidate rounds ran in, by their
-    canaries, and why no verdict can be had across modes (None when one can). Without
-    canaries on both sides, or with ``limit`` None, every round."""
+
+def mode_strata(sample: Sample, metric: str, baseline: Baseline, limit: float | None
+                ) -> tuple[Strata, int, str | None]:
+    """The rounds of both sides grouped by machine mode (their canaries within ``limit`` of the
+    mode's), as (candidate rounds, baseline rounds) per mode the candidate ran in; how many
+    candidate rounds ran in a mode no baseline round did; and why no verdict can be had (None
+    when one can). Without canaries on both sides, or with ``limit`` None: one stratum."""
     new, base = round_values(sample, metric), list(baseline.rounds)
     canaries = round_canaries(sample)
     if (limit is None or not baseline.canary or len(canaries) != len(new)
             or any(c is None for c in canaries)):
-        return new, base, None
-    ref = modal_canary(canaries, limit)
-    new = [v for v, c in zip(new, canaries) if same_mode(c, ref, limit)]
-    base = [v for v, c in zip(base, baseline.canary) if same_mode(c, ref, limit)]
-    if len(base) < MIN_MODE_ROUNDS:
-        return new, base, (f"machine in another mode than the baseline: canary {ref:.0f} us now, "
-                           f"{len(base)} of {len(baseline.rounds)} baseline rounds within "
-                           f"+-{limit:.0%} of it (median {stats.median(baseline.canary):.0f} us); "
-                           "no verdict across modes")
-    return new, base, None
+        return [(new, base)], 0, None
+    left_new, left_base = list(zip(new, canaries)), list(zip(base, baseline.canary))
+    strata: Strata = []
+    other = 0
+    first = None
+    while left_new:  # the candidate's commonest mode first, then the next among what is left
+        ref = modal_canary([c for _, c in left_new], limit)
+        first = first or ref
+        got_new = [v for v, c in left_new if same_mode(c, ref, limit)]
+        got_base = [v for v, c in left_base if same_mode(c, ref, limit)]
+        left_new = [(v, c) for v, c in left_new if not same_mode(c, ref, limit)]
+        left_base = [(v, c) for v, c in left_base if not same_mode(c, ref, limit)]
+        if got_base:
+            strata.append((got_new, got_base))
+        else:
+            other += len(got_new)
+    n_base = sum(len(b) for _, b in strata)
+    if n_base < MIN_MODE_ROUNDS:
+        return strata, other, (f"machine in another mode than the baseline: canary {first:.0f} us "
+                               f"now, {n_base} of {len(baseline.rounds)} baseline rounds within "
+                               f"+-{limit:.0%} of the candidate's rounds (median "
+                               f"{stats.median(baseline.canary):.0f} us); no verdict across modes")
+    return strata, other, None
+
+
+def _within_mode(strata: Strata) -> list[float]:
+    """Baseline rounds over their mode's median: the spread a verdict across strata sees."""
+    return [v / stats.median(b) for _, b in strata for v in b]
 
 
 def verdict(case: str, metric: str, sample: Sample | None, baseline: Baseline | None, *,
@@ -214,10 +238,11 @@ def verdict(case: str, metric: str, sample: Sample | None, baseline: Baseline | 
                             f"this run by {timing}; no verdict across timings (re-record the "
                             f"baseline, or time this run by {baseline.timing}: --host-timing / "
                             "--device-timing)")
-    # Rounds are compared within one machine mode: across modes the change is the machine's.
-    new_rounds, base_rounds, across = in_mode(sample, metric, baseline, canary_shift)
-    other_mode = len(round_values(sample, metric)) - len(new_rounds)
-    tol = tolerance or baseline.tolerance or noise_tolerance(metric, base_rounds)
+    # Rounds are compared within machine modes: across modes the change is the machine's.
+    strata, other_mode, across = mode_strata(sample, metric, baseline, canary_shift)
+    new_rounds = [v for n, _ in strata for v in n]
+    base_rounds = [v for _, b in strata for v in b]
+    tol = tolerance or baseline.tolerance or noise_tolerance(metric, _within_mode(strata))
     dropped = int(sample.info.get("rounds_dropped", 0)) + other_mode
     if across is not None:
         v = Verdict(case, metric, "unknown", m.unit, m.higher_is_better, value=m.value,
@@ -225,11 +250,15 @@ def verdict(case: str, metric: str, sample: Sample | None, baseline: Baseline | 
                     xfail=xfail, rounds=len(new_rounds), dropped=dropped,
                     note=f"{case} {_short(metric)}: {across}")
         return _contended(v, sample) or v
-    value = stats.median(new_rounds)
-    est, lo, hi = stats.shift_ci(_log(new_rounds), _log(base_rounds), confidence(alpha, looks))
-    p = stats.mann_whitney_p(base_rounds, new_rounds)
+    # Value and reference from the candidate's main mode, so that they show the change; the
+    # change and its interval from every mode the two sides share.
+    main_new, main_base = strata[0]
+    est, lo, hi = stats.stratified_shift_ci([(_log(n), _log(b)) for n, b in strata],
+                                            confidence(alpha, looks))
+    p = stats.stratified_mann_whitney_p(strata)
     v = Verdict(case, metric, interval_status(_change(lo), _change(hi), tol, m.higher_is_better),
-                m.unit, m.higher_is_better, value=value, baseline=stats.median(base_rounds),
+                m.unit, m.higher_is_better, value=stats.median(main_new),
+                baseline=stats.median(main_base),
                 change=_change(est), low=_change(lo), high=_change(hi), tolerance=tol, p_value=p,
                 test="mwu-shift", system=system, xfail=xfail, rounds=len(new_rounds),
                 dropped=dropped)
@@ -347,6 +376,10 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
     if any(v.dropped for v in verdicts):
         lines.append("# rounds N-D: N rounds judged, D more left out as contended or in another "
                      "machine mode")
+    if any(v.status == "unknown" and v.test == "mwu-shift" for v in verdicts):
+        # A stored baseline cannot be measured again; the arms of an A/B run can, side by side.
+        lines.append("# unknown against a stored baseline: to decide, measure both sides now, "
+                     "interleaved: perfsuite ab --a-python OLD_VENV/bin/python (or --a-env/--b-env)")
     return "\n".join(lines)
 
 
