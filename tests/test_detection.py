@@ -3,6 +3,7 @@ canary study, A/B windows and stored-baseline windows with a real gap, on a fake
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -61,6 +62,15 @@ def report(machine: Machine, **kw) -> detection.DetectionReport:
 def rows(rep, mode, way):
     return {(r.condition, r.metric): r for r in (*rep.ab_rows, *rep.stored_rows)
             if r.mode == mode and r.rounds == way}
+
+
+def test_an_automatic_stream_runs_the_gap_plus_the_candidates_time():
+    """blocks 0: blocks until gap + CANDIDATE_S have passed, whatever a block costs."""
+    rep = report(Machine(), blocks=0, gap_s=60.0)
+    block_s = 6 * WALL
+    want = math.ceil((60.0 + detection.CANDIDATE_S) / block_s)
+    assert len(rep.worlds) == 6 * want and rep.to_dict()["config"]["blocks"] == want
+    assert any(r.n for r in rep.stored_rows)  # the candidates came after the gap
 
 
 def test_the_stream_holds_every_kind_once_per_block_with_b_slowed():

@@ -15,14 +15,15 @@ COMMANDS = {}
 
 
 def add_detection_power(p: argparse.ArgumentParser) -> None:
-    from ..experiments.detection import DetectionConfig
+    from ..experiments import detection as d
 
-    c = DetectionConfig()
+    c = d.DetectionConfig()
     p.add_argument("--small", default=str(c.small), metavar="SIZE", help=f"latency size [default: {c.small}]")
     p.add_argument("--large", default="16MiB", metavar="SIZE", help="busbw size [default: 16MiB]")
     p.add_argument("--transport", default=c.transport, help=f"[default: {c.transport}]")
     p.add_argument("--blocks", default=str(c.blocks), metavar="K",
-                   help=f"blocks of three pairs (A/A, A/+small, A/+large), 6 worlds each [default: {c.blocks}]")
+                   help="blocks of three pairs (A/A, A/+small, A/+large), 6 worlds each [default: 0, "
+                        f"blocks until the stream has run the gap plus {d.CANDIDATE_S:.0f} s]")
     p.add_argument("--small-slowdown", default=f"{c.small_slowdown:g}", metavar="F",
                    help=f"slowdown A/B mode is asked to catch [default: {c.small_slowdown:g}]")
     p.add_argument("--large-slowdown", default=f"{c.large_slowdown:g}", metavar="F",
@@ -52,7 +53,7 @@ def do_detection_power(args: argparse.Namespace) -> int:
 
     tol, alpha = gate_settings(args)
     cfg = d.DetectionConfig(small=parse_size(args.small), large=parse_size(args.large),
-                            transport=args.transport, blocks=whole_number(args.blocks, "blocks"),
+                            transport=args.transport, blocks=whole_number(args.blocks, "blocks", low=0),
                             small_slowdown=_fraction(args.small_slowdown, "small-slowdown"),
                             large_slowdown=_fraction(args.large_slowdown, "large-slowdown"),
                             gap_s=options.seconds(args.gap, "gap") if args.gap != "0" else 0.0,
@@ -62,7 +63,9 @@ def do_detection_power(args: argparse.Namespace) -> int:
                             seed=whole_number(args.seed, "seed", low=0))
     transports.spec(cfg.transport, "allreduce")
     runner = d.world_runner(suite.SuiteConfig(timeout=options.seconds(args.timeout)))
-    say(f"# detection power: {cfg.blocks * 6} worlds in {cfg.blocks} blocks ...")
+    say(f"# detection power: {cfg.blocks * 6} worlds in {cfg.blocks} blocks ..." if cfg.blocks else
+        f"# detection power: blocks of 6 worlds for {cfg.stream_s:.0f} s (the {cfg.gap_s:.0f} s "
+        f"gap, then {d.CANDIDATE_S:.0f} s of candidates) ...")
     rep = d.run(cfg, runner, progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
     say(d.format_report(rep))
     if args.json:

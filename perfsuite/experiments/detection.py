@@ -46,6 +46,8 @@ from . import ab
 #: Pair kinds: name -> which slowdown of the config the B world runs with.
 KINDS = ("A/A", "A/+small", "A/+large")
 CANARY_BLOCKS = 4
+#: Seconds of candidates an automatic stream measures after the gap (~10 stored windows here).
+CANDIDATE_S = 600.0
 #: What a stored world keeps of each sample's info (the raw iterations stay out: 500 worlds).
 WORLD_INFO = ("canary_us", "contention", "cpu_pressure", "involuntary_switches")
 
@@ -59,9 +61,10 @@ class DetectionConfig:
     large: int = 16 << 20
     transport: str = "mpi"
     world_size: int = 2
-    # Each block: one pair of each kind, 6 worlds, ~9 s here; 120 blocks outlast the 600 s gap
-    # by ~8 minutes, which is what leaves the stored mode candidates to judge.
-    blocks: int = 120
+    # Each block: one pair of each kind, 6 worlds, 4-9 s here by transport and loop. 0: blocks
+    # until the stream has outlasted the gap by CANDIDATE_S, which is what leaves the stored mode
+    # candidates to judge whatever a block costs.
+    blocks: int = 0
     small_slowdown: float = 0.05  # what A/B mode is asked to catch
     large_slowdown: float = 0.30  # what the stored-baseline gate is asked to catch
     baseline_rounds: int = suite.BASELINE_ROUNDS  # what --baseline-update records
@@ -87,6 +90,11 @@ class DetectionConfig:
             raise ConfigError(f"gap {self.gap_s!r} must be >= 0 seconds")
         if self.max_pairs < 2 or self.max_rounds < 1 or self.baseline_rounds < 2:
             raise ConfigError("max pairs must be >= 2, max rounds >= 1 and baseline rounds >= 2")
+
+    @property
+    def stream_s(self) -> float:
+        """How long an automatic stream (``blocks`` 0) runs."""
+        return self.gap_s + CANDIDATE_S
 
     def slowdown(self, kind: str) -> float:
         return {"A/A": 0.0, "A/+small": self.small_slowdown, "A/+large": self.large_slowdown}[kind]
@@ -142,13 +150,15 @@ class World:
 
 def measure(cfg: DetectionConfig, runner: Runner, progress: Callable[[str], None] | None = None,
             clock: Callable[[], float] = time.monotonic) -> list[World]:
-    """The stream: ``cfg.blocks`` blocks of one pair per kind, kinds and roles in random order."""
+    """The stream: ``cfg.blocks`` blocks of one pair per kind, kinds and roles in random order
+    (``blocks`` 0: until ``cfg.stream_s`` has passed)."""
     rng = np.random.default_rng(cfg.seed)
     spec = cfg.spec()
     worlds: list[World] = []
     t0 = clock()
     pair = 0
-    for block in range(cfg.blocks):
+    block = 0
+    while (block < cfg.blocks) if cfg.blocks else (clock() - t0 < cfg.stream_s):
         for kind in rng.permutation(KINDS):
             roles = ("a", "b") if rng.random() < 0.5 else ("b", "a")
             for role in roles:
@@ -162,9 +172,10 @@ def measure(cfg: DetectionConfig, runner: Runner, progress: Callable[[str], None
                 w.wall_s = clock() - start
                 worlds.append(w)
             pair += 1
+        block += 1
         if progress:
-            progress(f"block {block + 1}/{cfg.blocks}: {len(worlds)} worlds in "
-                     f"{clock() - t0:.0f} s")
+            of = f"/{cfg.blocks}" if cfg.blocks else ""
+            progress(f"block {block}{of}: {len(worlds)} worlds in {clock() - t0:.0f} s")
     return worlds
 
 
@@ -235,7 +246,7 @@ class DetectionReport:
     def to_dict(self) -> dict:
         c = self.config
         return {"config": {"small": c.small, "large": c.large, "transport": c.transport,
-                           "world_size": c.world_size, "blocks": c.blocks,
+                           "world_size": c.world_size, "blocks": len(self.worlds) // 6,
                            "small_slowdown": c.small_slowdown, "large_slowdown": c.large_slowdown,
                            "baseline_rounds": c.baseline_rounds, "gap_s": c.gap_s,
                            "max_pairs": c.max_pairs, "max_rounds": c.max_rounds, "alpha": c.alpha,
@@ -279,7 +290,7 @@ def format_report(rep: DetectionReport) -> str:
     lines = [f"# detection power: {cfg.transport} allreduce, world size {cfg.world_size}; "
              f"{len(rep.worlds)} worlds in {rep.wall_s:.0f} s, {usable} calm and valid "
              f"(contention <= {cfg.max_contention if cfg.max_contention is not None else 'off'})",
-             f"# one stream: {cfg.blocks} blocks of one A/A, one A/+{cfg.small_slowdown:.0%} and one "
+             f"# one stream: {len(rep.worlds) // 6} blocks of one A/A, one A/+{cfg.small_slowdown:.0%} and one "
              f"A/+{cfg.large_slowdown:.0%} pair, in random order",
              *format_injection(rep.injection),
              *canary.format_study(rep.canary, cfg),
