@@ -46,7 +46,7 @@ from . import ab
 #: Pair kinds: name -> which slowdown of the config the B world runs with.
 KINDS = ("A/A", "A/+small", "A/+large")
 CANARY_BLOCKS = 4
-#: Seconds of candidates an automatic stream measures after the gap (~10 stored windows here).
+#: Seconds of candidates an automatic stream measures after the gap (~20 stored windows here).
 CANDIDATE_S = 600.0
 #: What a stored world keeps of each sample's info (the raw iterations stay out: 500 worlds).
 WORLD_INFO = ("canary_us", "contention", "cpu_pressure", "involuntary_switches")
@@ -61,7 +61,7 @@ class DetectionConfig:
     large: int = 16 << 20
     transport: str = "mpi"
     world_size: int = 2
-    # Each block: one pair of each kind, 6 worlds, 4-9 s here by transport and loop. 0: blocks
+    # Each block: one pair of each kind, 6 worlds, ~10 s here. 0: blocks
     # until the stream has outlasted the gap by CANDIDATE_S, which is what leaves the stored mode
     # candidates to judge whatever a block costs.
     blocks: int = 0
