@@ -191,8 +191,10 @@ def mode_strata(sample: Sample, metric: str, baseline: Baseline, limit: float | 
 
 
 def _within_mode(strata: Strata) -> list[float]:
-    """Baseline rounds over their mode's median: the spread a verdict across strata sees."""
-    return [v / stats.median(b) for _, b in strata for v in b]
+    """Baseline rounds over their mode's median: the spread a verdict across strata sees. A
+    mode with one baseline round says nothing of the spread (its ratio is 1 by construction,
+    which would narrow the tolerance), so it is left out."""
+    return [v / stats.median(b) for _, b in strata if len(b) > 1 for v in b]
 
 
 def verdict(case: str, metric: str, sample: Sample | None, baseline: Baseline | None, *,

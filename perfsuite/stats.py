@@ -215,14 +215,26 @@ def _mwu_sum_null(sizes: Sequence[tuple[int, int]]) -> np.ndarray:
     return pmf
 
 
+def _mwu_sum_sd(sizes: Sequence[tuple[int, int]]) -> float:
+    """The standard deviation of the summed Mann-Whitney counts under no shift (no ties)."""
+    return math.sqrt(sum(m * n * (m + n + 1) / 12.0 for m, n in sizes))
+
+
+def _strata(strata: Sequence[tuple[Sequence[float], Sequence[float]]], what: str
+            ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The (new, base) strata with values on both sides, as arrays; none left is an error."""
+    pairs = [(_array(x, "new values"), _array(y, "base values")) for x, y in strata
+             if len(x) and len(y)]
+    if not pairs:
+        raise ValueError(f"{what} needs a stratum with values on both sides")
+    return pairs
+
+
 def stratified_mann_whitney_p(strata: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float:
     """Two-sided p that (new, base) strata share no shift: the Mann-Whitney counts of the
     strata summed (ties count half), against the sum's exact null up to 10000 pairs in all and
     its normal approximation above. One stratum: ``mann_whitney_p``."""
-    pairs = [(_array(x, "new values"), _array(y, "base values")) for x, y in strata
-             if len(x) and len(y)]
-    if not pairs:
-        raise ValueError("a p-value needs a stratum with values on both sides")
+    pairs = _strata(strata, "a p-value")
     if len(pairs) == 1:
         return mann_whitney_p(pairs[0][1], pairs[0][0])
     u = sum(float(np.sum(x[:, None] > y[None, :]) + 0.5 * np.sum(x[:, None] == y[None, :]))
@@ -230,8 +242,7 @@ def stratified_mann_whitney_p(strata: Sequence[tuple[Sequence[float], Sequence[f
     sizes = [(x.size, y.size) for x, y in pairs]
     total = sum(m * n for m, n in sizes)
     if total > 10000:
-        sd = math.sqrt(sum(m * n * (m + n + 1) / 12.0 for m, n in sizes))
-        return float(min(1.0, 2.0 * _sps.norm.sf(abs(u - total / 2.0) / sd)))
+        return float(min(1.0, 2.0 * _sps.norm.sf(abs(u - total / 2.0) / _mwu_sum_sd(sizes))))
     cdf = np.cumsum(_mwu_sum_null(sizes))
     low = cdf[int(math.floor(u))]  # P(U <= u)
     high = 1.0 - (cdf[int(math.ceil(u)) - 1] if u >= 1 else 0.0)  # P(U >= u)
@@ -244,8 +255,7 @@ def _mwu_lower_quantile(sizes: Sequence[tuple[int, int]], tail: float) -> int:
     pairs in all, normal approximation above."""
     total = sum(m * n for m, n in sizes)
     if total > 10000:
-        sd = math.sqrt(sum(m * n * (m + n + 1) / 12.0 for m, n in sizes))
-        return max(0, int(math.floor(total / 2.0 - _sps.norm.ppf(1.0 - tail) * sd)))
+        return max(0, int(math.floor(total / 2.0 - _sps.norm.ppf(1.0 - tail) * _mwu_sum_sd(sizes))))
     cdf = np.cumsum(_mwu_sum_null(sizes))
     # P(U < k) = cdf[k - 1]
     k = 0
@@ -270,10 +280,7 @@ def stratified_shift_ci(strata: Sequence[tuple[Sequence[float], Sequence[float]]
     the sum's null is the convolution of each stratum's exact Mann-Whitney null. A stratum
     missing either side is left out."""
     _check_confidence(confidence)
-    pairs = [(_array(x, "new values"), _array(y, "base values")) for x, y in strata
-             if len(x) and len(y)]
-    if not pairs:
-        raise ValueError("a shift interval needs a stratum with values on both sides")
+    pairs = _strata(strata, "a shift interval")
     d = np.sort(np.concatenate([(x[:, None] - y[None, :]).ravel() for x, y in pairs]))
     est = float(np.median(d))
     k = _mwu_lower_quantile([(x.size, y.size) for x, y in pairs], (1.0 - confidence) / 2.0)

@@ -609,3 +609,11 @@ def test_a_slowdown_is_seen_through_modes_the_baseline_split_across():
     v = regress.verdict(LARGE.name, "busbw_GBps", cand, base, looks=suite.COMPARE_MAX_ROUNDS)
     assert v.status == "regression" and v.rounds == 12 and v.dropped == 0
     assert v.low < 1 / 1.3 - 1 < v.high and v.change == pytest.approx(1 / 1.3 - 1, abs=0.03)
+
+
+def test_a_mode_with_one_baseline_round_does_not_narrow_the_tolerance():
+    """The spread behind the default tolerance comes from modes with two or more baseline
+    rounds: a lone round is its own median, and counting its ratio of 1 would narrow it."""
+    strata = [([1.0], [0.90, 1.00, 1.10]), ([2.0], [2.0])]
+    assert regress._within_mode(strata) == pytest.approx([0.9, 1.0, 1.1])
+    assert regress._within_mode([([1.0], [2.0])]) == []
