@@ -20,6 +20,11 @@ register a migration in ``MIGRATIONS`` when the old one can still be read):
 - ``perfsuite-detection`` v1: ``perfsuite detection-power --json``: the config, every world of
   the stream in time order (per case: metrics, canary, contention, pressure), the canary study
   and every window's verdicts.
+- ``perfsuite-study-plan`` v1: a study plan (TOML or JSON, written by a person; see
+  ``experiments/study_plan.py`` and ``studies/``).
+- ``perfsuite-study`` v1: ``perfsuite study --out DIR``'s ``study.json``: the plan as read, and
+  every world finished so far (point, round, seconds, result or skip or failure); rewritten
+  after each world, so an interrupted study keeps what finished and ``--resume`` continues it.
 
 pyperf's habit: the version is checked before anything else is read, and an error says what
 to do (re-run, re-record, upgrade). The run file's one reader is ``load_run``; the report, the
@@ -41,11 +46,13 @@ from .model import Case, Result, Sample, WorldSpec
 
 AB = "perfsuite-ab"
 DETECTION = "perfsuite-detection"
+STUDY_PLAN, STUDY = "perfsuite-study-plan", "perfsuite-study"
 NATIVE = "perfsuite-native-loop"  # the stamp of a cached native-loop build (launch/native.py)
 JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "perfsuite-run",
                                        "perfsuite-baseline", "perfsuite-dataset")
 #: BASELINE 2: each entry says which loop timed it ("timing"), so none is compared across loops.
-VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 2, DATASET: 1, AB: 1, DETECTION: 1, NATIVE: 1}
+VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 2, DATASET: 1, AB: 1, DETECTION: 1, NATIVE: 1,
+            STUDY_PLAN: 1, STUDY: 1}
 
 #: Allreduce transports timed on the host: before BASELINE 2 every one ran the mpi4py loop.
 _V1_HOST_ALLREDUCE = ("mpi", "ring", "tf-grpc")
@@ -82,6 +89,9 @@ _HINTS = {
     DATASET: ("delete the folder and let the suite rewrite it",
               "delete the folder and let the suite rewrite it"),
     NATIVE: ("delete its folder: the suite builds it again", "delete its folder: the suite builds it again"),
+    STUDY_PLAN: ('start the plan with format = "perfsuite-study-plan" and version = 1, as '
+                 "studies/seed-tf.toml does", "update the plan to version 1 (see studies/seed-tf.toml)"),
+    STUDY: ("pass the --out folder of a perfsuite study", "start the study again with a fresh --out"),
 }
 
 
@@ -110,7 +120,7 @@ _JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", boo
                type(None): "null"}
 
 
-def check_format(d: Any, fmt: str, source: str, error: type[FormatError] = FormatError) -> dict:
+def check_format(d: Any, fmt: str, source: str, error: type[PerfsuiteError] = FormatError) -> dict:
     """``d`` as the current version of ``fmt`` (older versions migrated), or ``error`` with
     one line that says what to do."""
     wrong, older = _HINTS[fmt]
@@ -235,6 +245,40 @@ def read_json(path: str | os.PathLike, what: str, hint: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise FormatError(f"{path}: not JSON ({exc}); {hint}") from None
+
+
+def read_plan(path: str | os.PathLike) -> dict:
+    """A study plan (``.toml``, else JSON), its format and version checked; every problem is
+    one line naming the file."""
+    import tomllib
+
+    hint = "see studies/seed-tf.toml for a plan that works"
+    if str(path).endswith(".toml"):
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read plan {str(path)!r}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not a text file; {hint}") from None
+        try:
+            d = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc}); {hint}") from None
+    else:
+        try:
+            d = read_json(path, "plan", hint)
+        except FormatError as exc:
+            raise ConfigError(str(exc)) from None
+    return check_format(d, STUDY_PLAN, str(path), error=ConfigError)
+
+
+def write_study(path: str | os.PathLike, body: dict) -> Path:
+    return write_json(path, stamp(STUDY, body))
+
+
+def load_study(path: str | os.PathLike) -> dict:
+    hint = "start the study again with a fresh --out"
+    return check_format(read_json(path, "study results", hint), STUDY, str(path))
 
 
 # --- the job and the result of one world ---------------------------------------------------------

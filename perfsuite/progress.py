@@ -111,3 +111,69 @@ class SweepProgress:
             self._line(f"# {where}{outcome_line(spec, outcome, seconds)}")
             if self._progress is not None:
                 self._progress.update(self._task, advance=len(spec.cases), refresh=True)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+class StudyProgress:
+    """Progress over a study's worlds, with the time left: each world still to run is
+    estimated by the worlds of its point already timed (the rounds of a study repeat them),
+    else by the plan's first guess scaled by how the timed worlds compared with theirs."""
+
+    def __init__(self, todo: Sequence[tuple[str, float]], timed: Mapping[str, list[float]] | None = None,
+                 console: Console | None = None, env: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.console = console or Console(file=sys.stdout)
+        self.guess = dict(todo)
+        self.left = [k for k, _ in todo]
+        self.timed = {k: list(v) for k, v in (timed or {}).items()}
+        self.bar = wants_bar(self.console, env)
+        self._clock, self._t0 = clock, clock()
+        self._progress: Progress | None = None
+        self._task: Any = None
+        self._done = 0
+
+    def remaining_s(self) -> float:
+        scale = [sum(v) / len(v) / self.guess[k] for k, v in self.timed.items() if v and self.guess.get(k)]
+        factor = sorted(scale)[len(scale) // 2] if scale else 1.0
+        return sum(sorted(self.timed[k])[len(self.timed[k]) // 2] if self.timed.get(k) else self.guess[k] * factor
+                   for k in self.left)
+
+    def __enter__(self) -> "StudyProgress":
+        if self.bar:
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
+                                      BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                      console=self.console, transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task("starting", total=len(self.left))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def __call__(self, event: str, key: str, rnd: int, seconds: float | None = None, what: str = "") -> None:
+        n = self._done + len(self.left)
+        if event == "start":
+            text = f"[{self._done + 1}/{n}] {key} round {rnd + 1}, ~{_minutes(self.remaining_s())} left"
+            if self._progress is not None:
+                self._progress.update(self._task, description=text, refresh=True)
+            else:
+                self.console.file.write(f"# {text}\n")
+                self.console.file.flush()
+            return
+        self._done += 1
+        if key in self.left:
+            self.left.remove(key)
+        self.timed.setdefault(key, []).append(float(seconds or 0.0))
+        line = (f"# [{self._done}/{n}] {key} round {rnd + 1}: {what} in {seconds or 0:.1f} s; "
+                f"{_minutes(self._clock() - self._t0)} so far, ~{_minutes(self.remaining_s())} left")
+        if self._progress is not None:
+            self._progress.console.print(line, markup=False, highlight=False)
+            self._progress.update(self._task, advance=1, refresh=True)
+        else:
+            self.console.file.write(line + "\n")
+            self.console.file.flush()

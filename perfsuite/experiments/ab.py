@@ -65,17 +65,20 @@ class Arm:
         return ", ".join(bits)
 
 
-def check_python(path: str) -> None:
-    """One line, before anything runs, when an arm's Python cannot run a rank."""
+def check_python(path: str, modules: Sequence[str] = ("mpi4py", "perfsuite")) -> None:
+    """One line, before anything runs, when an arm's Python cannot run a rank: it is not a
+    program, or one of ``modules`` cannot be found there (found, not imported: TensorFlow
+    takes seconds to import)."""
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         raise ConfigError(f"python {path!r} is not an executable file; give the python of a venv "
-                          "that has perfsuite and mpi4py installed")
-    probe = subprocess.run([path, "-c", "import mpi4py, perfsuite"], capture_output=True, text=True,
-                           timeout=60)
+                          f"that has {', '.join(modules)} installed")
+    find = ("import importlib.util, sys; missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]; "
+            "print(' '.join(missing)); sys.exit(1 if missing else 0)")
+    probe = subprocess.run([path, "-c", find, *modules], capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:
-        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
-        raise ConfigError(f"python {path!r} cannot run a rank ({last}); install perfsuite and "
-                          "mpi4py into that venv")
+        missing = probe.stdout.strip() or (probe.stderr.strip().splitlines() or ["?"])[-1]
+        raise ConfigError(f"python {path!r} cannot run a rank (no module {missing}); install "
+                          f"{', '.join(modules)} into that venv")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,143 @@
+"""``perfsuite study PLAN --out DIR``: run a study plan and write its report."""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import signal
+import time
+from pathlib import Path
+
+from .. import fingerprint, formats, options
+from ..errors import ConfigError
+from .common import EXIT_FAIL, EXIT_OK, say
+
+COMMANDS = {}
+RESULTS = "study.json"
+
+
+def add_study(p: argparse.ArgumentParser) -> None:
+    p.add_argument("plan", metavar="PLAN", help="a study plan, .toml or .json (e.g. studies/seed-tf.toml)")
+    p.add_argument("--out", default="study", metavar="DIR",
+                   help=f"folder for {RESULTS} (every finished world) and the report [default: study]")
+    p.add_argument("--resume", action="store_true",
+                   help=f"continue the study in --out: run only the worlds its {RESULTS} lacks, then report")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the plan and its MPI environments, print its worlds and expected duration; run none")
+
+
+def _probe(python: str, modules: tuple[str, ...]) -> None:
+    from ..experiments.ab import check_python
+
+    check_python(python, modules)
+
+
+def _base(plan) -> "object":
+    values = {k.replace("-", "_"): v for k, v in plan.launch.items()}
+    if isinstance(values.get("env"), dict):
+        values["env"] = [f"{k}={v}" for k, v in values["env"].items()]
+    if isinstance(values.get("launcher_args"), list):
+        values["launcher_args"] = " ".join(values["launcher_args"])
+    for k in ("hosts",):
+        if isinstance(values.get(k), list):
+            values[k] = ",".join(values[k])
+    return options.suite_config({**values, "timeout": plan.timeout})
+
+
+def _load(args: argparse.Namespace, plan) -> list[dict]:
+    path = Path(args.out) / RESULTS
+    if not args.resume:
+        if path.exists():
+            raise ConfigError(f"{path} holds a study already; pass --resume to continue it, or choose another --out")
+        return []
+    if not path.exists():
+        raise ConfigError(f"--resume: {path} does not exist; leave out --resume to start the study")
+    body = formats.load_study(path)
+    if body.get("plan_digest") != plan.digest:
+        raise ConfigError(f"{path} was made by another plan ({body.get('plan_name')!r}, digest "
+                          f"{body.get('plan_digest')}; this plan's is {plan.digest}); resume with that plan "
+                          "or start in a fresh --out")
+    return list(body.get("worlds") or [])
+
+
+def do_study(args: argparse.Namespace) -> int:
+    from .. import study_report
+    from ..experiments import study, study_analysis, study_plan as sp
+    from ..progress import StudyProgress
+
+    plan = sp.parse(formats.read_plan(args.plan), args.plan)
+    base = _base(plan)
+    sp.check_arms(plan, _probe)
+    records = _load(args, plan)
+    todo = study.pending(plan, records)
+    timed: dict[str, list[float]] = {}
+    for r in records:
+        timed.setdefault(r["point"], []).append(float(r.get("wall_s", 0.0)))
+    guess = {k: sp.expected_world_s(p, plan.steps, plan.warmup) for k, p in plan.points.items()}
+    progress = StudyProgress([(k, guess[k]) for _, k in todo], timed)
+    total = plan.rounds * len(plan.points)
+    say(f"# study {plan.name} ({args.plan}, digest {plan.digest}): {len(plan.points)} points x {plan.rounds} "
+        f"rounds = {total} worlds, {len(todo)} to run; expected duration ~{progress.remaining_s() / 60:.1f} min "
+        "(a first guess until worlds are timed)")
+    if args.dry_run:
+        for k, p in plan.points.items():
+            say(f"#   {sp.describe(p)}: ~{guess[k]:.0f} s a world")
+        return EXIT_OK
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    fp = fingerprint.collect()
+    path = Path(args.out) / RESULTS
+
+    def keep(recs: list[dict]) -> None:
+        formats.write_study(path, {"plan_name": plan.name, "plan_path": str(args.plan), "plan_digest": plan.digest,
+                                   "plan": plan.raw, "created": created, "fingerprint": fp, "worlds": recs})
+
+    keep(records)
+    t0, stopped = time.monotonic(), None
+
+    def on(event, point, rnd, rec):
+        if event == "start":
+            progress("start", point.key, rnd)
+        else:
+            what = rec.get("skipped") and f"skipped ({rec['skipped']})" or rec.get("failure") and "FAILED" or "done"
+            progress("done", point.key, rnd, rec["wall_s"], what)
+            if rec.get("failure"):
+                say(f"#   {rec['failure']}")
+
+    try:
+        with progress:
+            study.run(plan, base, records, keep, on)
+    except KeyboardInterrupt as exc:
+        stopped = getattr(exc, "name", "SIGINT")
+    spent = time.monotonic() - t0
+    an = study_analysis.analyse(plan, records)
+    done = len({(r["point"], r["round"]) for r in records})
+    skipped = {r["point"]: r["skipped"] for r in records if r.get("skipped")}
+    failed = sum(1 for r in records if r.get("failure"))
+    facts = [f"plan {args.plan} (digest {plan.digest}), {plan.rounds} rounds, seed {plan.seed}, "
+             f"{plan.steps} timed steps after {plan.warmup} warm-up per batch",
+             f"machine: {fp.get('host')}, {fp.get('cpu_model')} x{fp.get('cpu_count')}, TensorFlow "
+             f"{fp.get('tensorflow') or '?'}; MPI: {study_analysis.libraries(plan, an['_data']) or 'no world ran'}",
+             f"{done} of {total} worlds finished ({len(skipped)} point(s) skipped, {failed} world(s) failed); "
+             f"this run {spent / 60:.1f} min, all worlds {sum(float(r.get('wall_s', 0)) for r in records) / 60:.1f} min"]
+    if stopped:
+        facts.append(f"INTERRUPTED by {stopped}: the figures use the worlds that finished; "
+                     f"perfsuite study {args.plan} --out {args.out} --resume continues")
+    notes = ["Each figure is the geometric mean over the study's rounds with its 95% t interval; a ratio or an "
+             "efficiency pairs round r of one point with round r of the other (both ran in the same pass).",
+             "Scaling efficiency = img/s with n workers / (n x img/s of 1 worker), same transport, model and batch.",
+             "Contention: the median over rounds of the largest run-queue wait share of any rank; '(process)' marks "
+             "TensorFlow's whole process (its thread pools crowd a small machine by design), reported, not judged. "
+             "An allreduce world whose timed thread waited more than 5% is re-run, as perfsuite run does.",
+             "The paper's ratios were measured on GPUs across nodes; a CPU machine's ratio answers a different "
+             "question and is shown beside it as a reference, not a target."]
+    notes += [f"{k}: skipped: {why}" for k, why in skipped.items()]
+    study_report.write(args.out, plan, an, facts, notes)
+    say(study_report.summary(plan, an, facts))
+    say(f"# results in {path}; report in {Path(args.out) / 'report.html'} and report.md")
+    if stopped:
+        return 128 + signal.Signals[stopped].value
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+COMMANDS["study"] = (add_study, do_study,
+                     "run a study plan (the seed paper's four vectors: scaling, batch, MPI library, models) "
+                     "and write its report")

@@ -1,0 +1,111 @@
+"""``perfsuite study``: a plan's points, interleaved over rounds, each world kept as it ends.
+
+Round r runs every point once, in an order drawn from the plan's seed, before round r+1
+starts, so a burst of load or a change of machine mode falls on every point alike and a
+ratio is taken between neighbours (the study's intervals pair points by round). The arms of
+one MPI-library case run back to back, A then B in one round and B then A in the next, as
+``perfsuite ab`` alternates them. A point that cannot run here (a transport without its
+library) is asked once and skipped with the reason; a world that fails fails its round only.
+After every world ``keep(records)`` is called, so an interrupted study has every finished
+world on disk, and ``run`` given those records continues where they end.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from .. import formats, rounds, suite
+from ..bench.allreduce import allreduce_cases
+from ..bench.tf_epoch import tf_cases
+from ..launch.launchers import LaunchConfig
+from .ab import Arm as LaunchArm
+from .study_plan import Plan, Point, interpreter, schedule
+
+#: progress(event, point, round, record): 'start' (record None) and 'done'.
+Progress = Callable[[str, Point, int, "dict | None"], None]
+
+
+def order(plan: Plan) -> list[tuple[int, tuple[str, ...]]]:
+    """(round, unit) in the order the study runs them: the same for a plan on every run, so a
+    resumed study keeps the order it started with."""
+    rng = np.random.default_rng(plan.seed)
+    units = schedule(plan)
+    first = [bool(rng.random() < 0.5) for _ in units]  # which arm of a pair leads in round 0
+    out = []
+    for r in range(plan.rounds):
+        for i in rng.permutation(len(units)):
+            unit = units[i]
+            out.append((r, unit[::-1] if (first[i] ^ (r % 2 == 1)) else unit))
+    return out
+
+
+def pending(plan: Plan, records: list[dict]) -> list[tuple[int, str]]:
+    """(round, point) still to run: not finished, and not a point already found unable to run."""
+    done = {(r["point"], r["round"]) for r in records}
+    cannot = {r["point"] for r in records if r.get("skipped")}
+    return [(r, k) for r, unit in order(plan) for k in unit if (k, r) not in done and k not in cannot]
+
+
+def world_config(plan: Plan, point: Point, base: suite.SuiteConfig) -> suite.SuiteConfig:
+    arm = plan.arm_of(point)
+    launch: LaunchConfig = LaunchArm(arm.name, point.transport, arm.env, arm.python or None,
+                                     arm.launcher_args).launch(base.launch)
+    network = None
+    if point.network != "none":
+        from ..launch.netns import parse_shaping
+
+        network = parse_shaping(point.network)
+    options = {**base.options}
+    if point.benchmark == "tf-epoch":
+        options.update(iters=plan.steps, warmup=plan.warmup, image_size=point.image_size)
+    # One round per world; a contended allreduce round is re-run in place, as ``run`` does.
+    return replace(base, launch=launch, network=network, options=options,
+                   rounds=rounds.RoundsPolicy(retries=rounds.DEFAULT_RETRIES))
+
+
+def cases_of(point: Point) -> list:
+    if point.benchmark == "tf-epoch":
+        return tf_cases([point.transport], [point.world_size], [point.model], list(point.batches))
+    return allreduce_cases([point.transport], [point.world_size], list(point.sizes))
+
+
+def run_point(plan: Plan, point: Point, rnd: int, base: suite.SuiteConfig) -> dict:
+    cfg = world_config(plan, point, base)
+    (spec,) = suite.plan(cases_of(point), cfg.options)
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    out = suite.run_one(spec, cfg)
+    rec: dict[str, Any] = {"point": point.key, "round": rnd, "started": started,
+                           "wall_s": round(time.monotonic() - t0, 2),
+                           "python": interpreter(plan.arm_of(point))}
+    if out.skipped:
+        rec["skipped"] = out.skipped
+    elif out.failure is not None:
+        rec["failure"] = str(out.failure)
+    else:
+        rec["result"] = formats.dump_result(out.result)
+    return rec
+
+
+def run(plan: Plan, base: suite.SuiteConfig, records: list[dict], keep: Callable[[list[dict]], None],
+        progress: Progress | None = None) -> list[dict]:
+    """Run what ``records`` lacks; ``records`` grows world by world and ``keep`` is told each
+    time. Ctrl-C (or SIGTERM through ``interrupts``) propagates after the running world is
+    killed; every world before it is already kept."""
+    for rnd, key in pending(plan, records):
+        if any(r["point"] == key and r.get("skipped") for r in records):
+            continue  # found unable to run in an earlier round of this run
+        point = plan.points[key]
+        if progress:
+            progress("start", point, rnd, None)
+        rec = run_point(plan, point, rnd, base)
+        records.append(rec)
+        keep(records)
+        if progress:
+            progress("done", point, rnd, rec)
+    return records

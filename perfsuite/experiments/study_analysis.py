@@ -1,0 +1,263 @@
+"""What a study's worlds say, vector by vector: pure over the plan and the records.
+
+Every figure is a geometric mean over the study's rounds with a 95% t interval on the logs
+(``stats.paired_ratio_ci``). A ratio of two points, or a scaling efficiency, pairs the rounds:
+round r of one point with round r of the other, which ran in the same pass over the plan. A
+round is evidence when its world ran, validated and was not contended (an allreduce world's
+timed thread waited for a CPU beyond the suite's limit in every retry); TensorFlow's own
+threads crowd a small machine by design, so a training world's wait share is reported and not
+judged (``rounds.contention_of``).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import formats, stats
+from ..model import Result, Sample
+from .study_plan import NO_GRPC_REFERENCE, Plan, Point
+
+#: The seed paper's headline (Horovod-MPI over native gRPC, Piz Daint, GPUs): a reference
+#: to read next to this machine's figures, not a target.
+PAPER_RATIO = {("resnet50", "horovod"): 1.8, ("mobilenet", "horovod"): 3.2}
+PAPER_WHERE = "Piz Daint (P100 GPUs, Aries), Horovod-MPI over gRPC"
+
+
+@dataclass
+class PointData:
+    point: Point
+    results: dict[int, Result] = field(default_factory=dict)  # round -> result
+    skipped: str | None = None
+    failures: list[str] = field(default_factory=list)
+    wall_s: list[float] = field(default_factory=list)
+
+    def sample(self, rnd: int, batch: int | None = None, size: int | None = None) -> Sample | None:
+        r = self.results.get(rnd)
+        for s in r.samples if r else ():
+            if (batch is None or s.case.batch == batch) and (size is None or s.case.size_bytes == size):
+                return s
+        return None
+
+    def series(self, metric: str, batch: int | None = None, size: int | None = None) -> dict[int, float]:
+        """round -> value, for rounds that are evidence."""
+        out = {}
+        for rnd in sorted(self.results):
+            s = self.sample(rnd, batch, size)
+            if (s is None or not s.valid or metric not in s.metrics or s.info.get("contended")
+                    or not s.metrics[metric].value > 0):
+                continue
+            out[rnd] = float(s.metrics[metric].value)
+        return out
+
+    def contention(self) -> tuple[float | None, str]:
+        """(median wait share over the rounds, scope 'thread' or 'process')."""
+        waits, scope = [], "thread"
+        for r in self.results.values():
+            for s in r.samples[:1]:
+                c = s.info.get("contention")
+                scope = s.info.get("contention_scope", "thread")
+                if isinstance(c, (int, float)):
+                    waits.append(float(c))
+        return (stats.median(waits) if waits else None), scope
+
+    @property
+    def status(self) -> str:
+        if self.skipped:
+            return f"skipped: {self.skipped}"
+        if self.failures and not self.results:
+            return f"failed: {self.failures[-1]}"
+        return f"{len(self.failures)} round(s) failed" if self.failures else ""
+
+
+def collect(plan: Plan, records: Sequence[dict]) -> dict[str, PointData]:
+    data = {k: PointData(p) for k, p in plan.points.items()}
+    for rec in records:
+        d = data.get(rec.get("point"))
+        if d is None:
+            continue
+        d.wall_s.append(float(rec.get("wall_s", 0.0)))
+        if rec.get("skipped"):
+            d.skipped = rec["skipped"]
+        elif rec.get("failure"):
+            d.failures.append(f"round {rec['round'] + 1}: {rec['failure']}")
+        elif rec.get("result"):
+            d.results[int(rec["round"])] = formats.load_result(rec["result"], f"study world {rec['point']}")
+    return data
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A geometric mean over rounds with its 95% interval (NaN bounds: fewer than 2 rounds)."""
+
+    value: float
+    low: float
+    high: float
+    rounds: int
+
+    def text(self, fmt: str = ".3g") -> str:
+        if self.rounds == 0 or math.isnan(self.value):
+            return "n/a"
+        if math.isnan(self.low):
+            return f"{self.value:{fmt}} (1 round, no interval)"
+        return f"{self.value:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "low": self.low, "high": self.high, "rounds": self.rounds}
+
+
+NONE = Figure(math.nan, math.nan, math.nan, 0)
+
+
+def figure(values: dict[int, float]) -> Figure:
+    if not values:
+        return NONE
+    v = list(values.values())
+    g, lo, hi = stats.paired_ratio_ci(v, [1.0] * len(v))
+    return Figure(g, lo, hi, len(v))
+
+
+def paired(num: dict[int, float], den: dict[int, float], scale: float = 1.0) -> Figure:
+    """num/(scale x den) over the rounds both have."""
+    common = sorted(set(num) & set(den))
+    if not common:
+        return NONE
+    g, lo, hi = stats.paired_ratio_ci([num[r] for r in common], [scale * den[r] for r in common])
+    return Figure(g, lo, hi, len(common))
+
+
+def _contention(d: PointData) -> str:
+    c, scope = d.contention()
+    return "n/a" if c is None else f"{c:.0%}" + (" (process)" if scope != "thread" else "")
+
+
+def _get(data: dict[str, PointData], p: Point) -> PointData | None:
+    return data.get(p.key)
+
+
+def _tf_point(plan: Plan, t: str, n: int, model: str, network: str = "none", arm: str = "") -> Point:
+    net = "none" if n == 1 else network
+    return Point("tf-epoch", t, n, model, plan.image(model), net, arm)
+
+
+def _row(d: PointData | None, **cells: Any) -> dict[str, Any]:
+    status = "not in plan" if d is None else d.status
+    return {**cells, "contention": "n/a" if d is None else _contention(d), "status": status}
+
+
+def efficiency(data, plan, t, n, model, batch, network="none") -> tuple[Figure, Figure]:
+    """(img/s, scaling efficiency img/s(n) / (n x img/s(1)) paired by round)."""
+    d, one = _get(data, _tf_point(plan, t, n, model, network)), _get(data, _tf_point(plan, t, 1, model))
+    img = d.series("img_per_s", batch) if d else {}
+    base = one.series("img_per_s", batch) if one else {}
+    return figure(img), (paired(img, base, n) if n > 1 else (figure({r: 1.0 for r in img}) if img else NONE))
+
+
+def scaling(plan: Plan, data: dict[str, PointData]) -> dict[str, list[dict]]:
+    v = plan.vectors["scaling"]
+    model, batch = v["model"], v["batches"][0]
+    tf_rows, ar_rows = [], []
+    for t in v["transports"]:
+        for net in v["networks"]:
+            for n in v["world_sizes"]:
+                if n == 1 and net != v["networks"][0]:
+                    continue
+                img, eff = efficiency(data, plan, t, n, model, batch, net)
+                d = _get(data, _tf_point(plan, t, n, model, net))
+                tf_rows.append(_row(d, transport=t, network="none" if n == 1 else net, world_size=n,
+                                    img_per_s=img, efficiency=eff))
+    sizes = v.get("allreduce_sizes", ())
+    for t in v.get("allreduce", ()):
+        for net in v["networks"]:
+            for n in (x for x in v["world_sizes"] if x > 1):
+                d = _get(data, Point("allreduce", t, n, network=net))
+                ar_rows.append(_row(d, transport=t, network=net, world_size=n,
+                                    latency_us=figure(d.series("latency_us", size=sizes[0])) if d else NONE,
+                                    busbw_GBps=figure(d.series("busbw_GBps", size=sizes[-1])) if d else NONE))
+    return {"tf": tf_rows, "allreduce": ar_rows}
+
+
+def batch(plan: Plan, data: dict[str, PointData]) -> list[dict]:
+    v = plan.vectors["batch"]
+    rows = []
+    for t in v["transports"]:
+        for b in v["batches"]:
+            img, eff = efficiency(data, plan, t, v["world_size"], v["model"], b, v["network"])
+            d = _get(data, _tf_point(plan, t, v["world_size"], v["model"], v["network"]))
+            rows.append(_row(d, transport=t, batch=b, img_per_s=img, efficiency=eff))
+    return rows
+
+
+def mpi_library(plan: Plan, data: dict[str, PointData]) -> list[dict]:
+    v = plan.vectors["mpi-library"]
+    n, libs = v["world_size"], v["libraries"]
+    cases = [("tf-epoch", t, "img_per_s", None, None) for t in v["transports"]]
+    sizes = v.get("allreduce_sizes", ())
+    for t in v.get("allreduce", ()):
+        cases += [("allreduce", t, "latency_us", None, sizes[0]), ("allreduce", t, "busbw_GBps", None, sizes[-1])]
+    rows = []
+    for bench, t, metric, b, size in cases:
+        ref = None
+        for lib in libs:
+            arm = plan.arms[lib].key
+            p = (_tf_point(plan, t, n, v["model"], arm=arm) if bench == "tf-epoch"
+                 else Point("allreduce", t, n, arm=arm))
+            d = _get(data, p)
+            vals = d.series(metric, b if b is not None else (v["batches"][0] if bench == "tf-epoch" else None), size) if d else {}
+            ref = vals if ref is None else ref
+            rows.append(_row(d, case=f"{bench} {t}" + (f" {LABELS[metric]}" if bench == "allreduce" else " img/s"),
+                             library=lib, metric=metric, value=figure(vals),
+                             ratio=paired(vals, ref) if lib != libs[0] else NONE))
+    return rows
+
+
+def models(plan: Plan, data: dict[str, PointData]) -> dict[str, list[dict]]:
+    v = plan.vectors["models"]
+    n, b = v["world_size"], v["batches"][0]
+    rows, headline = [], []
+    for m in v["models"]:
+        img = {}
+        for t in v["transports"]:
+            d = _get(data, _tf_point(plan, t, n, m, v["network"]))
+            img[t] = d.series("img_per_s", b) if d else {}
+            rows.append(_row(d, model=m, transport=t, image_size=plan.image(m), img_per_s=figure(img[t])))
+        if NO_GRPC_REFERENCE in img:
+            for t in v["transports"]:
+                if t != NO_GRPC_REFERENCE:
+                    headline.append({"model": m, "transport": t, "image_size": plan.image(m),
+                                     "ratio": paired(img[t], img[NO_GRPC_REFERENCE]),
+                                     "paper": PAPER_RATIO.get((m, t))})
+    return {"rows": rows, "headline": headline}
+
+
+LABELS = {"latency_us": "latency (us, lower is better)", "busbw_GBps": "busbw (GB/s)"}
+ANALYSES = {"scaling": scaling, "batch": batch, "mpi-library": mpi_library, "models": models}
+
+
+def analyse(plan: Plan, records: Sequence[dict]) -> dict[str, Any]:
+    data = collect(plan, records)
+    return {name: ANALYSES[name](plan, data) for name in plan.vectors} | {"_data": data}
+
+
+def to_json(value: Any) -> Any:
+    """The analysis with every Figure as a dict (for the report's JSON twin)."""
+    if isinstance(value, Figure):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items() if k != "_data"}
+    if isinstance(value, list):
+        return [to_json(v) for v in value]
+    return value
+
+
+def libraries(plan: Plan, data: dict[str, PointData]) -> str:
+    """'mpich: MPICH Version: 5.0.2; openmpi: Open MPI v5.0.11', as each arm's rank 0 reported."""
+    seen: dict[str, str] = {}
+    for d in data.values():
+        for r in d.results.values():
+            lib = str(r.fingerprint.get("mpi_library") or "").split(",")[0].strip()
+            name = next((a.name for a in plan.arms.values() if a.key == d.point.arm), "this venv")
+            if lib:
+                seen.setdefault(name, lib)
+    return "; ".join(f"{k}: {v}" for k, v in seen.items())

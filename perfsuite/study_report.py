@@ -1,0 +1,242 @@
+"""A study's report: the seed paper's kinds of figures and tables, as Markdown, HTML and PNG.
+
+One section per vector the plan names, each a picture and the table it was drawn from, every
+figure with its 95% interval over the study's rounds and each point's contention; the headline
+No-gRPC/gRPC ratio per model first, beside the paper's own figure as a reference. Written whole
+through ``formats.atomic_write``; the pictures through ``plots``' Agg backend.
+"""
+from __future__ import annotations
+
+import html
+import io
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import plots  # noqa: F401  (sets matplotlib's Agg backend before pyplot is imported)
+from .experiments.study_analysis import PAPER_WHERE, Figure
+from .experiments.study_plan import VECTORS, Plan
+from .formats import atomic_write
+from .model import format_size
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+Table = tuple[Sequence[str], list[Sequence[str]]]
+
+
+def _err(figs: Sequence[Figure]) -> tuple[list[float], list[list[float]]]:
+    """Values and asymmetric error bars (no interval: no bar)."""
+    ys = [f.value for f in figs]
+    lo = [f.value - f.low if not math.isnan(f.low) else 0.0 for f in figs]
+    hi = [f.high - f.value if not math.isnan(f.high) else 0.0 for f in figs]
+    return ys, [lo, hi]
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=plots.DPI, bbox_inches="tight")
+    plt.close(fig)
+    return atomic_write(path, png.getvalue())
+
+
+def _lines(ax, rows: list[dict], x: str, y: str, group: Sequence[str]) -> None:
+    keys = list(dict.fromkeys(tuple(r[g] for g in group) for r in rows))
+    for k in keys:
+        pts = [r for r in rows if tuple(r[g] for g in group) == k and r[y].rounds]
+        if pts:
+            ys, err = _err([r[y] for r in pts])
+            ax.errorbar([r[x] for r in pts], ys, yerr=err, marker="o", capsize=3,
+                        label=" ".join(str(p) for p in k if p not in ("none", "")))
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+
+
+def scaling_png(rows: dict, path: Path, title: str) -> Path:
+    fig, axes = plt.subplots(1, 3 if rows["allreduce"] else 2, figsize=(15 if rows["allreduce"] else 10, 4))
+    _lines(axes[0], rows["tf"], "world_size", "img_per_s", ("transport", "network"))
+    axes[0].set(xlabel="workers", ylabel="img/s (95% interval)", title=f"{title}: throughput")
+    _lines(axes[1], rows["tf"], "world_size", "efficiency", ("transport", "network"))
+    axes[1].axhline(1.0, color="grey", lw=0.8, ls=":")
+    axes[1].set(xlabel="workers", ylabel="img/s(n) / (n x img/s(1))", title="scaling efficiency")
+    if rows["allreduce"]:
+        _lines(axes[2], rows["allreduce"], "world_size", "busbw_GBps", ("transport", "network"))
+        axes[2].set(xlabel="ranks", ylabel="busbw GB/s", title="allreduce alongside")
+    for ax in axes:
+        ax.set_xticks(sorted({r["world_size"] for r in rows["tf"]}))
+    return _save(fig, path)
+
+
+def batch_png(rows: list[dict], path: Path, title: str) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    _lines(ax, rows, "batch", "efficiency", ("transport",))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({r["batch"] for r in rows}), [str(b) for b in sorted({r["batch"] for r in rows})])
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    ax.set(xlabel="per-worker batch", ylabel="scaling efficiency (95% interval)", title=title)
+    return _save(fig, path)
+
+
+def _bars(ax, labels: list[str], groups: list[str], figs: dict[tuple[str, str], Figure]) -> None:
+    width = 0.8 / max(len(groups), 1)
+    for j, g in enumerate(groups):
+        fs = [figs.get((lab, g), Figure(math.nan, math.nan, math.nan, 0)) for lab in labels]
+        ys, err = _err(fs)
+        ax.bar([i + j * width for i in range(len(labels))], [0 if math.isnan(y) else y for y in ys],
+               width, yerr=err, capsize=3, label=g)
+    ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(labels))], labels, fontsize=8)
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def mpi_png(rows: list[dict], path: Path, title: str) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 4))
+    libs = list(dict.fromkeys(r["library"] for r in rows))
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    figs = {}
+    for r in rows:
+        figs[(r["case"], r["library"])] = (r["ratio"] if r["library"] != libs[0]
+                                           else Figure(1.0, math.nan, math.nan, r["value"].rounds))
+    _bars(ax, cases, libs, figs)
+    ax.set(ylabel=f"value / value under {libs[0]} (95% interval)", title=title)
+    return _save(fig, path)
+
+
+def models_png(headline: list[dict], path: Path, title: str) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels = list(dict.fromkeys(f"{h['model']}@{h['image_size']}" for h in headline))
+    ts = list(dict.fromkeys(h["transport"] for h in headline))
+    _bars(ax, labels, ts, {(f"{h['model']}@{h['image_size']}", h["transport"]): h["ratio"] for h in headline})
+    width = 0.8 / max(len(ts), 1)
+    for h in headline:
+        if h["paper"]:
+            i, j = labels.index(f"{h['model']}@{h['image_size']}"), ts.index(h["transport"])
+            ax.plot(i + j * width, h["paper"], "kx", ms=9)
+            ax.annotate(f"paper {h['paper']}x", (i + j * width, h["paper"]), fontsize=7,
+                        xytext=(4, 4), textcoords="offset points")
+    ax.set(ylabel="img/s over gRPC's (95% interval)", title=title)
+    return _save(fig, path)
+
+
+# --- tables -------------------------------------------------------------------------------------
+
+def _f(x: Any, fmt: str = ".3g") -> str:
+    return x.text(fmt) if isinstance(x, Figure) else str(x)
+
+
+def tables(plan: Plan, an: dict[str, Any]) -> dict[str, list[tuple[str, Table]]]:
+    out: dict[str, list[tuple[str, Table]]] = {}
+    if "scaling" in an:
+        s = an["scaling"]
+        out["scaling"] = [("training", (("transport", "network", "workers", "img/s [95%]", "efficiency [95%]",
+                                        "contention", "status"),
+                                       [(r["transport"], r["network"], r["world_size"], _f(r["img_per_s"], ".4g"),
+                                         _f(r["efficiency"]), r["contention"], r["status"]) for r in s["tf"]]))]
+        if s["allreduce"]:
+            sz = plan.vectors["scaling"]["allreduce_sizes"]
+            out["scaling"].append(("allreduce alongside", (
+                ("transport", "network", "ranks", f"latency us @ {format_size(sz[0])}",
+                 f"busbw GB/s @ {format_size(sz[-1])}", "contention", "status"),
+                [(r["transport"], r["network"], r["world_size"], _f(r["latency_us"]), _f(r["busbw_GBps"]),
+                  r["contention"], r["status"]) for r in s["allreduce"]])))
+    if "batch" in an:
+        out["batch"] = [("", (("transport", "batch", "img/s [95%]", "efficiency [95%]", "contention", "status"),
+                              [(r["transport"], r["batch"], _f(r["img_per_s"], ".4g"), _f(r["efficiency"]),
+                                r["contention"], r["status"]) for r in an["batch"]]))]
+    if "mpi-library" in an:
+        out["mpi-library"] = [("", (("case", "MPI library", "value [95%]", "ratio to first [95%]", "contention",
+                                     "status"),
+                                    [(r["case"], r["library"], _f(r["value"], ".4g"), _f(r["ratio"]),
+                                      r["contention"], r["status"]) for r in an["mpi-library"]]))]
+    if "models" in an:
+        m = an["models"]
+        out["models"] = [("", (("model", "image px", "transport", "img/s [95%]", "contention", "status"),
+                               [(r["model"], r["image_size"], r["transport"], _f(r["img_per_s"], ".4g"),
+                                 r["contention"], r["status"]) for r in m["rows"]]))]
+    return out
+
+
+def headline_table(an: dict[str, Any]) -> Table | None:
+    rows = an.get("models", {}).get("headline") or []
+    if not rows:
+        return None
+    return (("model", "image px", "No-gRPC transport", "img/s over gRPC [95%]", "paper (reference)"),
+            [(h["model"], h["image_size"], h["transport"], _f(h["ratio"]),
+              f"{h['paper']}x on {PAPER_WHERE}" if h["paper"] else "-") for h in rows])
+
+
+def _md(t: Table) -> list[str]:
+    head, rows = t
+    cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
+    return (["| " + " | ".join(map(cell, head)) + " |", "|" + "---|" * len(head)]
+            + ["| " + " | ".join(map(cell, r)) + " |" for r in rows])
+
+
+def _html(t: Table) -> str:
+    head, rows = t
+    e = html.escape
+    return ("<table><thead><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in head) + "</tr></thead><tbody>"
+            + "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+            + "</tbody></table>")
+
+
+PNG = {"scaling": "scaling.png", "batch": "batch.png", "mpi-library": "mpi-library.png", "models": "models.png"}
+
+
+def write(out: str | os.PathLike, plan: Plan, an: dict[str, Any], facts: list[str], notes: list[str]) -> list[Path]:
+    """report.md, report.html and one PNG per vector under ``out``."""
+    out = Path(out)
+    written = []
+    draw = {"scaling": lambda p: scaling_png(an["scaling"], p, plan.name),
+            "batch": lambda p: batch_png(an["batch"], p, f"{plan.name}: efficiency vs batch"),
+            "mpi-library": lambda p: mpi_png(an["mpi-library"], p, f"{plan.name}: MPI library"),
+            "models": lambda p: models_png(an["models"]["headline"], p, f"{plan.name}: No-gRPC over gRPC")}
+    for name in plan.vectors:
+        if name != "models" or an["models"]["headline"]:
+            written.append(draw[name](out / PNG[name]))
+    tabs, head = tables(plan, an), headline_table(an)
+    md = [f"# Study {plan.name}", "", plan.description, ""] + [f"- {f}" for f in facts] + [""]
+    page = [f"<h1>Study {html.escape(plan.name)}</h1><p>{html.escape(plan.description)}</p><ul>"
+            + "".join(f"<li>{html.escape(f)}</li>" for f in facts) + "</ul>"]
+    if head:
+        md += ["## Headline: No-gRPC img/s over gRPC, per model", ""] + _md(head) + [""]
+        page.append("<h2>Headline: No-gRPC img/s over gRPC, per model</h2>" + _html(head))
+    for i, name in enumerate(plan.vectors, 1):
+        md += [f"## Vector: {name}", "", VECTORS[name] + ".", ""]
+        page.append(f"<h2>Vector: {html.escape(name)}</h2><p>{html.escape(VECTORS[name])}.</p>")
+        if (out / PNG[name]).exists() and any(p.name == PNG[name] for p in written):
+            md += [f"![{name}]({PNG[name]})", ""]
+            page.append(f'<img src="{PNG[name]}" alt="{html.escape(name)}">')
+        for sub, t in tabs.get(name, []):
+            md += ([f"### {sub}", ""] if sub else []) + _md(t) + [""]
+            page.append((f"<h3>{html.escape(sub)}</h3>" if sub else "") + _html(t))
+    md += ["## How to read this", ""] + [f"- {n}" for n in notes]
+    page.append("<h2>How to read this</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+    written.append(atomic_write(out / "report.md", "\n".join(md) + "\n"))
+    written.append(atomic_write(out / "report.html", "<!doctype html><meta charset=utf-8><title>perfsuite study "
+                                f"{html.escape(plan.name)}</title><style>body{{font-family:sans-serif;max-width:80em}}"
+                                "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
+                                "img{max-width:100%}</style>" + "".join(page)))
+    return written
+
+
+def summary(plan: Plan, an: dict[str, Any], facts: list[str]) -> str:
+    """The terminal's view: the facts, the headline and every vector's tables, in columns."""
+    def cols(t: Table) -> list[str]:
+        head, rows = t
+        cells = [list(map(str, head))] + [list(map(str, r)) for r in rows]
+        widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+        return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+
+    lines = [f"# {f}" for f in facts]
+    head = headline_table(an)
+    if head:
+        lines += ["", "## headline: No-gRPC img/s over gRPC"] + cols(head)
+    for name, subs in tables(plan, an).items():
+        for sub, t in subs:
+            lines += ["", f"## {name}" + (f": {sub}" if sub else "")] + cols(t)
+    return "\n".join(lines)
