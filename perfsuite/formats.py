@@ -20,11 +20,9 @@ register a migration in ``MIGRATIONS`` when the old one can still be read):
 - ``perfsuite-detection`` v1: ``perfsuite detection-power --json``: the config, every world of
   the stream in time order (per case: metrics, canary, contention, pressure), the canary study
   and every window's verdicts.
-- ``perfsuite-study-plan`` v1: a study plan (TOML or JSON, written by a person; see
-  ``experiments/study_plan.py`` and ``studies/``).
-- ``perfsuite-study`` v1: ``perfsuite study --out DIR``'s ``study.json``: the plan as read, and
-  every world finished so far (point, round, seconds, result or skip or failure); rewritten
-  after each world, so an interrupted study keeps what finished and ``--resume`` continues it.
+- ``perfsuite-study-plan`` v1: a study plan, TOML or JSON (``studies/``, ``experiments/study_plan``).
+- ``perfsuite-study`` v1: ``perfsuite study``'s ``study.json``: the plan as read and every world
+  finished so far (point, round, seconds, result or skip or failure), rewritten after each.
 
 pyperf's habit: the version is checked before anything else is read, and an error says what
 to do (re-run, re-record, upgrade). The run file's one reader is ``load_run``; the report, the
@@ -89,8 +87,7 @@ _HINTS = {
     DATASET: ("delete the folder and let the suite rewrite it",
               "delete the folder and let the suite rewrite it"),
     NATIVE: ("delete its folder: the suite builds it again", "delete its folder: the suite builds it again"),
-    STUDY_PLAN: ('start the plan with format = "perfsuite-study-plan" and version = 1, as '
-                 "studies/seed-tf.toml does", "update the plan to version 1 (see studies/seed-tf.toml)"),
+    STUDY_PLAN: ('begin it with format = "perfsuite-study-plan" and version = 1', "see studies/seed-tf.toml"),
     STUDY: ("pass the --out folder of a perfsuite study", "start the study again with a fresh --out"),
 }
 
@@ -248,37 +245,20 @@ def read_json(path: str | os.PathLike, what: str, hint: str) -> Any:
 
 
 def read_plan(path: str | os.PathLike) -> dict:
-    """A study plan (``.toml``, else JSON), its format and version checked; every problem is
-    one line naming the file."""
+    """A study plan (``.toml``, else JSON), its format and version checked; one line on error."""
     import tomllib
 
-    hint = "see studies/seed-tf.toml for a plan that works"
-    if str(path).endswith(".toml"):
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read plan {str(path)!r}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"{path}: not a text file; {hint}") from None
-        try:
-            d = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML ({exc}); {hint}") from None
-    else:
-        try:
-            d = read_json(path, "plan", hint)
-        except FormatError as exc:
-            raise ConfigError(str(exc)) from None
+    try:
+        d = tomllib.loads(Path(path).read_text()) if str(path).endswith(".toml") else read_json(path, "plan", "")
+    except OSError as exc:
+        raise ConfigError(f"cannot read plan {str(path)!r}: {exc.strerror}") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, FormatError) as exc:
+        raise ConfigError(f"{path}: not a valid plan ({exc}); see studies/seed-tf.toml") from None
     return check_format(d, STUDY_PLAN, str(path), error=ConfigError)
 
 
-def write_study(path: str | os.PathLike, body: dict) -> Path:
-    return write_json(path, stamp(STUDY, body))
-
-
 def load_study(path: str | os.PathLike) -> dict:
-    hint = "start the study again with a fresh --out"
-    return check_format(read_json(path, "study results", hint), STUDY, str(path))
+    return check_format(read_json(path, "study results", _HINTS[STUDY][1]), STUDY, str(path))
 
 
 # --- the job and the result of one world ---------------------------------------------------------

@@ -136,7 +136,7 @@ class StudyProgress:
         self._done = 0
 
     def remaining_s(self) -> float:
-        scale = [sum(v) / len(v) / self.guess[k] for k, v in self.timed.items() if v and self.guess.get(k)]
+        scale = [sum(v) / len(v) / self.guess[k] for k, v in self.timed.items() if v and self.guess.get(k, 0) > 0]
         factor = sorted(scale)[len(scale) // 2] if scale else 1.0
         return sum(sorted(self.timed[k])[len(self.timed[k]) // 2] if self.timed.get(k) else self.guess[k] * factor
                    for k in self.left)

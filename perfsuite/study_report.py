@@ -16,21 +16,30 @@ from pathlib import Path
 from typing import Any
 
 from . import plots  # noqa: F401  (sets matplotlib's Agg backend before pyplot is imported)
-from .experiments.study_analysis import PAPER_WHERE, Figure
-from .experiments.study_plan import VECTORS, Plan
 from .formats import atomic_write
 from .model import format_size
 
 import matplotlib.pyplot as plt  # noqa: E402
 
 Table = tuple[Sequence[str], list[Sequence[str]]]
+#: A figure as the analysis hands it over: {"value", "low", "high", "rounds"} (NaN: none).
+Figure = dict
+NONE: Figure = {"value": math.nan, "low": math.nan, "high": math.nan, "rounds": 0}
+
+
+def text(f: Figure, fmt: str = ".3g") -> str:
+    if not f["rounds"] or math.isnan(f["value"]):
+        return "n/a"
+    if math.isnan(f["low"]):
+        return f"{f['value']:{fmt}} (1 round, no interval)"
+    return f"{f['value']:{fmt}} [{f['low']:{fmt}}, {f['high']:{fmt}}]"
 
 
 def _err(figs: Sequence[Figure]) -> tuple[list[float], list[list[float]]]:
     """Values and asymmetric error bars (no interval: no bar)."""
-    ys = [f.value for f in figs]
-    lo = [f.value - f.low if not math.isnan(f.low) else 0.0 for f in figs]
-    hi = [f.high - f.value if not math.isnan(f.high) else 0.0 for f in figs]
+    ys = [f["value"] for f in figs]
+    lo = [f["value"] - f["low"] if not math.isnan(f["low"]) else 0.0 for f in figs]
+    hi = [f["high"] - f["value"] if not math.isnan(f["high"]) else 0.0 for f in figs]
     return ys, [lo, hi]
 
 
@@ -45,7 +54,7 @@ def _save(fig, path: Path) -> Path:
 def _lines(ax, rows: list[dict], x: str, y: str, group: Sequence[str]) -> None:
     keys = list(dict.fromkeys(tuple(r[g] for g in group) for r in rows))
     for k in keys:
-        pts = [r for r in rows if tuple(r[g] for g in group) == k and r[y].rounds]
+        pts = [r for r in rows if tuple(r[g] for g in group) == k and r[y]["rounds"]]
         if pts:
             ys, err = _err([r[y] for r in pts])
             ax.errorbar([r[x] for r in pts], ys, yerr=err, marker="o", capsize=3,
@@ -83,7 +92,7 @@ def batch_png(rows: list[dict], path: Path, title: str) -> Path:
 def _bars(ax, labels: list[str], groups: list[str], figs: dict[tuple[str, str], Figure]) -> None:
     width = 0.8 / max(len(groups), 1)
     for j, g in enumerate(groups):
-        fs = [figs.get((lab, g), Figure(math.nan, math.nan, math.nan, 0)) for lab in labels]
+        fs = [figs.get((lab, g), NONE) for lab in labels]
         ys, err = _err(fs)
         ax.bar([i + j * width for i in range(len(labels))], [0 if math.isnan(y) else y for y in ys],
                width, yerr=err, capsize=3, label=g)
@@ -100,7 +109,7 @@ def mpi_png(rows: list[dict], path: Path, title: str) -> Path:
     figs = {}
     for r in rows:
         figs[(r["case"], r["library"])] = (r["ratio"] if r["library"] != libs[0]
-                                           else Figure(1.0, math.nan, math.nan, r["value"].rounds))
+                                           else {**NONE, "value": 1.0, "rounds": r["value"]["rounds"]})
     _bars(ax, cases, libs, figs)
     ax.set(ylabel=f"value / value under {libs[0]} (95% interval)", title=title)
     return _save(fig, path)
@@ -125,10 +134,11 @@ def models_png(headline: list[dict], path: Path, title: str) -> Path:
 # --- tables -------------------------------------------------------------------------------------
 
 def _f(x: Any, fmt: str = ".3g") -> str:
-    return x.text(fmt) if isinstance(x, Figure) else str(x)
+    return text(x, fmt) if isinstance(x, dict) and "rounds" in x else str(x)
 
 
-def tables(plan: Plan, an: dict[str, Any]) -> dict[str, list[tuple[str, Table]]]:
+def tables(doc: dict[str, Any]) -> dict[str, list[tuple[str, Table]]]:
+    an = doc["analysis"]
     out: dict[str, list[tuple[str, Table]]] = {}
     if "scaling" in an:
         s = an["scaling"]
@@ -137,7 +147,7 @@ def tables(plan: Plan, an: dict[str, Any]) -> dict[str, list[tuple[str, Table]]]
                                        [(r["transport"], r["network"], r["world_size"], _f(r["img_per_s"], ".4g"),
                                          _f(r["efficiency"]), r["contention"], r["status"]) for r in s["tf"]]))]
         if s["allreduce"]:
-            sz = plan.vectors["scaling"]["allreduce_sizes"]
+            sz = doc["allreduce_sizes"]
             out["scaling"].append(("allreduce alongside", (
                 ("transport", "network", "ranks", f"latency us @ {format_size(sz[0])}",
                  f"busbw GB/s @ {format_size(sz[-1])}", "contention", "status"),
@@ -160,13 +170,13 @@ def tables(plan: Plan, an: dict[str, Any]) -> dict[str, list[tuple[str, Table]]]
     return out
 
 
-def headline_table(an: dict[str, Any]) -> Table | None:
-    rows = an.get("models", {}).get("headline") or []
+def headline_table(doc: dict[str, Any]) -> Table | None:
+    rows = doc["analysis"].get("models", {}).get("headline") or []
     if not rows:
         return None
     return (("model", "image px", "No-gRPC transport", "img/s over gRPC [95%]", "paper (reference)"),
             [(h["model"], h["image_size"], h["transport"], _f(h["ratio"]),
-              f"{h['paper']}x on {PAPER_WHERE}" if h["paper"] else "-") for h in rows])
+              f"{h['paper']}x on {doc['paper_where']}" if h["paper"] else "-") for h in rows])
 
 
 def _md(t: Table) -> list[str]:
@@ -187,27 +197,29 @@ def _html(t: Table) -> str:
 PNG = {"scaling": "scaling.png", "batch": "batch.png", "mpi-library": "mpi-library.png", "models": "models.png"}
 
 
-def write(out: str | os.PathLike, plan: Plan, an: dict[str, Any], facts: list[str], notes: list[str]) -> list[Path]:
-    """report.md, report.html and one PNG per vector under ``out``."""
-    out = Path(out)
+def write(out: str | os.PathLike, doc: dict[str, Any], facts: list[str], notes: list[str]) -> list[Path]:
+    """report.md, report.html and one PNG per vector under ``out``; ``doc`` is the study's
+    name, description, vectors' descriptions (``about``) and analysis, figures as dicts."""
+    out, an, name_ = Path(out), doc["analysis"], doc["name"]
     written = []
-    draw = {"scaling": lambda p: scaling_png(an["scaling"], p, plan.name),
-            "batch": lambda p: batch_png(an["batch"], p, f"{plan.name}: efficiency vs batch"),
-            "mpi-library": lambda p: mpi_png(an["mpi-library"], p, f"{plan.name}: MPI library"),
-            "models": lambda p: models_png(an["models"]["headline"], p, f"{plan.name}: No-gRPC over gRPC")}
-    for name in plan.vectors:
+    draw = {"scaling": lambda p: scaling_png(an["scaling"], p, name_),
+            "batch": lambda p: batch_png(an["batch"], p, f"{name_}: efficiency vs batch"),
+            "mpi-library": lambda p: mpi_png(an["mpi-library"], p, f"{name_}: MPI library"),
+            "models": lambda p: models_png(an["models"]["headline"], p, f"{name_}: No-gRPC over gRPC")}
+    for name in an:
         if name != "models" or an["models"]["headline"]:
             written.append(draw[name](out / PNG[name]))
-    tabs, head = tables(plan, an), headline_table(an)
-    md = [f"# Study {plan.name}", "", plan.description, ""] + [f"- {f}" for f in facts] + [""]
-    page = [f"<h1>Study {html.escape(plan.name)}</h1><p>{html.escape(plan.description)}</p><ul>"
+    tabs, head = tables(doc), headline_table(doc)
+    md = [f"# Study {name_}", "", doc["description"], ""] + [f"- {f}" for f in facts] + [""]
+    page = [f"<h1>Study {html.escape(name_)}</h1><p>{html.escape(doc['description'])}</p><ul>"
             + "".join(f"<li>{html.escape(f)}</li>" for f in facts) + "</ul>"]
     if head:
         md += ["## Headline: No-gRPC img/s over gRPC, per model", ""] + _md(head) + [""]
         page.append("<h2>Headline: No-gRPC img/s over gRPC, per model</h2>" + _html(head))
-    for i, name in enumerate(plan.vectors, 1):
-        md += [f"## Vector: {name}", "", VECTORS[name] + ".", ""]
-        page.append(f"<h2>Vector: {html.escape(name)}</h2><p>{html.escape(VECTORS[name])}.</p>")
+    for name in an:
+        about = doc["about"][name]
+        md += [f"## Vector: {name}", "", about + ".", ""]
+        page.append(f"<h2>Vector: {html.escape(name)}</h2><p>{html.escape(about)}.</p>")
         if (out / PNG[name]).exists() and any(p.name == PNG[name] for p in written):
             md += [f"![{name}]({PNG[name]})", ""]
             page.append(f'<img src="{PNG[name]}" alt="{html.escape(name)}">')
@@ -218,13 +230,13 @@ def write(out: str | os.PathLike, plan: Plan, an: dict[str, Any], facts: list[st
     page.append("<h2>How to read this</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     written.append(atomic_write(out / "report.md", "\n".join(md) + "\n"))
     written.append(atomic_write(out / "report.html", "<!doctype html><meta charset=utf-8><title>perfsuite study "
-                                f"{html.escape(plan.name)}</title><style>body{{font-family:sans-serif;max-width:80em}}"
+                                f"{html.escape(name_)}</title><style>body{{font-family:sans-serif;max-width:80em}}"
                                 "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
                                 "img{max-width:100%}</style>" + "".join(page)))
     return written
 
 
-def summary(plan: Plan, an: dict[str, Any], facts: list[str]) -> str:
+def summary(doc: dict[str, Any], facts: list[str]) -> str:
     """The terminal's view: the facts, the headline and every vector's tables, in columns."""
     def cols(t: Table) -> list[str]:
         head, rows = t
@@ -233,10 +245,10 @@ def summary(plan: Plan, an: dict[str, Any], facts: list[str]) -> str:
         return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
 
     lines = [f"# {f}" for f in facts]
-    head = headline_table(an)
+    head = headline_table(doc)
     if head:
         lines += ["", "## headline: No-gRPC img/s over gRPC"] + cols(head)
-    for name, subs in tables(plan, an).items():
+    for name, subs in tables(doc).items():
         for sub, t in subs:
             lines += ["", f"## {name}" + (f": {sub}" if sub else "")] + cols(t)
     return "\n".join(lines)

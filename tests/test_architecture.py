@@ -21,7 +21,7 @@ FLOORS = [
     ("perfsuite.stalls", 2), ("perfsuite.asv.layout", 2), ("perfsuite.asv.compat", 2),
     ("perfsuite.transports", 3), ("perfsuite.kernels", 3),
     ("perfsuite.bench", 4), ("perfsuite.dataset", 4), ("perfsuite.worker", 4), ("perfsuite.launch", 4),
-    ("perfsuite.regress", 5), ("perfsuite.rounds", 5), ("perfsuite.baselines", 5), ("perfsuite.report", 5),
+    ("perfsuite.regress", 5), ("perfsuite.rounds", 5), ("perfsuite.baselines", 5), ("perfsuite.report", 5), ("perfsuite.study_report", 5),
     ("perfsuite.plots", 5), ("perfsuite.progress", 5), ("perfsuite.asv.project", 5),
     ("perfsuite.asv.record", 5), ("perfsuite.asv.read", 5), ("perfsuite.asv.offline", 5),
     ("perfsuite.suite", 6),

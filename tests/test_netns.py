@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 from types import SimpleNamespace
 
@@ -87,6 +88,7 @@ def test_launch_config_puts_one_rank_per_node():
     assert "-genv FI_TCP_IFACE psv0" in line and "-genv MPIR_CVAR_NOLOCAL 1" in line
     assert "-genv MPIR_CVAR_CH4_NETMOD ofi" in line and "-genv FI_PROVIDER tcp" in line
     assert "-launcher ssh -launcher-exec /s/node-exec -localhost 10.200.0.254" in line
+    assert "-genv PERFSUITE_NODE_IFACE psv0" in line  # a gRPC worker serves on its node's address
     with pytest.raises(ConfigError, match="MPICH"):
         netns.launch_config(NET, LaunchConfig(flavor="openmpi"), 2, "h", "n")
     with pytest.raises(ConfigError, match="hosts"):
@@ -227,6 +229,35 @@ def test_allreduce_crosses_the_emulated_network(no_namespaces_left, no_leftover_
     assert sample.info["wire_bytes_min"] == need
     assert sample.info["wire_bytes_sent"] >= need, sample.info
     assert sample.valid
+    assert outcome.result.extra["emulated_network"]["crossed"] is True
+
+
+def test_a_rank_on_an_emulated_node_gives_its_interface_address_not_the_shared_host_name(monkeypatch):
+    from perfsuite.transports import tf_support
+
+    monkeypatch.delenv(tf_support.NODE_IFACE_ENV, raising=False)
+    assert tf_support.node_address() == socket.gethostname()
+    monkeypatch.setenv(tf_support.NODE_IFACE_ENV, "lo")
+    assert tf_support.node_address() == "127.0.0.1"
+
+
+@needs_root
+@pytest.mark.tf
+@pytest.mark.timeout(300)
+def test_grpc_training_runs_across_emulated_nodes(no_namespaces_left, no_leftover_ranks):
+    """Every node shares the machine's host name and has its own loopback: a gRPC worker that
+    named either to the others would wait for them until the world's timeout."""
+    pytest.importorskip("tensorflow")
+    from perfsuite import suite
+    from perfsuite.bench.tf_epoch import tf_cases
+
+    cfg = suite.SuiteConfig(timeout=150, options={"iters": 2, "warmup": 1},
+                            network=netns.parse_shaping("1gbit"))
+    spec = suite.plan(tf_cases(["grpc"], [2], "small-cnn", "16"), cfg.options)[0]
+    outcome = suite.run_one(spec, cfg)
+    assert outcome.failure is None and outcome.skipped is None, outcome.failure or outcome.skipped
+    (sample,) = outcome.result.samples
+    assert sample.valid and sample.metrics["img_per_s"].value > 0
     assert outcome.result.extra["emulated_network"]["crossed"] is True
 
 

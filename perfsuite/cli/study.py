@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from .. import fingerprint, formats, options
+from .. import fingerprint, formats, options, transports
 from ..errors import ConfigError
 from .common import EXIT_FAIL, EXIT_OK, say
 
@@ -72,23 +72,29 @@ def do_study(args: argparse.Namespace) -> int:
     timed: dict[str, list[float]] = {}
     for r in records:
         timed.setdefault(r["point"], []).append(float(r.get("wall_s", 0.0)))
-    guess = {k: sp.expected_world_s(p, plan.steps, plan.warmup) for k, p in plan.points.items()}
+    # A transport this venv lacks is skipped before its world starts: it costs nothing.
+    cannot = {k: why for k, p in plan.points.items()
+              if not p.arm and (why := transports.unavailable_reason(p.transport, p.benchmark))}
+    guess = {k: 0.0 if k in cannot else sp.expected_world_s(p, plan.steps, plan.warmup)
+             for k, p in plan.points.items()}
     progress = StudyProgress([(k, guess[k]) for _, k in todo], timed)
     total = plan.rounds * len(plan.points)
     say(f"# study {plan.name} ({args.plan}, digest {plan.digest}): {len(plan.points)} points x {plan.rounds} "
-        f"rounds = {total} worlds, {len(todo)} to run; expected duration ~{progress.remaining_s() / 60:.1f} min "
-        "(a first guess until worlds are timed)")
+        f"rounds = {total} worlds, {len(todo)} to run ({len(cannot)} point(s) cannot run here); expected "
+        f"duration ~{progress.remaining_s() / 60:.1f} min (a first guess until worlds are timed)")
     if args.dry_run:
         for k, p in plan.points.items():
-            say(f"#   {sp.describe(p)}: ~{guess[k]:.0f} s a world")
+            say(f"#   {sp.describe(p)}: " + (f"cannot run here: {cannot[k]}" if k in cannot else
+                                              f"~{guess[k]:.0f} s a world"))
         return EXIT_OK
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     fp = fingerprint.collect()
     path = Path(args.out) / RESULTS
 
     def keep(recs: list[dict]) -> None:
-        formats.write_study(path, {"plan_name": plan.name, "plan_path": str(args.plan), "plan_digest": plan.digest,
-                                   "plan": plan.raw, "created": created, "fingerprint": fp, "worlds": recs})
+        formats.write_json(path, formats.stamp(formats.STUDY, {
+            "plan_name": plan.name, "plan_path": str(args.plan), "plan_digest": plan.digest, "plan": plan.raw,
+            "created": created, "fingerprint": fp, "worlds": recs}))
 
     keep(records)
     t0, stopped = time.monotonic(), None
@@ -130,8 +136,9 @@ def do_study(args: argparse.Namespace) -> int:
              "The paper's ratios were measured on GPUs across nodes; a CPU machine's ratio answers a different "
              "question and is shown beside it as a reference, not a target."]
     notes += [f"{k}: skipped: {why}" for k, why in skipped.items()]
-    study_report.write(args.out, plan, an, facts, notes)
-    say(study_report.summary(plan, an, facts))
+    doc = study_analysis.document(plan, an)
+    study_report.write(args.out, doc, facts, notes)
+    say(study_report.summary(doc, facts))
     say(f"# results in {path}; report in {Path(args.out) / 'report.html'} and report.md")
     if stopped:
         return 128 + signal.Signals[stopped].value

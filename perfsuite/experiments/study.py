@@ -63,9 +63,13 @@ def world_config(plan: Plan, point: Point, base: suite.SuiteConfig) -> suite.Sui
     options = {**base.options}
     if point.benchmark == "tf-epoch":
         options.update(iters=plan.steps, warmup=plan.warmup, image_size=point.image_size)
-    # One round per world; a contended allreduce round is re-run in place, as ``run`` does.
+    else:
+        options.update(iters=plan.allreduce_iters, warmup=max(2, plan.allreduce_iters // 10))
+    # One world per round, never re-run: the study's rounds are its replication, and a world
+    # with more ranks than cores is contended by its own ranks, which no re-run cures. Its
+    # contention is kept with it and the analysis says which rounds it rests on.
     return replace(base, launch=launch, network=network, options=options,
-                   rounds=rounds.RoundsPolicy(retries=rounds.DEFAULT_RETRIES))
+                   rounds=rounds.RoundsPolicy(retries=0))
 
 
 def cases_of(point: Point) -> list:

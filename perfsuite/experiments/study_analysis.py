@@ -41,15 +41,20 @@ class PointData:
         return None
 
     def series(self, metric: str, batch: int | None = None, size: int | None = None) -> dict[int, float]:
-        """round -> value, for rounds that are evidence."""
-        out = {}
+        """round -> value of the valid rounds: the calm ones, unless fewer than two were calm
+        (then every round, and ``contended_rounds`` says so beside the figure)."""
+        out, calm = {}, {}
         for rnd in sorted(self.results):
             s = self.sample(rnd, batch, size)
-            if (s is None or not s.valid or metric not in s.metrics or s.info.get("contended")
-                    or not s.metrics[metric].value > 0):
+            if s is None or not s.valid or metric not in s.metrics or not s.metrics[metric].value > 0:
                 continue
             out[rnd] = float(s.metrics[metric].value)
-        return out
+            if not s.info.get("contended"):
+                calm[rnd] = out[rnd]
+        return calm if len(calm) >= 2 else out
+
+    def contended_rounds(self) -> int:
+        return sum(1 for r in self.results.values() if any(s.info.get("contended") for s in r.samples))
 
     def contention(self) -> tuple[float | None, str]:
         """(median wait share over the rounds, scope 'thread' or 'process')."""
@@ -129,7 +134,9 @@ def paired(num: dict[int, float], den: dict[int, float], scale: float = 1.0) -> 
 
 def _contention(d: PointData) -> str:
     c, scope = d.contention()
-    return "n/a" if c is None else f"{c:.0%}" + (" (process)" if scope != "thread" else "")
+    bad = d.contended_rounds()
+    return ("n/a" if c is None else f"{c:.0%}" + (" (process)" if scope != "thread" else "")
+            + (f", {bad} of {len(d.results)} rounds contended" if bad else ""))
 
 
 def _get(data: dict[str, PointData], p: Point) -> PointData | None:
@@ -170,7 +177,7 @@ def scaling(plan: Plan, data: dict[str, PointData]) -> dict[str, list[dict]]:
     sizes = v.get("allreduce_sizes", ())
     for t in v.get("allreduce", ()):
         for net in v["networks"]:
-            for n in (x for x in v["world_sizes"] if x > 1):
+            for n in v.get("allreduce_world_sizes", ()):
                 d = _get(data, Point("allreduce", t, n, network=net))
                 ar_rows.append(_row(d, transport=t, network=net, world_size=n,
                                     latency_us=figure(d.series("latency_us", size=sizes[0])) if d else NONE,
@@ -238,6 +245,16 @@ ANALYSES = {"scaling": scaling, "batch": batch, "mpi-library": mpi_library, "mod
 def analyse(plan: Plan, records: Sequence[dict]) -> dict[str, Any]:
     data = collect(plan, records)
     return {name: ANALYSES[name](plan, data) for name in plan.vectors} | {"_data": data}
+
+
+def document(plan: Plan, an: dict[str, Any]) -> dict[str, Any]:
+    """What the report draws: the plan's name and words, and the analysis with plain figures."""
+    from .study_plan import VECTORS
+
+    sizes = next((v.get("allreduce_sizes") for v in plan.vectors.values() if v.get("allreduce_sizes")), ())
+    return {"name": plan.name, "description": plan.description, "about": dict(VECTORS),
+            "allreduce_sizes": list(plan.vectors.get("scaling", {}).get("allreduce_sizes", sizes)),
+            "paper_where": PAPER_WHERE, "analysis": to_json(an)}
 
 
 def to_json(value: Any) -> Any:

@@ -30,10 +30,11 @@ VECTORS = {
     "mpi-library": "the No-gRPC cases under two or more MPI libraries, interleaved as A/B arms",
     "models": "img/s per model and the headline No-gRPC/gRPC ratio",
 }
-_TOP = {"format", "version", "name", "description", "rounds", "seed", "steps", "warmup", "timeout",
+_TOP = {"format", "version", "name", "description", "rounds", "seed", "steps", "warmup", "timeout", "allreduce_iters",
         "image_size", "launch", "mpi", "vectors"}
 _VECTOR_KEYS = {
-    "scaling": {"transports", "allreduce", "allreduce_sizes", "world_sizes", "networks", "model", "batch"},
+    "scaling": {"transports", "allreduce", "allreduce_sizes", "allreduce_world_sizes", "world_sizes", "networks",
+                "model", "batch"},
     "batch": {"transports", "world_size", "batches", "model", "network"},
     "mpi-library": {"transports", "allreduce", "allreduce_sizes", "world_size", "libraries", "model", "batch"},
     "models": {"transports", "models", "world_size", "batch", "network"},
@@ -43,6 +44,10 @@ _ARM_KEYS = {"python", "env", "launcher_args"}
 LAUNCH_KEYS = ("launcher", "launcher-program", "launcher-args", "mpi-flavor", "hostfile", "hosts", "ppn",
                "oversubscribe", "env")
 DEFAULT_ALLREDUCE_SIZES = ("4", "1MiB")
+#: Timed calls per allreduce size: a study repeats every world over rounds, and a world with
+#: more ranks than cores spends milliseconds a call taking turns, so the suite's thousands of
+#: small-message calls would take minutes there.
+DEFAULT_ALLREDUCE_ITERS = 200
 #: The arm every point outside the MPI-library vector runs under: this perfsuite's own Python.
 HERE = ""
 NO_GRPC_REFERENCE = "grpc"
@@ -95,6 +100,7 @@ class Plan:
     steps: int
     warmup: int
     timeout: float
+    allreduce_iters: int
     image_size: dict[str, int]
     launch: dict[str, Any]
     arms: dict[str, Arm]
@@ -231,6 +237,7 @@ def parse(raw: dict, source: str = "plan") -> Plan:
                 steps=_whole(raw.get("steps", 10), where("steps")),
                 warmup=_whole(raw.get("warmup", 2), where("warmup"), low=0),
                 timeout=float(_whole(raw.get("timeout", 600), where("timeout"))),
+                allreduce_iters=_whole(raw.get("allreduce_iters", DEFAULT_ALLREDUCE_ITERS), where("allreduce_iters")),
                 image_size=dict(image), launch=dict(launch), arms=arms, vectors={}, raw=raw)
     for vname, v in vectors.items():
         plan.vectors[vname] = _vector(plan, vname, _keys(v, _VECTOR_KEYS[vname], where(f"vectors.{vname}")),
@@ -259,11 +266,15 @@ def _vector(plan: Plan, name: str, v: dict, where: str) -> dict[str, Any]:
                 for net in out["networks"]:
                     plan_point(plan, "tf-epoch", t, n, out["model"], net, "", out["batches"])
                 plan_point(plan, "tf-epoch", t, 1, out["model"], "none", "", out["batches"])
+        ar_sizes = v.get("allreduce_world_sizes", [n for n in out["world_sizes"] if n > 1])
+        if not isinstance(ar_sizes, list):
+            raise _bad(f"{where}.allreduce_world_sizes", f"{json.dumps(ar_sizes)} must be a list, e.g. [2, 4]")
+        out["allreduce_world_sizes"] = tuple(sorted({_whole(n, f"{where}.allreduce_world_sizes", low=2)
+                                                     for n in ar_sizes}))
         for t in out.get("allreduce", ()):
-            for n in out["world_sizes"]:
+            for n in out["allreduce_world_sizes"]:
                 for net in out["networks"]:
-                    if n > 1:
-                        plan_point(plan, "allreduce", t, n, "", net, "", sizes=out["allreduce_sizes"])
+                    plan_point(plan, "allreduce", t, n, "", net, "", sizes=out["allreduce_sizes"])
     elif name == "batch":
         out["world_size"] = _whole(_need(v, "world_size", where), f"{where}.world_size", low=2)
         b = _need(v, "batches", where)

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, LaunchError
 from .launchers import LaunchConfig
+from ..transports.tf_support import NODE_IFACE_ENV  # tells a gRPC worker its node's address
 
 PREFIX = "psns-"
 SUBNET = "10.200.0"  # private to our own namespaces: no host route can clash with it
@@ -254,7 +255,7 @@ def launch_config(net: EmulatedNetwork, base: LaunchConfig, world_size: int, hub
     per_node = -(-world_size // net.nodes)
     return replace(base, flavor="mpich", program=hub_exec,
                    hosts=tuple(net.address(i) for i in range(net.nodes)),
-                   ranks_per_node=per_node, env={**base.env, **MPICH_TCP_ENV},
+                   ranks_per_node=per_node, env={**base.env, **MPICH_TCP_ENV, NODE_IFACE_ENV: NODE_IFACE},
                    extra_args=tuple(base.extra_args) + (
                        "-launcher", "ssh", "-launcher-exec", node_exec,
                        "-localhost", net.hub_address))

@@ -133,13 +133,33 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
         s.close()
 
 
+#: Set by the emulated network (``launch.netns``): the interface each emulated node talks on.
+NODE_IFACE_ENV = "PERFSUITE_NODE_IFACE"
+_SIOCGIFADDR = 0x8915
+
+
+def node_address() -> str:
+    """This rank's host name; on an emulated node (a network namespace of this machine, whose
+    nodes all share its host name and each have their own loopback) the IPv4 address of the
+    node's interface, which the other nodes can reach."""
+    iface = os.environ.get(NODE_IFACE_ENV)
+    if not iface:
+        return socket.gethostname()
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", iface[:15].encode()))
+    return socket.inet_ntoa(packed[20:24])
+
+
 def cluster_addresses(comm, options: dict) -> list[str]:
     """host:port of every rank's gRPC server; every rank checks its own port before TF binds it.
 
     Loopback when all ranks share a host; otherwise each rank's hostname (multi-node worlds).
     """
     rank, n = comm.Get_rank(), comm.Get_size()
-    hosts = comm.allgather(socket.gethostname())
+    hosts = comm.allgather(node_address())
     same_host = len(set(hosts)) == 1
     if options.get("ports") is not None:
         ports = check_ports(options["ports"], n)
