@@ -141,6 +141,10 @@ class StudyProgress:
         return sum(sorted(self.timed[k])[len(self.timed[k]) // 2] if self.timed.get(k) else self.guess[k] * factor
                    for k in self.left)
 
+    def drop(self, key: str) -> None:
+        """``key``'s later worlds will not run (its point cannot run here)."""
+        self.left = [k for k in self.left if k != key]
+
     def __enter__(self) -> "StudyProgress":
         if self.bar:
             self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),

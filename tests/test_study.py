@@ -134,6 +134,10 @@ BAD = [
     (MINI.replace("rounds = 2", "rounds = 1"), "rounds: 1 must be a whole number >= 2"),
     (MINI.replace("world_sizes = [1, 2]", "world_sizes = [1, 0]"), "0 must be a whole number >= 1"),
     (MINI.replace("batches = [8, 16]", "batches = [8, \"big\"]"), "big"),
+    (MINI + "\n[launch]\nbogus = 1\n", "'bogus'"),
+    (MINI + "\n[launch]\nlauncher-program = \"/nonexistent/mpiexec\"\n", "/nonexistent/mpiexec"),
+    (MINI.replace('networks = ["none"', 'networks = ["fast"').replace(
+        "world_sizes = [1, 2]", "world_sizes = [1, 2]\nnetworks = [\"fast\"]"), "fast"),
 ]
 
 
@@ -281,3 +285,27 @@ def test_a_real_study_interrupted_keeps_its_worlds_and_resume_finishes_the_repor
     assert "INTERRUPTED" not in md
     head = [line for line in md.splitlines() if line.startswith("| small-cnn | 32 | mpi |")]
     assert head and "[" in head[0], md  # the headline ratio with its interval
+
+
+def test_the_time_left_comes_from_the_worlds_timed_and_scales_the_first_guess_of_the_rest():
+    import io
+
+    from rich.console import Console
+
+    from perfsuite.progress import StudyProgress
+
+    out = io.StringIO()
+    prog = StudyProgress([("a", 10.0), ("b", 20.0), ("a", 10.0), ("b", 20.0)],
+                         console=Console(file=out), env={"CI": "true"}, clock=lambda: 0.0)
+    assert prog.remaining_s() == 60.0  # nothing timed yet: the plan's first guess
+    with prog:
+        prog("start", "a", 0)
+        prog("done", "a", 0, 30.0, "done")  # a took 3x its guess: so will b, until b is timed
+        assert prog.remaining_s() == 30.0 + 2 * 60.0
+        prog("done", "b", 0, 5.0, "done")
+        assert prog.remaining_s() == 30.0 + 5.0  # each point's own time once it has one
+        prog.drop("b")  # b cannot run here: its later worlds cost nothing
+        assert prog.remaining_s() == 30.0
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("# [1/4] a round 1, ~60 s left")
+    assert "[1/4] a round 1: done in 30.0 s" in lines[1] and "~2.5 min left" in lines[1]

@@ -67,6 +67,7 @@ def do_study(args: argparse.Namespace) -> int:
     plan = sp.parse(formats.read_plan(args.plan), args.plan)
     base = _base(plan)
     sp.check_arms(plan, _probe)
+    study.preflight(plan, base)
     records = _load(args, plan)
     todo = study.pending(plan, records)
     timed: dict[str, list[float]] = {}
@@ -105,6 +106,8 @@ def do_study(args: argparse.Namespace) -> int:
         else:
             what = rec.get("skipped") and f"skipped ({rec['skipped']})" or rec.get("failure") and "FAILED" or "done"
             progress("done", point.key, rnd, rec["wall_s"], what)
+            if rec.get("skipped"):
+                progress.drop(point.key)
             if rec.get("failure"):
                 say(f"#   {rec['failure']}")
 

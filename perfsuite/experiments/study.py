@@ -78,6 +78,14 @@ def cases_of(point: Point) -> list:
     return allreduce_cases([point.transport], [point.world_size], list(point.sizes))
 
 
+def preflight(plan: Plan, base: suite.SuiteConfig) -> None:
+    """What no world of the study could survive (a launcher that is not one, a world too big
+    for the hosts), refused as ``perfsuite run`` refuses it: one line, before the first world."""
+    for point in plan.points.values():
+        cfg = world_config(plan, point, base)
+        suite.preflight(suite.plan(cases_of(point), cfg.options), cfg)
+
+
 def run_point(plan: Plan, point: Point, rnd: int, base: suite.SuiteConfig) -> dict:
     cfg = world_config(plan, point, base)
     (spec,) = suite.plan(cases_of(point), cfg.options)
