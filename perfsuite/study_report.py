@@ -74,8 +74,8 @@ def scaling_png(rows: dict, path: Path, title: str) -> Path:
     if rows["allreduce"]:
         _lines(axes[2], rows["allreduce"], "world_size", "busbw_GBps", ("transport", "network"))
         axes[2].set(xlabel="ranks", ylabel="busbw GB/s", title="allreduce alongside")
-    for ax in axes:
-        ax.set_xticks(sorted({r["world_size"] for r in rows["tf"]}))
+    for ax, which in zip(axes, ("tf", "tf", "allreduce")):
+        ax.set_xticks(sorted({r["world_size"] for r in rows[which]}))
     return _save(fig, path)
 
 
@@ -177,7 +177,7 @@ def headline_table(doc: dict[str, Any]) -> Table | None:
         return None
     return (("model", "image px", "No-gRPC transport", "img/s over gRPC [95%]", "paper (reference)"),
             [(h["model"], h["image_size"], h["transport"], _f(h["ratio"]),
-              f"{h['paper']}x on {doc['paper_where']}" if h["paper"] else "-") for h in rows])
+              f"{h['paper']}x ({doc['paper_where']})" if h["paper"] else "-") for h in rows])
 
 
 def _md(t: Table) -> list[str]:

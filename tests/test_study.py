@@ -111,10 +111,13 @@ def test_every_round_runs_every_point_once_and_the_arms_of_a_case_back_to_back_a
 def test_pending_leaves_out_finished_worlds_and_points_that_cannot_run():
     plan = parsed()
     key = "tf-epoch/grpc/n2/small-cnn@32"
-    records = [{"point": "allreduce/mpi/n2", "round": 0}, {"point": key, "round": 0, "skipped": "no TF"}]
+    failed = "tf-epoch/mpi/n1/small-cnn@32"
+    records = [{"point": "allreduce/mpi/n2", "round": 0}, {"point": key, "round": 0, "skipped": "no TF"},
+               {"point": failed, "round": 1, "failure": "rank 1 raised"}]
     todo = study.pending(plan, records)
     assert (0, "allreduce/mpi/n2") not in todo and (1, "allreduce/mpi/n2") in todo
     assert not [k for _, k in todo if k == key]
+    assert (1, failed) in todo  # a failed world is run again
     assert len(todo) == plan.rounds * len(plan.points) - 1 - plan.rounds
 
 
@@ -256,7 +259,7 @@ def test_the_report_has_a_section_per_vector_the_headline_and_a_picture_each(tmp
 def test_a_real_study_interrupted_keeps_its_worlds_and_resume_finishes_the_report(tmp_path):
     pytest.importorskip("tensorflow")
     plan, out = mini(tmp_path), tmp_path / "out"
-    cmd = [sys.executable, "-m", "perfsuite", "study", str(plan), "--out", str(out)]
+    cmd = [sys.executable, "-m", "perfsuite.cli", "study", str(plan), "--out", str(out)]
     env = {**os.environ, "CI": "true"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline, kept = time.monotonic() + 600, []

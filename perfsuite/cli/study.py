@@ -118,9 +118,10 @@ def do_study(args: argparse.Namespace) -> int:
         stopped = getattr(exc, "name", "SIGINT")
     spent = time.monotonic() - t0
     an = study_analysis.analyse(plan, records)
-    done = len({(r["point"], r["round"]) for r in records})
+    done = len({(r["point"], r["round"]) for r in records if not r.get("failure")})
     skipped = {r["point"]: r["skipped"] for r in records if r.get("skipped")}
-    failed = sum(1 for r in records if r.get("failure"))
+    failed = sum(1 for r in {(r["point"], r["round"]): r for r in records}.values()
+                 if r.get("failure") and r["point"] not in skipped)  # found unable to run: a skip
     facts = [f"plan {args.plan} (digest {plan.digest}), {plan.rounds} rounds, seed {plan.seed}, "
              f"{plan.steps} timed steps after {plan.warmup} warm-up per batch",
              f"machine: {fp.get('host')}, {fp.get('cpu_model')} x{fp.get('cpu_count')}, TensorFlow "

@@ -7,7 +7,8 @@ one MPI-library case run back to back, A then B in one round and B then A in the
 ``perfsuite ab`` alternates them. A point that cannot run here (a transport without its
 library) is asked once and skipped with the reason; a world that fails fails its round only.
 After every world ``keep(records)`` is called, so an interrupted study has every finished
-world on disk, and ``run`` given those records continues where they end.
+world on disk, and ``run`` given those records continues where they end (running again the
+worlds that failed; the last record of a point's round is the one that counts).
 """
 from __future__ import annotations
 
@@ -45,8 +46,9 @@ def order(plan: Plan) -> list[tuple[int, tuple[str, ...]]]:
 
 
 def pending(plan: Plan, records: list[dict]) -> list[tuple[int, str]]:
-    """(round, point) still to run: not finished, and not a point already found unable to run."""
-    done = {(r["point"], r["round"]) for r in records}
+    """(round, point) still to run: not measured (a world that failed is run again), and not a
+    point already found unable to run."""
+    done = {(r["point"], r["round"]) for r in records if not r.get("failure")}
     cannot = {r["point"] for r in records if r.get("skipped")}
     return [(r, k) for r, unit in order(plan) for k in unit if (k, r) not in done and k not in cannot]
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import ConfigError, TransportUnavailable
 from ..model import parse_size
-from .tf_support import cluster_addresses, multi_worker_strategy, set_tf_config
+from .tf_support import cluster_addresses, multi_worker_strategy, need_horovod, set_tf_config
 
 #: Horovod's long-standing default fusion threshold (HOROVOD_FUSION_THRESHOLD), 64 MiB.
 DEFAULT_FUSION_THRESHOLD = 64 << 20
@@ -352,6 +352,11 @@ class HorovodTraining(TrainingTransport):
     needs_nccl = False
 
     def configure(self) -> None:
+        # The ranks' Python decides, before TensorFlow is imported with legacy Keras: an A/B arm
+        # or study library may be another venv, without the Horovod the launching one has.
+        reason = need_horovod()
+        if reason:
+            raise TransportUnavailable(reason)
         # One threshold for ``mpi`` and ``horovod`` so the two are compared like for like.
         os.environ["HOROVOD_FUSION_THRESHOLD"] = str(fusion_threshold(self.options))
 
