@@ -8,15 +8,15 @@ through ``formats.atomic_write``; the pictures through ``plots``' Agg backend.
 from __future__ import annotations
 
 import html
-import io
 import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import plots  # noqa: F401  (sets matplotlib's Agg backend before pyplot is imported)
 from .formats import atomic_write
+from .plots import _save  # Agg backend, one PNG written whole
+from .report import _html_table, _md_table
 from .model import format_size
 
 import matplotlib.pyplot as plt  # noqa: E402
@@ -41,14 +41,6 @@ def _err(figs: Sequence[Figure]) -> tuple[list[float], list[list[float]]]:
     lo = [f["value"] - f["low"] if not math.isnan(f["low"]) else 0.0 for f in figs]
     hi = [f["high"] - f["value"] if not math.isnan(f["high"]) else 0.0 for f in figs]
     return ys, [lo, hi]
-
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=plots.DPI, bbox_inches="tight")
-    plt.close(fig)
-    return atomic_write(path, png.getvalue())
 
 
 def _lines(ax, rows: list[dict], x: str, y: str, group: Sequence[str]) -> None:
@@ -181,18 +173,11 @@ def headline_table(doc: dict[str, Any]) -> Table | None:
 
 
 def _md(t: Table) -> list[str]:
-    head, rows = t
-    cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
-    return (["| " + " | ".join(map(cell, head)) + " |", "|" + "---|" * len(head)]
-            + ["| " + " | ".join(map(cell, r)) + " |" for r in rows])
+    return _md_table(*t)
 
 
 def _html(t: Table) -> str:
-    head, rows = t
-    e = html.escape
-    return ("<table><thead><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in head) + "</tr></thead><tbody>"
-            + "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in rows)
-            + "</tbody></table>")
+    return _html_table(*t)
 
 
 PNG = {"scaling": "scaling.png", "batch": "batch.png", "mpi-library": "mpi-library.png", "models": "models.png"}

@@ -16,7 +16,7 @@ import pytest
 from perfsuite import formats, suite
 from perfsuite.cli import main
 from perfsuite.experiments import study, study_analysis, study_plan as sp
-from perfsuite.model import Case, Metric, Result, Sample
+from perfsuite.model import Metric, Result, Sample
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,7 +94,10 @@ def test_the_shipped_plans_name_all_four_vectors_and_share_points_between_them()
     cluster = sp.parse(formats.read_plan(ROOT / "studies/seed-tf-cluster.toml"), "seed-tf-cluster.toml")
     assert cluster.vectors["scaling"]["world_sizes"][-1] == 64
     assert cluster.vectors["mpi-library"]["libraries"] == ("mvapich2", "openmpi", "cray-mpich")
-    assert cluster.launch["launcher"] == "srun"
+    from perfsuite.cli import study as cli_study
+
+    launch = cli_study._base(cluster).launch  # read as perfsuite run reads its launch options
+    assert launch.launcher == "srun" and launch.extra_args == ("--mpi=pmix",) and launch.ranks_per_node == 4
 
 
 def test_every_round_runs_every_point_once_and_the_arms_of_a_case_back_to_back_alternating():

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import shlex
 import signal
 import time
 from pathlib import Path
 
-from .. import fingerprint, formats, options, transports
+from .. import fingerprint, formats, options, suite, transports
 from ..errors import ConfigError
 from .common import EXIT_FAIL, EXIT_OK, say
 
@@ -31,15 +32,16 @@ def _probe(python: str, modules: tuple[str, ...]) -> None:
     check_python(python, modules)
 
 
-def _base(plan) -> "object":
+def _base(plan) -> suite.SuiteConfig:
+    """The plan's [launch] table read as ``perfsuite run`` reads its launch options (TOML's
+    tables and lists where the command line has NAME=VALUE items and comma lists)."""
     values = {k.replace("-", "_"): v for k, v in plan.launch.items()}
     if isinstance(values.get("env"), dict):
         values["env"] = [f"{k}={v}" for k, v in values["env"].items()]
     if isinstance(values.get("launcher_args"), list):
-        values["launcher_args"] = " ".join(values["launcher_args"])
-    for k in ("hosts",):
-        if isinstance(values.get(k), list):
-            values[k] = ",".join(values[k])
+        values["launcher_args"] = shlex.join(map(str, values["launcher_args"]))
+    if isinstance(values.get("hosts"), list):
+        values["hosts"] = ",".join(map(str, values["hosts"]))
     return options.suite_config({**values, "timeout": plan.timeout})
 
 

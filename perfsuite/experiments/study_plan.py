@@ -358,12 +358,13 @@ def check_arms(plan: Plan, probe) -> None:
 # --- what a study costs -------------------------------------------------------------------------
 
 #: Seconds of one world's fixed part (start, TensorFlow import, model build) and of one batch's
-#: steps plus its one-worker yardstick, for small-cnn at 32 px and batch 32 on one core each;
-#: measured on the 2-core VM of docs/measurements.md (15 s for 3 batches at 1 and 2 workers).
-#: Only a first guess: the progress bar's estimate of the time left uses the worlds it timed.
-TF_WORLD_S, TF_BATCH_S, ALLREDUCE_WORLD_S = 11.0, 1.5, 2.5
+#: steps plus its one-worker yardstick, for small-cnn at 32 px and batch 32, ranks within the
+#: cores; fitted to seed-tf's 78 worlds on the 2-core VM (docs/measurements.md, 2026-11-25:
+#: 11 s for one worker sweeping 3 batches, 9 s for two workers and one batch, 28-44 s for
+#: MobileNet at 32 px). Only a first guess: the time left is taken from the worlds timed.
+TF_WORLD_S, TF_BATCH_S, ALLREDUCE_WORLD_S = 6.5, 0.9, 2.0
 #: Relative cost of a step, per model at its reference image size of 32 px.
-MODEL_COST = {"small-cnn": 1.0, "mobilenet": 6.0, "resnet50": 25.0}
+MODEL_COST = {"small-cnn": 1.0, "mobilenet": 13.0, "resnet50": 50.0}
 
 
 def expected_world_s(p: Point, steps: int, warmup: int, cores: int | None = None) -> float:
