@@ -137,7 +137,8 @@ def tables(doc: dict[str, Any]) -> dict[str, list[tuple[str, Table]]]:
         out["scaling"] = [("training", (("transport", "network", "workers", "img/s [95%]", "efficiency [95%]",
                                         "contention", "status"),
                                        [(r["transport"], r["network"], r["world_size"], _f(r["img_per_s"], ".4g"),
-                                         _f(r["efficiency"]) if r["world_size"] > 1 else "1 (the reference)",
+                                         _f(r["efficiency"]) if r["world_size"] > 1 or not r["img_per_s"]["rounds"]
+                                         else "1 (the reference)",
                                          r["contention"], r["status"]) for r in s["tf"]]))]
         if s["allreduce"]:
             sz = doc["allreduce_sizes"]

@@ -138,7 +138,8 @@ def do_study(args: argparse.Namespace) -> int:
              "Scaling efficiency = img/s with n workers / (n x img/s of 1 worker), same transport, model and batch.",
              "Contention: the median over rounds of the largest run-queue wait share of any rank; '(process)' marks "
              "TensorFlow's whole process (its thread pools crowd a small machine by design), reported, not judged. "
-             "An allreduce world whose timed thread waited more than 5% is re-run, as perfsuite run does.",
+             "An allreduce round whose timed thread waited more than 5% is contended: it is left out of its "
+             "figure while two calm rounds remain, and counted beside it.",
              "The paper's ratios were measured on GPUs across nodes; a CPU machine's ratio answers a different "
              "question and is shown beside it as a reference, not a target."]
     notes += [f"{k}: skipped: {why}" for k, why in skipped.items()]
