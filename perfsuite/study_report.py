@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -88,14 +89,18 @@ def _bars(ax, labels: list[str], groups: list[str], figs: dict[tuple[str, str], 
         ys, err = _err(fs)
         ax.bar([i + j * width for i in range(len(labels))], [0 if math.isnan(y) else y for y in ys],
                width, yerr=err, capsize=3, label=g)
-    ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(labels))], labels, fontsize=8)
+    ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(labels))],
+                  [textwrap.fill(lab, 18) for lab in labels], fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
-    ax.legend(fontsize=8)
+    top = max([f["high"] if not math.isnan(f["high"]) else f["value"] for f in figs.values()
+               if not math.isnan(f["value"])] + [1.0])
+    ax.set_ylim(0, top * 1.25)  # room for the legend above the bars
+    ax.legend(fontsize=8, loc="upper left", ncol=len(groups))
     ax.grid(True, axis="y", alpha=0.3)
 
 
 def mpi_png(rows: list[dict], path: Path, title: str) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len({r["case"] for r in rows})), 4.5))
     libs = list(dict.fromkeys(r["library"] for r in rows))
     cases = list(dict.fromkeys(r["case"] for r in rows))
     figs = {}
@@ -114,6 +119,8 @@ def models_png(headline: list[dict], path: Path, title: str) -> Path:
     _bars(ax, labels, ts, {(f"{h['model']}@{h['image_size']}", h["transport"]): h["ratio"] for h in headline})
     width = 0.8 / max(len(ts), 1)
     paper = {f"{h['model']}@{h['image_size']}": h["paper"] for h in headline if h["paper"]}
+    if paper:
+        ax.set_ylim(0, max(ax.get_ylim()[1], 1.25 * max(paper.values())))
     for i, label in enumerate(labels):
         if label in paper:  # one mark per model, across its bars: the paper's Horovod-MPI/gRPC
             ax.hlines(paper[label], i - width / 2, i + width * (len(ts) - 0.5), colors="k", linestyles="--")
