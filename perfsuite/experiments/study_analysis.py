@@ -102,13 +102,6 @@ class Figure:
     high: float
     rounds: int
 
-    def text(self, fmt: str = ".3g") -> str:
-        if self.rounds == 0 or math.isnan(self.value):
-            return "n/a"
-        if math.isnan(self.low):
-            return f"{self.value:{fmt}} (1 round, no interval)"
-        return f"{self.value:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
-
     def to_dict(self) -> dict[str, Any]:
         return {"value": self.value, "low": self.low, "high": self.high, "rounds": self.rounds}
 
