@@ -20,7 +20,7 @@ DEFAULT_THRESHOLD = 0.05  # asv's default regressions_thresholds
 class Point:
     commit: str
     value: float | None
-    weight: float | None = None  # asv's 2/|CI width|; None when unknown
+    weight: float | None = None  # asv's 2/|CI width| of the median over rounds; None when unknown
 
 
 @dataclass(frozen=True)

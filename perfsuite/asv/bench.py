@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import bench, options, suite
 from ..model import Case
-from .layout import metrics_for
+from .layout import metrics_for, round_samples
 
 ENV_PREFIX = "PERFSUITE_ASV_"  # PERFSUITE_ASV_SIZES=4,1MiB narrows what `asv run` measures
 
@@ -67,11 +67,14 @@ def measure(cases: list[Case], environ: Mapping[str, str] | None = None) -> dict
                     cache["skipped" if outcome.skipped else "failed"][each] = why
             elif not sample.valid:
                 cache["failed"][ids] = f"{case.name}: wrong result (validation failed)"
+            elif sample.info.get("contended"):
+                # As the recorder does (record.record): no history point rests on rounds that
+                # all waited for a CPU; asv shows the case as skipped, with why.
+                cache["skipped"][ids] = f"{case.name}: machine contended in every round"
             else:
                 for m in metrics_for(layout, sample):
-                    vals = m.transform(sample.metrics[m.metric].samples
-                                       or (sample.metrics[m.metric].value,))
-                    if vals:
+                    vals = round_samples(sample, m)
+                    if vals:  # the median over rounds, as the recorder's value
                         cache["values"][(m.method, ids)] = statistics.median(vals)
     return cache
 

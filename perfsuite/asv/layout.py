@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Case, Metric, Sample
+from ..model import Case, Metric, Sample, round_values
 
 _TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "seconds": 1.0}
 
@@ -122,15 +122,26 @@ class AsvLayout:
 def generic_layout(benchmark: str) -> AsvLayout:
     """The layout of a benchmark that registers none: transport, world size, case id."""
     module = re.sub(r"[^0-9a-zA-Z_]", "_", benchmark)
+    # Version 2: asv's samples are one value per round, no longer per-iteration times.
     return AsvLayout(benchmark, module, module.title().replace("_", ""),
                      ("transport", "world_size", "case"),
-                     lambda c: (c.transport, c.world_size, c.id), (), version=f"perfsuite-{module}-1")
+                     lambda c: (c.transport, c.world_size, c.id), (), version=f"perfsuite-{module}-2")
 
 
 def metrics_for(layout: AsvLayout, sample: Sample) -> list[AsvMetric]:
     if layout.metrics:
         return [m for m in layout.metrics if m.metric in sample.metrics]
     return [generic_metric(m) for m in sample.metrics.values()]
+
+
+def round_samples(sample: Sample, m: AsvMetric) -> list[float]:
+    """asv's samples of one case: one time-like value per round (world run), not per iteration.
+
+    asv treats its samples as replicates (its median's CI, ``asv compare``'s test). The calls of
+    one world share that world's placement, clocks and neighbours, so they are not: their CI
+    says nothing of how the next world lands. The round is the unit of replication, as in
+    verdicts (``regress``); contended rounds the rounds policy set aside are not among them."""
+    return m.transform(round_values(sample, m.metric))
 
 
 def entry_name(name: str, param_ids: Iterable[str]) -> str:

@@ -1,5 +1,9 @@
 """Read the asv history back: every recorded series (asv's stored median and its CI weight
-per commit) in asv's commit order, for ``perfsuite history``'s step detection."""
+per commit) in asv's commit order, for ``perfsuite history``'s step detection.
+
+asv's samples of a case are its round values (``layout.round_samples``), so the stored median is
+the median over rounds and the CI behind a point's weight is that of the rounds: a commit
+measured in one round has no finite CI, and its point gets the median weight (asv's rule)."""
 from __future__ import annotations
 
 import itertools
@@ -43,8 +47,8 @@ def metric_of(name: str) -> AsvMetric | None:
 
 def read_history(project: AsvProject, machine: str | None = None,
                  pattern: str | None = None) -> tuple[list[Series], list[str]]:
-    """Every recorded series (asv's stored median and its CI weight per commit) and the commit
-    order. Results of one commit from several files (asv run and perfsuite, several env
+    """Every recorded series (asv's stored median over rounds and its CI weight per commit) and
+    the commit order. Results of one commit from several files (asv run and perfsuite, several env
     names) are averaged, as asv's graphs do."""
     from asv import util as asv_util
     from asv.benchmarks import Benchmarks

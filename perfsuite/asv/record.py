@@ -22,11 +22,10 @@ from typing import Any
 
 from .. import bench
 from .. import fingerprint as _fingerprint
-from .. import stats
 from ..errors import ConfigError, FormatError, PerfsuiteError
 from ..formats import SuiteRun
 from ..model import Sample
-from .layout import AsvLayout, AsvMetric, metrics_for
+from .layout import AsvLayout, AsvMetric, metrics_for, round_samples
 from .project import LOCK_TIMEOUT_S, RecordTarget, commit_date_ms, load_project, resolve_commit
 
 LOCK_NAME = ".perfsuite-asv.lock"  # not *.json, so asv's result walker never reads it
@@ -195,10 +194,12 @@ def record(samples: Iterable[Sample], to: RecordTarget, fp: Mapping[str, Any] | 
            started_at: _dt.datetime | None = None) -> RecordSummary:
     """Merge ``samples`` into asv's results for ``to.commit`` on ``to.machine``.
 
+    Each case is recorded as its round values (``round_samples``), its value their median.
     Under the results lock: read what is there (benchmarks.json and this commit's results file,
     which other runners may have written), widen params to cover old and new cases, add the
-    new samples with asv's ``Results.add_result(..., append_samples=True)`` (a case measured
-    twice pools its samples; cases measured only before are kept), write every file atomically.
+    new rounds with asv's ``Results.add_result(..., append_samples=True)`` (a case measured
+    in two runs of one commit pools its rounds; cases measured only before are kept), write
+    every file atomically.
     """
     from asv import util as asv_util
     from asv.benchmarks import Benchmarks
@@ -213,17 +214,24 @@ def record(samples: Iterable[Sample], to: RecordTarget, fp: Mapping[str, Any] | 
     date = commit_date_ms(project, commit)
     python = python_param()
 
-    # name -> (layout, metric, {param ids: samples}); invalid results carry no timing meaning
+    # name -> (layout, metric, {param ids: round values}); invalid results carry no timing meaning
     grouped: dict[str, tuple[AsvLayout, AsvMetric, dict[tuple[str, ...], list[float]]]] = {}
     left_out: list[str] = []
     for s in samples:
         if not s.valid:
             left_out.append(f"{s.case.name} (wrong result)")
             continue
+        if s.info.get("contended"):
+            # Every round waited for a CPU (rounds.pool_rounds kept them all only so the sample
+            # is not empty). Verdicts say UNKNOWN on such a sample; asv has no way to mark a
+            # point, and its regressions page and `perfsuite history` decide from every stored
+            # point, so a recorded one would be a verdict resting on contended rounds. Left out
+            # (the run file keeps it), and said in the summary line like a wrong result.
+            left_out.append(f"{s.case.name} (machine contended in every round)")
+            continue
         layout = bench.asv_layout(s.case.benchmark)
         for m in metrics_for(layout, s):
-            metric = s.metrics[m.metric]
-            values = stats.thin(m.transform(metric.samples or (metric.value,)))
+            values = round_samples(s, m)
             if not values:
                 continue
             _, _, per = grouped.setdefault(layout.name(m), (layout, m, {}))

@@ -208,13 +208,15 @@ def _asv_timing(info: dict) -> str:
 
 
 # Version 2 adds the timing axis: the native and the mpi4py loop draw separate lines, so a
-# fallback from one to the other is never read as a step.
+# fallback from one to the other is never read as a step. Version 3: asv's samples are one value
+# per round, no longer per iteration (perfsuite.asv.layout.round_samples); asv never pools or
+# compares them with version 2's.
 ASV = AsvLayout(
     "allreduce", "allreduce", "Allreduce", ("transport", "world_size", "size", "dtype", "timing"),
     _asv_values,
     (AsvMetric("track_latency", "latency_us", "seconds", scale=1e-6),
      AsvMetric("track_inv_busbw", "busbw_GBps", "s/GB (1/busbw)", inverse=True)),
-    version="perfsuite-allreduce-2", sort_keys={"size": parse_size},
+    version="perfsuite-allreduce-3", sort_keys={"size": parse_size},
     measured=(MeasuredAxis(_asv_timing, _timings),))
 
 OPTIONS = (
