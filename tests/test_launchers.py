@@ -7,7 +7,7 @@ from perfsuite.errors import ConfigError
 from perfsuite.launch.launchers import LaunchConfig, build
 
 PY = "/usr/bin/python3"
-TAIL = [PY, "-m", "perfsuite.worker", "/w/job.json"]
+TAIL = [PY, "-P", "-m", "perfsuite.worker", "/w/job.json"]  # -P: no cwd on the ranks' sys.path
 
 
 def argv(cfg, n=2, **kw):

@@ -74,7 +74,12 @@ def check_python(path: str, modules: Sequence[str] = ("mpi4py", "perfsuite")) ->
                           f"that has {', '.join(modules)} installed")
     find = ("import importlib.util, sys; missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]; "
             "print(' '.join(missing)); sys.exit(1 if missing else 0)")
-    probe = subprocess.run([path, "-c", find, *modules], capture_output=True, text=True, timeout=60)
+    # -P as the ranks start (launchers.worker_argv): without it the current directory, a
+    # checkout, would lend its perfsuite to a venv that has none.
+    probe = subprocess.run([path, "-P", "-c", find, *modules], capture_output=True, text=True, timeout=60)
+    if "-P" in probe.stderr and probe.returncode == 2:
+        raise ConfigError(f"python {path!r} is older than 3.11 (it has no -P, which keeps the current "
+                          "directory off the ranks' sys.path); give the python of a 3.11+ venv")
     if probe.returncode != 0:
         missing = probe.stdout.strip() or (probe.stderr.strip().splitlines() or ["?"])[-1]
         raise ConfigError(f"python {path!r} cannot run a rank (no module {missing}); install "

@@ -72,7 +72,12 @@ def check_fits(cfg: LaunchConfig, world_size: int, cores: int) -> None:
 
 
 def worker_argv(cfg: LaunchConfig, job_path: str) -> list[str]:
-    return [cfg.python, "-m", "perfsuite.worker", job_path]
+    # -P (Python 3.11+): ``-m`` would put the current directory first on sys.path, so a command
+    # run from a checkout made every rank import that checkout's perfsuite, whatever the Python:
+    # an A/B arm on another venv silently ran arm A's code. Ranks keep the caller's working
+    # directory, where a relative --workdir (the job file's folder) or --data-dir means what the
+    # caller meant; it is only no longer where their imports come from.
+    return [cfg.python, "-P", "-m", "perfsuite.worker", job_path]
 
 
 def build(cfg: LaunchConfig, world_size: int, job_path: str, *, cpu_count: int = 1,
