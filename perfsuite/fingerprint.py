@@ -1,7 +1,8 @@
 """What machine a number was measured on. Stored with every result; keys baselines by system.
 
 Nothing here starts a process: GPU facts come from NVML (nvidia-ml-py), MPI facts from mpi4py
-inside a rank, library versions from package metadata.
+inside a rank, library versions from package metadata, and what a rank actually imported
+(``imported``) from its own ``sys.modules``.
 """
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import platform
 import re
 import socket
 import sys
+from collections.abc import Mapping, Sequence
 from importlib import metadata
+from typing import Any
 
 
 def _version(dist: str) -> str | None:
@@ -148,6 +151,34 @@ def mpi_facts() -> dict:
     return {"mpi_library": lib[0].strip() if lib else "unknown",
             "mpi_standard": "%d.%d" % MPI.Get_version(), "mpi4py": _version("mpi4py"),
             "mpi_thread_level": levels.get(MPI.Query_thread(), "unknown")}
+
+
+#: Key in ``Result.extra`` under which rank 0 records ``imported()`` (worker.py).
+IMPORTS_KEY = "imports"
+#: The packages whose code decides a rank's numbers, recorded by ``imported`` when loaded.
+IMPORTED_PACKAGES = ("perfsuite", "mpi4py", "numpy", "cupy", "tensorflow", "horovod", "torch")
+
+
+def imported(modules: Mapping[str, Any] | None = None, libmpi: Sequence[str] = ()) -> dict:
+    """Name -> {"version", "file"} for each of IMPORTED_PACKAGES this process has imported, and
+    "mpi": the library mpi4py loaded (its version line; ``libmpi``, the mapped libmpi paths, gives
+    the file). Package metadata (``collect``) names what pip installed, which is not what ran when
+    PYTHONPATH, an editable install or the current directory put another copy first; so this reads
+    the modules themselves, and imports none: a package the kernel never needed is not named."""
+    modules = sys.modules if modules is None else modules
+    out: dict[str, dict] = {}
+    for name in IMPORTED_PACKAGES:
+        mod = modules.get(name)
+        if mod is not None:
+            version = getattr(mod, "__version__", None)
+            out[name] = {"version": None if version is None else str(version),
+                         "file": getattr(mod, "__file__", None)}
+    mpi = modules.get("mpi4py.MPI")
+    if mpi is not None:
+        # Open MPI's string keeps its terminating NUL through mpi4py.
+        lines = mpi.Get_library_version().replace("\0", "").strip().splitlines()
+        out["mpi"] = {"version": " ".join(lines[0].split()) if lines else None, "file": libmpi[0] if libmpi else None}
+    return out
 
 
 def collect(mpi: bool = False) -> dict:

@@ -98,6 +98,7 @@ def _run(job: dict, comm, rank: int, size: int, folder: str, placement: dict) ->
     from .kernels.context import RankContext
     from .kernels.faults import FaultSwitch
     from .model import Case, Result, Sample
+    from .transports.cuda_aware import libmpi_paths
 
     comm.Barrier()  # every rank is up: the world has started
     ready_at = time.time()
@@ -129,11 +130,15 @@ def _run(job: dict, comm, rank: int, size: int, folder: str, placement: dict) ->
         partial.close()
         with open(os.path.join(folder, "partial.jsonl")) as f:
             samples = tuple(Sample.from_dict(json.loads(line)) for line in f if line.strip())
+        # What this rank imported, read after the kernel ran (TensorFlow, CuPy load lazily):
+        # an A/B arm is another version only if its ranks loaded other files (experiments/provenance).
+        imports = fingerprint.imported(libmpi=libmpi_paths())
         result = Result(job["benchmark"], job["transport"], size, samples,
                         fingerprint=fingerprint.collect(mpi=True),
                         world_start_s=ready_at - job["spawned_at"],
                         wall_s=time.time() - job["spawned_at"],
-                        extra={**(extra or {}), **({"placement": placement} if placement else {})})
+                        extra={**(extra or {}), **({"placement": placement} if placement else {}),
+                               fingerprint.IMPORTS_KEY: imports})
         atomic_write(job["out"], json.dumps(dump_result(result)))
     return 0
 

@@ -27,6 +27,7 @@ from .. import regress, rounds, stats, suite
 from ..errors import ConfigError, PerfsuiteError
 from ..launch.launchers import LaunchConfig
 from ..model import Case, Sample, Tolerance, Verdict, timing_of
+from . import provenance
 
 #: The change an A/B run is asked to resolve: with both arms measured side by side there is no
 #: drift to allow for, so the tolerance is what matters, not what the machine wanders by.
@@ -130,6 +131,7 @@ class ABReport:
     failures: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     values: dict = field(default_factory=dict)  # key -> metric -> {"a": [...], "b": [...]}
+    imports: dict = field(default_factory=dict)  # "a"/"b" -> what its ranks imported (provenance)
 
     def to_dict(self) -> dict:
         c = self.config
@@ -139,7 +141,7 @@ class ABReport:
                 "tolerance": c.tolerance.to_dict(), "alpha": c.alpha, "looks": c.looks,
                 "max_pairs": c.max_pairs, "canary_shift": c.canary_shift, "pairs": self.pairs, "wall_s": self.wall_s,
                 "failures": self.failures, "verdicts": [v.to_dict() for v in self.verdicts],
-                "values": self.values}
+                "values": self.values, **provenance.section(self.imports)}
 
 
 #: runner(arm, cases) -> the samples of one world of that arm (raises PerfsuiteError on failure).
@@ -158,7 +160,7 @@ def world_runner(suite_cfg: suite.SuiteConfig) -> Runner:
                 raise out.failure
             if out.skipped:
                 raise ConfigError(f"arm {arm.name}: {spec.label} cannot run here: {out.skipped}")
-            samples += list(out.result.samples)
+            samples += provenance.stamped(out.result)
         return samples
 
     return runner
@@ -175,6 +177,7 @@ def run(cfg: ABConfig, runner: Runner, progress: Callable[[str], None] | None = 
     failures: list[str] = []
     pairs = 0
     verdicts: list[Verdict] = []
+    imports: dict = {}
     while pairs < cfg.max_pairs:
         first = "ab" if rng.random() < 0.5 else "ba"
         for order in (first, first[::-1]):  # ABBA or BAAB
@@ -189,6 +192,7 @@ def run(cfg: ABConfig, runner: Runner, progress: Callable[[str], None] | None = 
                     failures.append(f"pair {pairs + 1}, arm {arm.name}: {exc}")
             pairs += 1
             if len(got) == 2:
+                imports = imports or provenance.check_arms(cfg.a, cfg.b, got)
                 _add_pair(cfg, names, got, ratios, dropped, values, meta)
         verdicts = _judge(cfg, ratios, dropped, values, meta)
         if progress:
@@ -197,7 +201,7 @@ def run(cfg: ABConfig, runner: Runner, progress: Callable[[str], None] | None = 
             break
         if cfg.budget_s is not None and time.monotonic() - t0 >= cfg.budget_s:
             break
-    return ABReport(cfg, verdicts, pairs, failures, time.monotonic() - t0, values)
+    return ABReport(cfg, verdicts, pairs, failures, time.monotonic() - t0, values, imports)
 
 
 def _add_pair(cfg, names, got, ratios, dropped, values, meta) -> None:

@@ -1,0 +1,80 @@
+"""Which code an A/B arm's ranks ran, and the refusal to compare two arms that ran the same.
+
+Rank 0 records what it imported (``fingerprint.imported``: perfsuite, mpi4py, numpy, the MPI
+library and, where loaded, CuPy, TensorFlow, Horovod, each as version and file) in its result's
+``extra``. Two Pythons are two versions only if their ranks loaded other files: a second venv
+with an editable install of the same tree, a wrapper around the same interpreter, or a
+PYTHONPATH that names one tree for both arms all give two names for one code, and B/A then
+measures the machine's noise while the user reads it as the change between versions.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from ..fingerprint import IMPORTS_KEY
+from ..model import Result, Sample
+
+if TYPE_CHECKING:  # ab imports this module
+    from .ab import Arm
+
+_NAMES = {"mpi": "MPI library"}  # how a recorded entry is named in the refusal
+
+
+def stamped(result: Result) -> list[Sample]:
+    """The world's samples, each carrying the imports its world recorded: the A/B runner hands
+    on samples only, and this is how the arms' code reaches the loop that compares them."""
+    imports = result.extra.get(IMPORTS_KEY)
+    if not imports:
+        return list(result.samples)
+    return [replace(s, info={**s.info, IMPORTS_KEY: imports}) for s in result.samples]
+
+
+def imports_of(samples: Iterable[Sample]) -> dict:
+    """The imports recorded with a world's samples; {} from a perfsuite that recorded none."""
+    return next((dict(s.info[IMPORTS_KEY]) for s in samples if s.info.get(IMPORTS_KEY)), {})
+
+
+def same_code(a: Arm, b: Arm, imports_a: Mapping[str, dict], imports_b: Mapping[str, dict]) -> str | None:
+    """Why the arms cannot be compared as two versions, or None.
+
+    Only arms that differ in their Python (and perhaps launcher arguments, which cannot change
+    what is imported) claim two versions; arms that differ in transport or environment compare
+    those, whatever code they share. They are refused when every recorded file is the same: any
+    other file (perfsuite, numpy, the MPI library) is a real difference worth measuring."""
+    if a.python == b.python or a.transport != b.transport or a.env != b.env:
+        return None
+    if not imports_a or not imports_b or not (imports_a.get("perfsuite") or {}).get("file"):
+        return None  # a perfsuite that recorded nothing is not this one: nothing to compare
+    if _files(imports_a) != _files(imports_b):
+        return None
+    shared = imports_a["perfsuite"].get("file")
+    others = sorted(_NAMES.get(n, n) for n in imports_a if n != "perfsuite")
+    also = f", and the same {', '.join(others)}" if others else ""
+    return (f"arms {a.name} and {b.name} name different Pythons ({a.python or sys.executable}, "
+            f"{b.python or sys.executable}) whose ranks loaded the same files (perfsuite from {shared}"
+            f"{also}): they run one version; install the other into arm {b.name}'s venv (pip install "
+            "OTHER_TREE, not pip install -e of this one) and keep PYTHONPATH from naming a perfsuite tree")
+
+
+def _files(imports: Mapping[str, dict]) -> dict[str, str | None]:
+    return {name: entry.get("file") for name, entry in imports.items()}
+
+
+def check_arms(a: Arm, b: Arm, got: Mapping[str, Mapping[object, Sample]]) -> dict:
+    """``{"a": imports, "b": imports}`` of a pair's two worlds (``got``: side -> case -> sample),
+    or ConfigError when they ran the same code under two names (``same_code``)."""
+    imports = {side: imports_of(got[side].values()) for side in ("a", "b")}
+    why = same_code(a, b, imports["a"], imports["b"])
+    if why:
+        raise ConfigError(why)
+    return imports if imports["a"] or imports["b"] else {}
+
+
+def section(imports: Mapping[str, dict]) -> dict:
+    """The A/B file's record of each arm's code: ``{"imports": {"a": ..., "b": ...}}`` (one
+    world of each arm, the first pair's), or nothing when no world recorded it."""
+    return {"imports": {side: dict(imports[side]) for side in ("a", "b") if imports.get(side)}} if imports else {}
