@@ -9,6 +9,31 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
+#: Set by .ci/run: there the native timed loop must build, so a test that would skip or expect
+#: the mpi4py fallback without it fails instead (a broken native_loop.c must not pass as a skip).
+REQUIRE_NATIVE_ENV = "PERFSUITE_REQUIRE_NATIVE"
+
+
+def native_build():
+    """The native loop's build for this Python's MPI, as the suite gets it. Where
+    PERFSUITE_REQUIRE_NATIVE=1, a failed build fails the calling test with the compiler's line."""
+    from perfsuite.launch import native
+
+    built = native.build()
+    if built.why is not None and os.environ.get(REQUIRE_NATIVE_ENV) == "1":
+        pytest.fail(f"{REQUIRE_NATIVE_ENV}=1 and the native loop did not build: {built.why}",
+                    pytrace=False)
+    return built
+
+
+@pytest.fixture
+def native_loop():
+    """The built native loop, or a skip saying why there is none (a failure where it is required)."""
+    built = native_build()
+    if built.why is not None:
+        pytest.skip(f"no native loop here: {built.why}")
+    return built
+
 
 def worker_pids(token: str | None = None) -> list[int]:
     """PIDs of perfsuite ranks or MPI launchers still alive; with ``token``, only those started
