@@ -113,6 +113,23 @@ def test_ci_runs_tests_and_a_quick_suite_on_every_push_and_pull_request():
     assert "actions/upload-artifact" in text
 
 
+def test_the_python_floor_is_the_same_in_pyproject_the_readme_and_ci():
+    """pyproject's requires-python is what users are promised; ci.yml's oldest job is what shows
+    it holds (3.11: tomllib reads plan files, and ranks start with python -P)."""
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    floor = re.fullmatch(r">=\s*(3\.\d+)", declared).group(1)
+    (job,) = load("ci.yml")["jobs"].values()
+    pythons = [str(x["python"]) for x in job["strategy"]["matrix"]["include"]]
+    assert min(pythons, key=lambda v: tuple(map(int, v.split(".")))) == floor, (pythons, declared)
+    assert f"Python {floor}+" in (ROOT / "README.md").read_text()
+    below = [(doc.name, v) for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+             for v in re.findall(r"Python (3\.\d+)\+", doc.read_text())
+             if tuple(map(int, v.split("."))) < tuple(map(int, floor.split(".")))]
+    assert not below, f"docs promise a Python below the floor {floor}: {below}"
+
+
 def test_gpu_runs_on_the_self_hosted_gpu_runner_and_keeps_its_results():
     wf = load("gpu.yml")
     (job,) = wf["jobs"].values()
