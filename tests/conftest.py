@@ -61,6 +61,21 @@ def worker_pids(token: str | None = None) -> list[int]:
     return pids
 
 
+def rank_pids(token: str) -> list[int]:
+    """The ranks themselves (Python running perfsuite.worker) started under ``token``: the
+    launcher's own command line names the worker too, so worker_pids() alone cannot tell a
+    started world from a launcher still starting one."""
+    ranks = []
+    for pid in worker_pids(token):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if Path(argv[0].decode(errors="replace")).name.startswith("python") and b"perfsuite.worker" in argv:
+            ranks.append(pid)
+    return ranks
+
+
 @pytest.fixture
 def no_leftover_ranks(monkeypatch):
     """Asserts, after the test, that no rank or launcher it started is still alive. Every process

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from perfsuite.errors import ConfigError, LaunchError
+from perfsuite.errors import ConfigError, LaunchError, RankFailure
 from perfsuite.bench.allreduce import allreduce_wire_bytes
 from perfsuite.launch import netns
 from perfsuite.launch.launchers import LaunchConfig, build
@@ -288,4 +288,7 @@ def test_a_hung_world_is_killed_and_namespaces_removed(no_namespaces_left, no_le
                             network=netns.parse_shaping("1gbit"))
     spec = suite.plan(allreduce_cases(["mpi"], [2], [4096]), cfg.options)[0]
     outcome = suite.run_one(spec, cfg)
-    assert outcome.failure is not None and outcome.result is None
+    # The hang must be what ended it: a crash or a launch error would pass "some failure" too.
+    assert isinstance(outcome.failure, RankFailure) and outcome.result is None, outcome.failure
+    assert outcome.failure.kind == "timeout", outcome.failure
+    assert "killed at the 15 s timeout" in str(outcome.failure), outcome.failure

@@ -149,16 +149,24 @@ def test_sigterm_kills_the_world_and_ends_the_session(pytester, no_leftover_rank
     import sys
     import time
 
-    from conftest import worker_pids
+    from conftest import rank_pids
 
+    # Only this test's ranks count (no_leftover_ranks put the token in the environment): another
+    # run's world on a shared machine must not pass for ours.
+    token = os.environ["PERFSUITE_TEST_TOKEN"]
     pytester.makepyfile(test_bench=BENCH)
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "--perf-transports", "mpi",
                              "--perf-sizes", "4", "-p", "no:cacheprovider", *QUICK],
                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PERFSUITE_TEST_FAULT": "hang@1"})  # until we stop it
     deadline = time.monotonic() + 60
-    while len(worker_pids()) < 2 and time.monotonic() < deadline:  # the world is up
+    while len(rank_pids(token)) < 2 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
+    started = len(rank_pids(token))
+    if started != 2:  # the signal would then test a session that never started its world
+        proc.send_signal(signal.SIGTERM)
+        pytest.fail(f"{started} of 2 ranks started within 60 s; the session said:\n"
+                    + proc.communicate(timeout=60)[0])
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
