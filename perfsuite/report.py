@@ -81,7 +81,8 @@ def overhead_table(rep: Any) -> str:
         lo_hi = ", ".join(f"{k} {a:.2f}-{z:.2f}" for k, (a, z) in r["range_us"].items())
         lines.append(f"# {r['size_bytes']} B range over rounds (us): {lo_hi}")
     for what, value, met in rep.targets():
-        lines.append(f"# target {what}: {value:.3f} {'met' if met else 'NOT met'}")
+        shown = f"{value:.3f} {'met' if met else 'NOT met'}" if value is not None else "NOT met (not measured)"
+        lines.append(f"# target {what}: {shown}")
     if rep.skipped:
         lines.append(f"# SKIPPED C program: {rep.skipped}")
     if rep.native_why:

@@ -322,3 +322,42 @@ def test_several_runs_get_tags_that_tell_them_apart(tmp_path):
 def test_stall_parts_read_compute_first_then_stalls():
     assert plots._part_label("stall_io_ms") == "io stall" and plots._part_label("compute_ms") == "compute"
     assert plots._part_label("stall_network_s") == "network stall"
+
+
+# --- perfsuite overhead: the targets decide the exit status ------------------------------------
+
+def _overhead_report(native_4b_us: float | None, native_why: str | None = None):
+    """A report as experiments.overhead builds it, C against native in the same rounds: 4 B
+    native - C = ``native_4b_us`` (None: no native column), 1 MiB and 64 MiB exactly as fast."""
+    from perfsuite.experiments.overhead import OverheadReport
+
+    rows = []
+    for size, c_us in ((4, 1.0), (1 << 20, 300.0), (64 << 20, 40_000.0)):
+        native = {} if native_4b_us is None else {"native": c_us + (native_4b_us if size == 4 else 0.0)}
+        p50 = {"c": c_us, "python": c_us * 1.5, **native}
+        rows.append({"size_bytes": size, "p50_us": p50, "range_us": {k: (v, v) for k, v in p50.items()},
+                     "busbw_GBps": {k: size / v / 1e3 for k, v in p50.items()},
+                     "delta_us": {k: v - c_us for k, v in p50.items() if k != "c"},
+                     "ratio": {k: v / c_us for k, v in p50.items() if k != "c"}})
+    return OverheadReport(2, 1, rows, native_why=native_why)
+
+
+@pytest.mark.parametrize("native_4b_us, native_why, rc, says", [
+    (0.1, None, 0, ["4 B native - C <= +0.2 us: 0.100 met", "1 MiB native / C <= 1.02: 1.000 met",
+                    "64 MiB busbw native / C >= 0.98: 1.000 met"]),
+    (0.5, None, 1, ["4 B native - C <= +0.2 us: 0.500 NOT met", "1 MiB native / C <= 1.02: 1.000 met"]),
+    (None, "no mpicc", 1, ["4 B native - C <= +0.2 us: NOT met (not measured)",
+                           "64 MiB busbw native / C >= 0.98: NOT met (not measured)"]),
+])
+def test_overhead_exits_1_when_a_printed_target_is_not_met(monkeypatch, capsys, native_4b_us, native_why,
+                                                           rc, says):
+    """A target missed, or not measured because the native loop could not run, is exit 1 (the
+    command's claim is that the harness meets them); all met is 0."""
+    from perfsuite.experiments import overhead
+
+    monkeypatch.setattr(overhead, "overhead", lambda *a, **kw: _overhead_report(native_4b_us, native_why))
+    assert cli.main(["overhead"]) == rc
+    out = capsys.readouterr().out
+    targets = [line for line in out.splitlines() if line.startswith("# target ")]
+    assert len(targets) == 3 and all(f"# target {s}" in targets for s in says), out
+    assert rc == (1 if any("NOT met" in t for t in targets) else 0)

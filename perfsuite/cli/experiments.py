@@ -9,7 +9,7 @@ import tempfile
 from .. import formats, options, report, suite, transports
 from ..errors import ConfigError
 from ..model import parse_size, whole_number
-from .common import EXIT_OK, gate_settings, say
+from .common import EXIT_FAIL, EXIT_OK, gate_settings, say
 
 COMMANDS = {}
 
@@ -100,11 +100,14 @@ def do_overhead(args: argparse.Namespace) -> int:
     rep = overhead(options.suite_config({**values, "rounds": None}), world_size=sel.world_sizes[0],
                    sizes=sel.values["sizes"] if args.sizes is not None else SIZES, rounds=rounds)
     say(report.overhead_table(rep))
-    return EXIT_OK
+    # A missed target is the harness's own regression: a script or CI step running this command
+    # must see it without reading the table.
+    return EXIT_FAIL if rep.missed() else EXIT_OK
 
 
 COMMANDS["overhead"] = (add_overhead, do_overhead,
-                        "print the mpi transport's native and mpi4py loops beside a C MPI_Allreduce program, with deltas")
+                        "print the mpi transport's native and mpi4py loops beside a C MPI_Allreduce program, with "
+                        "deltas; exit 1 when a target is not met")
 
 
 # --- stalls (Stash breakdown) ----------------------------------------------------------------
