@@ -7,7 +7,8 @@ plain floats, so callers never hold numpy scalars in frozen records or JSON.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as _sps
@@ -220,6 +221,126 @@ def _mwu_sum_sd(sizes: Sequence[tuple[int, int]]) -> float:
     return math.sqrt(sum(m * n * (m + n + 1) / 12.0 for m, n in sizes))
 
 
+def _signed_rank_null(n: int) -> np.ndarray:
+    """P(T = t) for t = 0..n(n+1)/2 under no shift, T Wilcoxon's signed-rank statistic of n
+    values (the count of positive Walsh averages): each rank's sign a fair coin."""
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1.0
+    for i in range(1, n + 1):
+        counts[i:] = counts[i:] + counts[:-i].copy()
+    return counts / counts.sum()
+
+
+#: Above this many differences (Walsh averages or between-sample pairs) a rank null is taken
+#: from its normal approximation rather than convolved exactly.
+EXACT_LIMIT = 20000
+
+
+@dataclass(frozen=True)
+class RankTest:
+    """A shift inferred from sorted differences whose count below a shift is a rank statistic
+    with a known null: Walsh averages within strata (signed rank) or differences between two
+    samples within strata (Mann-Whitney). Its interval and its p-values against a tolerance are
+    the same inversion, so a verdict and its family adjustment can never disagree.
+
+    For a shift ``x``, ``#{d <= x}`` under "the shift is x" follows the null of the summed
+    counts (symmetric about half the total). The interval at confidence c is [d_(k), d_(M+1-k)],
+    k the largest with P(U <= k-1) <= (1-c)/2."""
+
+    d: np.ndarray  # every difference, sorted
+    estimate: float  # their median (Hodges-Lehmann)
+    cdf: np.ndarray | None  # P(U <= j) for j = 0..M, exact; None: normal approximation
+    mean: float
+    sd: float
+
+    @property
+    def total(self) -> int:
+        return int(self.d.size)
+
+    def lower_cdf(self, j: float) -> float:
+        """P(U <= j) under the null."""
+        if j < 0:
+            return 0.0
+        if self.cdf is not None:
+            return float(self.cdf[min(int(math.floor(j)), self.cdf.size - 1)])
+        return float(_sps.norm.cdf((math.floor(j) + 0.5 - self.mean) / self.sd)) if self.sd > 0 else 1.0
+
+    def interval(self, confidence: float) -> tuple[float, float]:
+        """The shift's interval at ``confidence``; infinite sides when the data cannot bound it."""
+        _check_confidence(confidence)
+        tail = (1.0 - confidence) / 2.0
+        if self.cdf is not None:
+            k = int(np.searchsorted(self.cdf, tail, side="right"))  # cdf[k-1] <= tail < cdf[k]
+        else:
+            k = max(0, int(math.floor(self.mean - _sps.norm.ppf(1.0 - tail) * self.sd + 0.5)))
+        k = min(k, self.total // 2)
+        if k < 1:
+            return -math.inf, math.inf
+        return float(self.d[k - 1]), float(self.d[self.total - k])
+
+    def _count(self, op: str, x: float) -> int:
+        side = "right" if op in ("<=", ">") else "left"
+        below = int(np.searchsorted(self.d, x, side=side))
+        return below if op in ("<=", "<") else self.total - below
+
+    def p_beyond(self, lower: float, upper: float) -> float:
+        """Two-sided p that the shift lies beyond [lower, upper]: the smallest 1 - confidence at
+        which the interval lies wholly above ``upper`` or wholly below ``lower``."""
+        return min(1.0, 2.0 * min(self.lower_cdf(self._count("<=", upper)),
+                                  self.lower_cdf(self._count(">=", lower))))
+
+    def p_within(self, lower: float, upper: float) -> float:
+        """Two-sided p that the shift lies within [lower, upper] (two one-sided tests): the
+        smallest 1 - confidence at which the interval lies wholly inside."""
+        return min(1.0, 2.0 * max(self.lower_cdf(self._count("<", lower)),
+                                  self.lower_cdf(self._count(">", upper))))
+
+
+def _rank_test(d: np.ndarray, pmf_of: Callable[[], np.ndarray], var: float) -> RankTest:
+    d = np.sort(d)
+    total = d.size
+    cdf = np.cumsum(pmf_of()) if total <= EXACT_LIMIT else None
+    return RankTest(d, float(np.median(d)), cdf, total / 2.0, math.sqrt(var))
+
+
+def stratified_shift_test(strata: Sequence[tuple[Sequence[float], Sequence[float]]]) -> RankTest:
+    """The shift of new against base over strata (new, base) that share one shift but not one
+    level (a machine's modes): the rank-sum test summed over strata, as van Elteren's, inverted.
+    Only differences within a stratum count, so a level that moves between strata adds nothing
+    to the width; the sum's null is the convolution of each stratum's exact Mann-Whitney null.
+    A stratum missing either side is left out."""
+    pairs = _strata(strata, "a shift interval")
+    sizes = [(x.size, y.size) for x, y in pairs]
+    d = np.concatenate([(x[:, None] - y[None, :]).ravel() for x, y in pairs])
+    return _rank_test(d, lambda: _mwu_sum_null(sizes), _mwu_sum_sd(sizes) ** 2)
+
+
+def stratified_signed_rank_test(strata: Sequence[Sequence[float]]) -> RankTest:
+    """The centre of paired differences (one sample per stratum, e.g. log ratios of A/B pairs
+    grouped by whether both worlds ran in one machine mode), from Wilcoxon's signed-rank test
+    summed over strata and inverted: the Walsh averages (x_i + x_j) / 2, i <= j, of each
+    stratum, against the convolution of each stratum's exact null. Valid when each stratum's
+    differences are symmetric about the shift, which randomized A/B order gives under no change;
+    using magnitudes, not only signs, it needs fewer pairs than the sign test. An empty stratum
+    is left out."""
+    arrays = [_array(x, "paired differences") for x in strata if len(x)]
+    if not arrays:
+        raise ValueError("a signed-rank interval needs at least one paired difference")
+    walsh = []
+    for x in arrays:
+        i, j = np.triu_indices(x.size)
+        walsh.append((x[i] + x[j]) / 2.0)
+    ns = [x.size for x in arrays]
+
+    def pmf() -> np.ndarray:
+        out = np.ones(1)
+        for n in ns:
+            out = np.convolve(out, _signed_rank_null(n))
+        return out
+
+    return _rank_test(np.concatenate(walsh), pmf, sum(n * (n + 1) * (2 * n + 1) / 24.0 for n in ns))
+
+
 def _strata(strata: Sequence[tuple[Sequence[float], Sequence[float]]], what: str
             ) -> list[tuple[np.ndarray, np.ndarray]]:
     """The (new, base) strata with values on both sides, as arrays; none left is an error."""
@@ -249,21 +370,6 @@ def stratified_mann_whitney_p(strata: Sequence[tuple[Sequence[float], Sequence[f
     return float(min(1.0, 2.0 * min(low, high)))
 
 
-def _mwu_lower_quantile(sizes: Sequence[tuple[int, int]], tail: float) -> int:
-    """The largest k with P(U < k) <= tail under no shift, U the sum of independent
-    Mann-Whitney counts over the (m, n) strata: exact (the counts' convolution) up to 10000
-    pairs in all, normal approximation above."""
-    total = sum(m * n for m, n in sizes)
-    if total > 10000:
-        return max(0, int(math.floor(total / 2.0 - _sps.norm.ppf(1.0 - tail) * _mwu_sum_sd(sizes))))
-    cdf = np.cumsum(_mwu_sum_null(sizes))
-    # P(U < k) = cdf[k - 1]
-    k = 0
-    while k < total and cdf[k] <= tail:
-        k += 1
-    return k
-
-
 def shift_ci(new: Sequence[float], base: Sequence[float], confidence: float = 0.95
              ) -> tuple[float, float, float]:
     """(estimate, low, high) of the shift of ``new`` against ``base`` (new - base), from the
@@ -274,19 +380,10 @@ def shift_ci(new: Sequence[float], base: Sequence[float], confidence: float = 0.
 
 def stratified_shift_ci(strata: Sequence[tuple[Sequence[float], Sequence[float]]],
                         confidence: float = 0.95) -> tuple[float, float, float]:
-    """``shift_ci`` over strata (new, base) that share one shift but not one level (a machine's
-    modes): the rank-sum test summed over strata, as van Elteren's, inverted. Only differences
-    within a stratum count, so a level that moves between strata adds nothing to the width;
-    the sum's null is the convolution of each stratum's exact Mann-Whitney null. A stratum
-    missing either side is left out."""
+    """``stratified_shift_test``'s (estimate, low, high) at ``confidence``."""
     _check_confidence(confidence)
-    pairs = _strata(strata, "a shift interval")
-    d = np.sort(np.concatenate([(x[:, None] - y[None, :]).ravel() for x, y in pairs]))
-    est = float(np.median(d))
-    k = _mwu_lower_quantile([(x.size, y.size) for x, y in pairs], (1.0 - confidence) / 2.0)
-    if k < 1:
-        return est, -math.inf, math.inf
-    return est, float(d[k - 1]), float(d[d.size - k])
+    t = stratified_shift_test(strata)
+    return (t.estimate, *t.interval(confidence))
 
 
 def sign_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
