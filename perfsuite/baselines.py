@@ -140,11 +140,35 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def too_few_rounds(samples: Iterable[Sample], source: str, measured_now: bool = False) -> str | None:
+    """One line when some sample holds fewer rounds than a baseline needs to decide anything,
+    saying how to record one that can; None when every sample has enough. ``measured_now``:
+    the samples are this run's, whose contended rounds were left out."""
+    short = [(s.case.name, len(regress.round_values(s, next(iter(s.metrics)))))
+             for s in samples if s.valid and s.metrics]
+    short = [(c, n) for c, n in short if n < regress.MIN_BASELINE_ROUNDS]
+    if not short:
+        return None
+    case, n = short[0]
+    more = f" (and {len(short) - 1} more case(s))" if len(short) > 1 else ""
+    head = (f"{source} holds {n} round(s) of {case}{more}; a baseline needs at least "
+            f"{regress.MIN_BASELINE_ROUNDS} rounds to decide anything: ")
+    if measured_now:
+        return head + ("contended rounds are left out, so record it when the machine is quieter, "
+                       "or ask for more --rounds")
+    return head + (f"record one with `perfsuite run ... --baseline-update` ({regress.BASELINE_ROUNDS} "
+                   f"rounds), or run with --rounds {regress.BASELINE_ROUNDS} --json FILE and update "
+                   "from that file; --baseline-add adds a run's rounds to an existing baseline")
+
+
 def merge(old: BaselineSet | None, samples: Iterable[Sample], system: str, benchmark: str,
-          fp: Mapping[str, Any] | None = None, recorded: str = "") -> tuple[BaselineSet, list[str]]:
-    """The baseline set after recording ``samples`` of ``benchmark`` (pure: writes nothing), and
-    one line per change. Invalid samples are never recorded; hand-set tolerances and xfail
-    reasons of an existing entry are kept."""
+          fp: Mapping[str, Any] | None = None, recorded: str = "", session: str = "",
+          add: bool = False) -> tuple[BaselineSet, list[str]]:
+    """The baseline set after recording ``samples`` of ``benchmark`` as one measurement
+    ``session`` (pure: writes nothing), and one line per change. With ``add`` the session
+    joins each entry's rounds, else it replaces them (their levels kept as history). Invalid
+    samples are never recorded; hand-set tolerances and xfail reasons of an existing entry are
+    kept."""
     recorded = recorded or _now()
     new = BaselineSet(system, benchmark, dict(old.entries) if old else {},
                       dict(old.tolerances) if old else {}, dict(fp or (old.fingerprint if old else {})),
@@ -158,38 +182,61 @@ def merge(old: BaselineSet | None, samples: Iterable[Sample], system: str, bench
             continue
         for metric in s.metrics:
             prev = new.entries.get((s.case.name, metric))
+            joins = add and prev is not None and prev.timing == regress.timing_of(s.info) and prev.unit == s.metrics[metric].unit
             b = regress.baseline_from_sample(s, metric, recorded,
                                              tolerance=prev.tolerance if prev else None,
-                                             xfail=prev.xfail if prev else None)
+                                             xfail=prev.xfail if prev else None,
+                                             session=session or recorded, previous=prev, add=joins)
             new.entries[(s.case.name, metric)] = b
+            held = f"{len(b.session_rounds())} session(s), {len(b.rounds)} round(s)"
             if prev is None:
-                changes.append(f"{s.case.name} {metric}: new {b.value:.4g} {b.unit} "
-                               f"({len(b.rounds)} round(s))")
+                changes.append(f"{s.case.name} {metric}: new {b.value:.4g} {b.unit} ({held})")
             else:
                 rel = b.value / prev.value - 1.0 if prev.value else 0.0
+                how = "session added" if joins else "replaced"
                 changes.append(f"{s.case.name} {metric}: {prev.value:.4g} -> {b.value:.4g} "
-                               f"{b.unit} ({rel:+.1%}, {len(b.rounds)} round(s))")
+                               f"{b.unit} ({rel:+.1%}; {how}: {held})")
     return new, changes
 
 
 def update(root: str | os.PathLike, system: str, samples: Iterable[Sample],
-           fp: Mapping[str, Any] | None = None) -> list[str]:
+           fp: Mapping[str, Any] | None = None, session: str = "", add: bool = False,
+           source: str = "this run", measured_now: bool = False) -> list[str]:
     """Record ``samples`` as the baselines of their benchmarks on ``system``; atomic per file.
+    ``add``: as one more session of the stored ones (``merge``). Refused, before any file is
+    written, when a sample holds too few rounds for a baseline that could decide (and, with
+    ``add``, the stored rounds do not make up for them).
 
     Only called when the user asked (``--perf-baseline-update``, ``perfsuite baseline update``).
     Returns one line per change, each file's path first.
     """
+    samples = list(samples)
     by_bench: dict[str, list[Sample]] = {}
     for s in samples:
         by_bench.setdefault(s.case.benchmark, []).append(s)
+    loaded = {bench: load(root, system, bench) for bench in by_bench}
+    if add:
+        short = [s for s in samples if s.valid and s.metrics and not _enough_with(loaded.get(s.case.benchmark), s)]
+    else:
+        short = samples
+    why = too_few_rounds(short, source, measured_now)
+    if why:
+        raise ConfigError(why)
     lines: list[str] = []
     for bench, ss in by_bench.items():
-        merged, changes = merge(load(root, system, bench), ss, system, bench, fp)
+        merged, changes = merge(loaded[bench], ss, system, bench, fp, session=session, add=add)
         path = path_for(root, system, bench)
         save(merged, path)
         lines.append(f"{path}: {len(changes)} change(s)")
         lines += [f"  {c}" for c in changes]
     return lines
+
+
+def _enough_with(old: BaselineSet | None, s: Sample) -> bool:
+    metric = next(iter(s.metrics))
+    prev = old.entries.get((s.case.name, metric)) if old else None
+    held = len(prev.rounds) if prev else 0
+    return held + len(regress.round_values(s, metric)) >= regress.MIN_BASELINE_ROUNDS
 
 
 def save(bs: BaselineSet, path: str | os.PathLike) -> None:
@@ -230,10 +277,11 @@ def show(root: str | os.PathLike, system: str | None = None) -> str:
                 continue
             lines.append(f"# {f}  system={bs.system}  updated={bs.updated}")
             lines.append(f"{'case':<34}{'metric':<12}{'value':>12} {'unit':<6}{'rounds':>7}"
-                         f"{'IQR/med':>9}{'tolerance':>14}  xfail")
+                         f"{'sessions':>9}{'IQR/med':>9}{'tolerance':>14}  xfail")
             for (case, metric), b in sorted(bs.effective().items()):
                 tol = b.tolerance or regress.default_tolerance(metric)
                 spread = b.iqr / abs(b.median) if b.iqr is not None and b.median else float("nan")
+                sessions = f"{len(b.session_rounds())}" + (f"+{len(b.history)}" if b.history else "")
                 lines.append(f"{case:<34}{metric:<12}{b.value:>12.4g} {b.unit:<6}{len(b.rounds):>7}"
-                             f"{spread:>9.1%}{tol.lower:>+7.0%}/{tol.upper:<+6.0%}  {b.xfail or ''}")
+                             f"{sessions:>9}{spread:>9.1%}{tol.lower:>+7.0%}/{tol.upper:<+6.0%}  {b.xfail or ''}")
     return "\n".join(lines)

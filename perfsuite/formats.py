@@ -44,13 +44,19 @@ from .model import Case, Result, Sample, WorldSpec
 
 AB = "perfsuite-ab"
 DETECTION = "perfsuite-detection"
+VALIDITY = "perfsuite-validity"
 STUDY_PLAN, STUDY = "perfsuite-study-plan", "perfsuite-study"
 NATIVE = "perfsuite-native-loop"  # the stamp of a cached native-loop build (launch/native.py)
 JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "perfsuite-run",
                                        "perfsuite-baseline", "perfsuite-dataset")
 #: BASELINE 2: each entry says which loop timed it ("timing"), so none is compared across loops.
-VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 2, DATASET: 1, AB: 1, DETECTION: 1, NATIVE: 1,
-            STUDY_PLAN: 1, STUDY: 1}
+#: BASELINE 3: each round says which measurement session (perfsuite run) it came from
+#: ("sessions"), and earlier sessions' levels are kept ("history"): a verdict's interval
+#: includes the drift between sessions.
+#: AB 2: a verdict holds a reason code and its numbers ("reason", "facts"), not prose ("note"),
+#: and one verdict per case (the judged metric; its reciprocal in "facts").
+VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 3, DATASET: 1, AB: 2, DETECTION: 1, NATIVE: 1,
+            STUDY_PLAN: 1, STUDY: 1, VALIDITY: 1}
 
 #: Allreduce transports timed on the host: before BASELINE 2 every one ran the mpi4py loop.
 _V1_HOST_ALLREDUCE = ("mpi", "ring", "tf-grpc")
@@ -68,8 +74,27 @@ def _baseline_1_to_2(d: dict) -> dict:
     return d
 
 
+def _baseline_2_to_3(d: dict) -> dict:
+    """Version 2 kept no sessions: every round of an entry came from the run that recorded it."""
+    for metrics in (d.get("cases") or {}).values():
+        for entry in (metrics.values() if isinstance(metrics, dict) else ()):
+            if isinstance(entry, dict) and isinstance(entry.get("rounds"), list):
+                entry.setdefault("sessions", [str(entry.get("recorded") or "v2")] * len(entry["rounds"]))
+    return d
+
+
+def _ab_1_to_2(d: dict) -> dict:
+    """Version 1 stored each verdict's words; they are kept as the one fact it has."""
+    for v in d.get("verdicts") or ():
+        if isinstance(v, dict) and "note" in v:
+            v.setdefault("facts", {"text": v.pop("note")})
+            v.setdefault("reason", "")
+    return d
+
+
 #: (format, old version) -> function turning such a dict into the next version's.
-MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {(BASELINE, 1): _baseline_1_to_2}
+MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {
+    (BASELINE, 1): _baseline_1_to_2, (BASELINE, 2): _baseline_2_to_3, (AB, 1): _ab_1_to_2}
 
 RERUN = "re-run the suite with this perfsuite to regenerate it"
 REFRESH_BASELINE = ("re-record it with `perfsuite baseline update --from results.json` "
@@ -80,6 +105,7 @@ _HINTS = {
     AB: ("pass a file written by perfsuite ab --json", "re-run perfsuite ab with this perfsuite"),
     DETECTION: ("pass a file written by perfsuite detection-power --json",
                 "re-run perfsuite detection-power with this perfsuite"),
+    VALIDITY: ("pass a file written by perfsuite validity --json", "re-run perfsuite validity with this perfsuite"),
     RESULT: ("pass a file written by perfsuite run --json", RERUN),
     JOB: ("jobs are written by perfsuite's world runner", "start the world with this perfsuite"),
     BASELINE: (f"move it away and {REFRESH_BASELINE}",

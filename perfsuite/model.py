@@ -327,6 +327,16 @@ class Baseline:
     recorded: str = ""  # ISO time the baseline was measured
     canary: tuple[float, ...] = ()  # the canary (us) of each round, when every round has one
     timing: str = ""  # which loop or device timing measured it (timing_of); "" when not recorded
+    sessions: tuple[str, ...] = ()  # the measurement session (one perfsuite run) of each round
+    history: tuple[float, ...] = ()  # levels of earlier sessions an update replaced, oldest first
+
+    def session_rounds(self) -> dict[str, list[float]]:
+        """Round values by session, in recording order (rounds with no session: one session)."""
+        ids = self.sessions if len(self.sessions) == len(self.rounds) else ("",) * len(self.rounds)
+        out: dict[str, list[float]] = {}
+        for sid, v in zip(ids, self.rounds):
+            out.setdefault(sid, []).append(v)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"unit": self.unit, "higher_is_better": self.higher_is_better,
@@ -342,6 +352,10 @@ class Baseline:
             d["canary_rounds"] = list(self.canary)
         if self.timing:
             d["timing"] = self.timing
+        if self.sessions:
+            d["sessions"] = list(self.sessions)
+        if self.history:
+            d["history"] = list(self.history)
         return d
 
     @classmethod
@@ -357,17 +371,41 @@ class Baseline:
                    tolerance=Tolerance.from_dict(tol) if tol is not None else None,
                    xfail=d.get("xfail") or None, recorded=str(d.get("recorded", "")),
                    canary=tuple(float(x) for x in d.get("canary_rounds", ())),
-                   timing=str(d.get("timing") or ""))
+                   timing=str(d.get("timing") or ""),
+                   sessions=tuple(str(x) for x in d.get("sessions", ())),
+                   history=tuple(float(x) for x in d.get("history", ())))
+
+
+#: Metrics that are one number seen two ways (a time and its rate: busbw = bytes x factor /
+#: time, img/s = images / step time): a case is judged once, on the first of the pair, and the
+#: other is shown as its reciprocal change.
+MIRRORS = {"latency_us": "busbw_GBps", "busbw_GBps": "latency_us",
+           "img_per_s": "step_ms", "step_ms": "img_per_s"}
+
+#: Why a verdict is what it is: a code the text room turns into words (``verdict_text``).
+REASONS = (
+    "decided",        # the interval lies beyond, or within, the tolerance
+    "straddles",      # the interval straddles the tolerance
+    "unbounded",      # too few rounds or pairs to bound the change at the verdict's confidence
+    "other-mode",     # the candidate ran in a machine mode none of the baseline's rounds ran in
+    "across-modes",   # decided across machine modes: beyond anything the modes produce
+    "timing",         # baseline and run were timed by different loops
+    "contended",      # every round waited for a CPU
+    "no-pairs",       # A/B: no calm pair to judge
+    "new", "missing", "invalid",
+)
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """What one metric of one case did against its baseline (see ``regress.verdict``).
+    """What one case did against its baseline (``regress``), or arm B against arm A.
 
-    ``change`` is value / baseline - 1 in the metric's own terms (busbw -0.26 = 26% less
-    bandwidth, latency +0.30 = 30% more time), ``low``/``high`` its interval (``high`` inf when
-    the data cannot bound it); ``rounds`` the rounds (or pairs) judged and ``dropped`` those
-    left out as contended or in another machine mode; ``note`` is the one line a face prints.
+    ``change`` is value / baseline - 1 in the judged metric's own terms (busbw -0.26 = 26% less
+    bandwidth, latency +0.30 = 30% more time), ``low``/``high`` its interval at ``confidence``
+    (``high`` inf when the data cannot bound it); ``rounds`` the rounds (or pairs) judged and
+    ``dropped`` those left out as contended or in another machine mode. ``reason`` is a code of
+    ``REASONS`` and ``facts`` the numbers behind it; words are made from them when shown, by
+    ``verdict_text``, never stored.
     """
 
     case: str
@@ -381,13 +419,15 @@ class Verdict:
     low: float | None = None
     high: float | None = None
     tolerance: Tolerance | None = None
-    p_value: float | None = None
+    p_value: float | None = None  # adjusted p that the change lies beyond the tolerance
     test: str = ""
     system: str = ""
     xfail: str | None = None
-    note: str = ""
     rounds: int = 0
     dropped: int = 0
+    reason: str = ""
+    confidence: float | None = None  # of low/high, after the family's and the looks' share
+    facts: dict[str, Any] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -399,6 +439,11 @@ class Verdict:
         """A regression or an invalid result (whether or not an xfail reason excuses it)."""
         return self.status in ("regression", "invalid")
 
+    @property
+    def mirror(self) -> str | None:
+        """The metric shown beside the judged one as its reciprocal (busbw beside latency)."""
+        return self.facts.get("mirror")
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["tolerance"] = self.tolerance.to_dict() if self.tolerance else None
@@ -407,3 +452,11 @@ class Verdict:
             if isinstance(d[key], float) and math.isinf(d[key]):
                 d[key] = None
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Verdict":
+        tol = d.get("tolerance")
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "tolerance"}
+        if kw.get("high") is None and kw.get("low") is not None:
+            kw["high"] = math.inf  # stored as null: an unbounded side
+        return cls(**kw, tolerance=Tolerance.from_dict(tol) if tol else None)

@@ -9,6 +9,7 @@ at this boundary; a bad value raises ConfigError naming it, which each face repo
 """
 from __future__ import annotations
 
+import math
 import os
 import shlex
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -19,7 +20,7 @@ from .bench import Selection
 from .errors import ConfigError
 from .launch.launchers import FLAVORS, LAUNCHERS, LaunchConfig, parse_env
 from .model import Opt, parse_names, split_list, whole_number
-from .regress import RoundsPolicy, parse_alpha, parse_tolerance
+from .regress import DEFAULT_SESSION_SD, MIN_SESSIONS, RoundsPolicy, parse_alpha, parse_tolerance
 from .suite import DEFAULT_TIMEOUT_S, SuiteConfig
 
 
@@ -86,18 +87,36 @@ COMMON: list[Opt] = [
         parse=lambda v: canary_limit(v)),
     Opt("system", None, "baseline system name [default: from this machine's fingerprint]", metavar="NAME"),
     Opt("baseline-dir", "baselines", "folder of baselines/<system>/<benchmark>.json", metavar="DIR"),
-    Opt("baseline-update", False, "record this run as the baselines (atomic; prints what changed)", kind="flag"),
+    Opt("baseline-update", False, "record this run as the baselines, replacing their rounds (atomic; prints "
+        "what changed, and how many sessions and rounds each holds)", kind="flag"),
+    Opt("baseline-add", False, "add this run's rounds to the stored baselines as one more session: with "
+        f"{MIN_SESSIONS} or more, verdicts measure the drift between sessions instead of assuming "
+        f"{DEFAULT_SESSION_SD:.0%}", kind="flag"),
     Opt("strict", False, "also fail improvements beyond tolerance (a prompt to refresh the baseline) "
         "and comparisons that stay UNKNOWN (pytest fails the case; the CLI exits 3)", kind="flag"),
-    Opt("alpha", None, "false-alarm rate of the gate: each change's interval has confidence 1 - alpha "
-        "(split over the looks adaptive sampling takes) [default: 0.01]", metavar="P", parse=parse_alpha),
+    Opt("alpha", None, "false-alarm rate of the gate: the chance that any verdict of the run wrongly says "
+        "DIFFERENT (Holm over the cases, split over the looks adaptive sampling takes) [default: 0.01]",
+        metavar="P", parse=parse_alpha),
     Opt("tolerance", None, "override every tolerance: 0.05 or LOWER:UPPER like -0.10:0.05 [default: per metric, "
         "widened to 2x the baseline's between-round spread]",
         metavar="TOL", parse=parse_tolerance),
+    Opt("session-drift", None, "SD of the drift of a case's level between two runs of this machine, as a "
+        f"fraction > 0, taken as known [default: measured from the baseline's sessions when it holds "
+        f"{MIN_SESSIONS}, else {DEFAULT_SESSION_SD:.0%}]", metavar="F", parse=lambda v: _fraction_above_0(v, "session drift")),
     Opt("emulated-network", None, "run every world with one rank per emulated node (network namespaces, "
         "tbf-shaped veth links; root): 1gbit, 10gbit, 25gbit", metavar="RATE"),
     Opt("report", None, "after the run, write index.html, summary.md, CSV and PNG plots into DIR", metavar="DIR"),
 ]
+
+
+def _fraction_above_0(text: Any, what: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0.0 < value < 1.0:
+        raise ConfigError(f"{what} {text!r} must be a fraction between 0 and 1, e.g. 0.02")
+    return value
 
 
 def all_options() -> list[Opt]:
@@ -226,6 +245,11 @@ def _limit_or_off(value: Any, what: str, high: float, example: str) -> float | N
 def contention_limit(value: Any) -> float | None:
     """--max-contention: a fraction in (0, 1], or 'off' (judge contended rounds too)."""
     return _limit_or_off(value, "max contention", 1.0, "0.05")
+
+
+def session_drift(value: Any) -> float | None:
+    """--session-drift: a fraction in (0, 1), or None (the verdict's own rule)."""
+    return None if value in (None, "") else _fraction_above_0(value, "session drift")
 
 
 def canary_limit(value: Any) -> float | None:

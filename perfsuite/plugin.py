@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from . import bench, formats, interrupts, options, regress, suite, transports
+from . import verdict_text as vt
 from .asv import project as asv_project
 from .errors import ConfigError, FormatError, PerfsuiteError, RankFailure
 from .model import Case, Sample
@@ -47,10 +48,15 @@ class PerfState:
         self.baselines_for: str | None = None  # the system they were loaded for
         self.system: str | None = None  # baseline system, set when the first case is judged
         self.looks = 1  # how often each comparison may be looked at while rounds are added
+        self.family: int | None = None  # verdicts the session can take: its false-alarm family
+        self.world_verdicts: dict[tuple, list] = {}  # world key -> the verdicts of its cases
         self.canary_shift = options.canary_limit(self.values.get("max_canary_shift") or "0.15")
         self.logs_shown: dict[tuple, str] = {}  # world key -> the failed case that shows its logs
         self.report_lines: list[tuple[str, bool]] = []  # (line, is it bad) for the terminal summary
         self.missing_added = False
+        self.started = time.time()  # the session's id, in the baselines it records
+        self.asv_to = None  # --perf-asv's target, whose history verdicts read
+        self._history = None
 
     def selection(self, benchmark: str, **extra: Any) -> bench.Selection:
         return options.selection(self.values, benchmark, **extra)
@@ -78,6 +84,14 @@ class PerfState:
                 raise
         return self.outcomes[key]
 
+    def history(self):
+        """This machine's asv history as levels per case (``asv.read.drift_history``), once."""
+        if self.asv_to is not None and self._history is None:
+            from .asv.read import drift_history
+
+            self._history = drift_history(self.asv_to)
+        return self._history
+
     def judging(self) -> suite.SuiteConfig:
         """As ``perfsuite run``: a baseline update records more rounds; otherwise rounds are
         added while a verdict against a stored baseline is UNKNOWN. Baselines that cannot be read
@@ -88,7 +102,7 @@ class PerfState:
         v = self.values
         stored = tol = None
         alpha = regress.DEFAULT_ALPHA
-        if not v.get("baseline_update"):
+        if not (v.get("baseline_update") or v.get("baseline_add")):
             try:
                 if self.baselines is None:
                     self.baselines_for = baselines.system_for(None, v.get("system"))
@@ -98,10 +112,13 @@ class PerfState:
                 alpha = regress.parse_alpha(v.get("alpha"))
             except (ConfigError, BaselineFormatError, OSError):
                 stored = None
+        if stored is not None and self.family is None:
+            self.family = suite.family([c for cs in self.selected.values() for c in cs], stored)
         policy, self.looks = suite.judging_rounds(
-            self.suite_config.rounds, update=bool(v.get("baseline_update")),
+            self.suite_config.rounds, update=bool(v.get("baseline_update") or v.get("baseline_add")),
             rounds_given=v.get("rounds") is not None, baselines=stored, tolerance=tol, alpha=alpha,
-            canary_shift=self.canary_shift)
+            canary_shift=self.canary_shift, family=self.family,
+            session_sd=options.session_drift(v.get("session_drift")), history=self.history())
         return replace(self.suite_config, rounds=policy)
 
 
@@ -166,6 +183,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
             check_store(to)
             config.pluginmanager.register(SessionRecorder(to, state.run), "perfsuite-asv")
+            state.asv_to = to  # its history measures the drift verdicts allow for
     except (ConfigError, FormatError) as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -384,20 +402,31 @@ def _gate(state: PerfState, sample: Sample, fingerprint: dict | None) -> None:
     except (ConfigError, BaselineFormatError) as exc:
         pytest.fail(str(exc), pytrace=False)
     state.system = system
-    verdicts = regress.compare([sample], state.baselines, tolerance=tol, alpha=alpha, system=system,
-                               cases=[sample.case.name], looks=state.looks,
-                               canary_shift=state.canary_shift)
-    state.verdicts += verdicts
-    if v.get("baseline_update"):
+    key = sample.case.world_key
+    if key not in state.world_verdicts:
+        # A world's cases are judged together, the first time one of them is: Holm's step-down
+        # over them, with the world's share of the session's family (regress.judge).
+        outcome = state.outcomes.get(key)
+        world = (outcome.samples() if outcome is not None else []) or [sample]
+        if state.family is None:
+            state.family = suite.family([c for cs in state.selected.values() for c in cs], state.baselines)
+        state.world_verdicts[key] = regress.compare(
+            world, state.baselines, tolerance=tol, alpha=alpha, system=system,
+            cases=[s.case.name for s in world], looks=state.looks, canary_shift=state.canary_shift,
+            judged=suite.judged, family=state.family, session_sd=options.session_drift(v.get("session_drift")),
+            history=state.history())
+        state.verdicts += state.world_verdicts[key]
+    verdicts = [x for x in state.world_verdicts[key] if x.case == sample.case.name]
+    if v.get("baseline_update") or v.get("baseline_add"):
         return
     bad = regress.failing(verdicts, strict=bool(v.get("strict")))
     if v.get("strict"):  # the CLI exits 3 on UNKNOWN; here the undecided case fails
         bad += [x for x in verdicts if x.status == "unknown" and not x.xfail]
     if bad:
-        pytest.fail(regress.case_line(bad), pytrace=False)
+        pytest.fail(vt.case_line(bad), pytrace=False)
     excused = [x for x in verdicts if x.xfail and x.is_failure]
     if excused:
-        pytest.xfail(regress.case_line(excused))
+        pytest.xfail(vt.case_line(excused))
 
 
 def _add_missing_verdicts(state: PerfState) -> None:
@@ -408,7 +437,7 @@ def _add_missing_verdicts(state: PerfState) -> None:
     selected = {c.name for cs in state.selected.values() for c in cs}
     measured = {s.case.name for s in state.samples}
     gone = {k: b for k, b in (state.baselines or {}).items() if k[0] in selected - measured}
-    state.verdicts += regress.compare([], gone, system=state.system)
+    state.verdicts += regress.compare([], gone, system=state.system, judged=suite.judged)
 
 
 def _verdict_summary(state: PerfState, tr) -> None:
@@ -420,8 +449,8 @@ def _verdict_summary(state: PerfState, tr) -> None:
         return  # no case was measured, so nothing was judged
     _add_missing_verdicts(state)
     tr.section(f"perfsuite verdicts on {system}")
-    tr.write_line(regress.verdict_table(state.verdicts))
-    if state.values.get("baseline_update"):
+    tr.write_line(vt.table(state.verdicts))
+    if state.values.get("baseline_update") or state.values.get("baseline_add"):
         fp = next((o.result.fingerprint for o in state.outcomes.values() if o.result is not None), None)
         # Only worlds that finished become baselines: a failed world's first cases are partial.
         finished = {s.case for o in state.outcomes.values() if o.result is not None for s in o.result.samples}
@@ -430,7 +459,10 @@ def _verdict_summary(state: PerfState, tr) -> None:
             if o.failure is not None:
                 tr.write_line(f"# not recorded: {o.world} failed: {o.why}")
         try:
-            for line in baselines.update(_baseline_root(state), system, valid, fp):
+            session = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(state.started))
+            for line in baselines.update(_baseline_root(state), system, valid, fp, session=session,
+                                         add=bool(state.values.get("baseline_add")), source="this session",
+                                         measured_now=True):
                 tr.write_line(line)
         except (OSError, PerfsuiteError) as exc:
             tr.write_line(f"perfsuite baselines not updated: {exc}", red=True)

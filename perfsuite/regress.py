@@ -1,139 +1,152 @@
-"""Verdicts: a measured sample against its baseline, or arm B against arm A -> regression or
+"""Verdicts: a measured case against its baseline, or arm B against arm A -> regression or
 improvement (DIFFERENT), same (SAME), unknown (UNKNOWN), new, missing or invalid. Pure
-functions over ``model`` records and ``stats``; nothing here reads a file or starts a process.
+functions over ``model`` records and ``stats``; nothing here reads a file, starts a process or
+makes words (``verdict_text`` does).
 
 How a change is decided (two-sided: improvements are reported like regressions)
 ----------------------------------------------------------------------------------
 Every comparison ends with an interval for the change, and the interval against the tolerance
 (the effect the user cares about) decides, as Chromium's Pinpoint and equivalence testing do:
 entirely beyond the tolerance is DIFFERENT, entirely inside it is SAME, straddling it is
-UNKNOWN ("cannot tell yet"). A comparison that could not have seen the tolerance (one round
-against one, or every round contended) is UNKNOWN, never "unchanged".
+UNKNOWN ("cannot tell yet"). A comparison that could not have seen the tolerance is UNKNOWN.
 
-* The unit of replication is the **round**: one world run, summarised by its median over
-  iterations (the kernel's p50). Worlds differ far more than iterations within a world do
-  (here: 4 B latency moves ~8% between quiet worlds, iterations of one world ~2%), so
-  iterations are not independent draws of what a rerun would see.
-* **Against a stored baseline** (independent samples): the interval of the shift of log round
-  values, new against baseline, from the Mann-Whitney test inverted (Hodges-Lehmann;
-  ``stats.shift_ci``): rank-based, so a round that ran at half speed counts as one rank; exact
-  for small counts; no distribution assumed. Its estimate is the reported change. Rounds are
-  set against rounds of their own machine mode only (``mode_strata``, by the canaries), with
-  the counts of every mode summed (``stats.stratified_shift_ci``, van Elteren's way), so a
-  baseline split over two modes still lends all its rounds.
-* **Arm B against arm A** (``perfsuite ab``; pairs of worlds run next to each other): the
-  interval of the median of per-pair log ratios from the sign test (``stats.sign_ci``),
-  which needs neither symmetry nor a distribution.
-* **Repeated looks**: adaptive sampling judges after every round (or pair) and stops when
-  decided. Each look's interval is at confidence 1 - alpha/looks (Bonferroni over the most looks
-  the budget allows), so the chance that any look wrongly calls a change DIFFERENT stays below
-  alpha however the sampling stops.
+* **One test per case.** A case's time and its rate are one number seen two ways (busbw =
+  bytes x factor / latency; img/s = images / step time): the case is judged once, on its
+  judged metric, and the other is shown as the reciprocal change (``model.MIRRORS``).
+* **The unit of replication is the round** (one world run, summarised by its median over
+  iterations); rounds of one run are one **session**. Worlds of one session are not
+  independent of each other (a machine's spells last minutes: lag-1 correlation +0.5 to +0.7
+  here), and sessions differ by more than rounds within one do.
+* **Against a stored baseline** the change is the shift of log round values, new against
+  baseline, estimated within machine modes (``mode_strata``: rounds set against rounds of their
+  own mode, by the canaries; van Elteren's summed Mann-Whitney counts, ``stats``). Its standard
+  error has two parts: the rounds' own (from the rank interval, widened for the rounds' lag-1
+  correlation) and the drift between sessions, SD tau: the candidate's session and the mean
+  of the baseline's S sessions each drift, so tau^2 (1 + 1/S). tau comes from the spread of the
+  baseline's own session levels (and the levels of the sessions an update replaced) when there
+  are MIN_SESSIONS of them, with a t quantile on their degrees of freedom; otherwise from
+  DEFAULT_SESSION_SD, measured on this project's machines (docs/measurements.md), never zero.
+* **Across machine modes**, when the candidate ran in a mode none of the baseline's rounds did,
+  rounds are compared all against all, and the interval is widened on each side by the widest
+  spread the machine is known to produce (the baseline's own span, or DEFAULT_MODE_SPAN): only
+  a change beyond anything the modes produce is decided, and never as SAME.
+* **Arm B against arm A** (``perfsuite ab``; adjacent worlds, order randomized in ABBA blocks):
+  the log ratios of the pairs, Wilcoxon's signed-rank test inverted (Hodges-Lehmann), summed
+  over strata (pairs in one machine mode, pairs straddling two), which randomized order makes
+  symmetric under no change; it uses the ratios' sizes, not only their signs.
+* **Repeated looks**: a run adds rounds (or pairs) and looks again while a verdict is UNKNOWN.
+  Looks happen on a schedule (``stored_looks``, ``paired_looks``) that holds only looks that
+  can decide, and alpha is split evenly over them (Bonferroni: valid however sampling stops).
+* **Many cases**: the run's verdicts are one family. Within a world (all of an A/B run) Holm's
+  step-down over its cases; across worlds alpha is split by each world's number of cases, so a
+  world's verdicts can be taken as soon as it has run (pytest fails its case then). Together:
+  the chance that any verdict of the run wrongly says DIFFERENT is at most alpha.
 * **Tolerance**: the user's, else the baseline's own, else the metric's default widened to
-  ``NOISE_FACTOR`` x the baseline's between-round spread: a machine whose quiet worlds differ
-  by 8% cannot tell 3% from nothing, and a verdict must not pretend it can.
+  ``NOISE_FACTOR`` x the baseline's between-round spread.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from . import stats
+from .decision import (DEFAULT_ALPHA, DEFAULT_TOLERANCE, DEFAULT_TOLERANCES,  # noqa: F401
+                       MIN_CANDIDATE_ROUNDS, Evidence, Question, at_look, decided, default_tolerance,
+                       interval_status, judge, normal_evidence, paired_looks, parse_alpha,
+                       parse_tolerance, rank_evidence, stored_looks)
 from .errors import ConfigError
-from .model import VERDICT_ORDER, Baseline, Sample, Tolerance, Verdict, timing_of
+from .model import MIRRORS, Baseline, Sample, Tolerance, Verdict, timing_of
 from .rounds import (DEFAULT_CANARY_SHIFT, ROUNDS_KEY, RoundsPolicy, modal_canary,  # noqa: F401
                      pool_by_case, pool_results, pool_rounds, precise_enough, round_canaries,
                      round_values, same_mode)
 
-#: Significance level of the two-sided test.
-DEFAULT_ALPHA = 0.01
-#: Tolerance per metric name; others get ``DEFAULT_TOLERANCE`` (docs/baselines.md says why).
-DEFAULT_TOLERANCES: dict[str, Tolerance] = {
-    "busbw_GBps": Tolerance(-0.03, 0.03),
-    "latency_us": Tolerance(-0.03, 0.03),
-}
-DEFAULT_TOLERANCE = Tolerance(-0.05, 0.05)
 #: Raw per-iteration samples kept in a baseline (evenly spaced order statistics beyond this).
 MAX_BASELINE_SAMPLES = stats.MAX_KEPT_SAMPLES
+#: The metrics judged when a benchmark does not say: the first of each mirrored pair.
+PRIMARY = ("latency_us", "img_per_s")
 
-_SHORT_METRIC = {"busbw_GBps": "busbw", "algbw_GBps": "algbw", "latency_us": "latency"}
+#: SD of the drift of a case's level from one session to the next (as a fraction), taken
+#: when a baseline holds too few sessions to show its own: measured here (docs/measurements.md,
+#: "Session drift"), rounded up. Zero would call every drift between two runs a change.
+DEFAULT_SESSION_SD = 0.10
+#: The widest ratio between two machine modes' levels of one case taken without evidence:
+#: quiet 4 B worlds here run 0.24-0.45 us in one spell and ~1.0 us in the other (x4).
+DEFAULT_MODE_SPAN = 4.0
+#: Session levels (baseline sessions and the ones updates replaced) from which the drift is
+#: estimated instead of taken from DEFAULT_SESSION_SD.
+MIN_SESSIONS = 4
+#: Fewest rounds a baseline must hold: against fewer no look can bound a change.
+MIN_BASELINE_ROUNDS = 5
+#: Rounds a baseline is recorded with when no rounds are asked for.
+BASELINE_ROUNDS = 10
+#: Earlier sessions' levels a baseline keeps when an update replaces its rounds.
+MAX_HISTORY = 30
+#: Lag-1 correlation of rounds is estimated, but never taken above this (a run of ten rounds
+#: cannot tell 0.9 from 1, and the widening would grow without bound).
+MAX_LAG1 = 0.8
 
 
-def default_tolerance(metric: str) -> Tolerance:
-    return DEFAULT_TOLERANCES.get(metric, DEFAULT_TOLERANCE)
-
-
-def parse_alpha(text: str | float | None) -> float:
-    """The gate's significance level: a fraction strictly between 0 and 1 (None: the default).
-    A smaller alpha trades missed regressions for fewer false alarms; see detection-power."""
-    if text is None or text == "":
-        return DEFAULT_ALPHA
-    try:
-        alpha = float(text)
-    except (TypeError, ValueError):
-        alpha = float("nan")
-    if not 0.0 < alpha < 1.0:
-        raise ConfigError(f"significance level (alpha) {text!r} must be a fraction between 0 and 1, "
-                          "e.g. 0.01 or 0.05")
-    return alpha
-
-
-def parse_tolerance(text: str) -> Tolerance:
-    """'0.05' -> (-0.05, +0.05); '-0.10:0.02' -> (-0.10, +0.02). Fractions, not percents."""
-    try:
-        if ":" in text:
-            lo, hi = (float(x) for x in text.split(":", 1))
-        else:
-            hi = float(text)
-            lo = -hi
-        return Tolerance(lo, hi)
-    except (ValueError, ConfigError):
-        raise ConfigError(f"tolerance {text!r} must be a fraction like 0.05 or LOWER:UPPER like "
-                          "-0.10:0.05 (lower <= 0 <= upper)") from None
+def judged_metrics(sample: Sample, declared: Sequence[str] | None = None) -> list[str]:
+    """The metrics of ``sample`` that get a verdict: the benchmark's declared ones, else every
+    metric but the mirror of one that is judged (busbw beside latency)."""
+    if declared is not None:
+        return [m for m in declared if m in sample.metrics]
+    names = list(sample.metrics)
+    skip = {MIRRORS[m] for m in names if m in PRIMARY and MIRRORS.get(m) in sample.metrics}
+    return [m for m in names if m not in skip]
 
 
 # --- baselines from samples ---------------------------------------------------------------------
 
+def session_levels(b: Baseline) -> list[float]:
+    """The level (median of rounds) of each of the baseline's sessions, then its history."""
+    return [stats.median(v) for v in b.session_rounds().values()] + list(b.history)
+
+
 def baseline_from_sample(sample: Sample, metric: str, recorded: str = "",
-                         tolerance: Tolerance | None = None, xfail: str | None = None) -> Baseline:
-    """The Baseline of one metric of a (possibly pooled) sample."""
+                         tolerance: Tolerance | None = None, xfail: str | None = None, *,
+                         session: str = "", previous: Baseline | None = None,
+                         add: bool = False) -> Baseline:
+    """The Baseline of one metric of a (possibly pooled) sample, as one session ``session``.
+    With ``add``, the session joins ``previous``'s rounds; otherwise it replaces them, and
+    ``previous``'s session levels become history (the drift between sessions outlives the
+    rounds: it is what a later verdict must allow for)."""
     m = sample.metrics[metric]
     raw = list(m.samples) or round_values(sample, metric)
-    summary = stats.summarize(raw)
     rounds = round_values(sample, metric)
     canaries = round_canaries(sample)
     canary = (tuple(float(c) for c in canaries)
               if len(canaries) == len(rounds) and all(c is not None for c in canaries) else ())
+    sessions = (session or recorded,) * len(rounds)
+    history: tuple[float, ...] = ()
+    if previous is not None and add:
+        keep_canary = bool(canary) and len(previous.canary) == len(previous.rounds)
+        canary = previous.canary + canary if keep_canary else ()
+        old_sessions = (previous.sessions if len(previous.sessions) == len(previous.rounds)
+                        else (previous.recorded,) * len(previous.rounds))
+        rounds, sessions = list(previous.rounds) + rounds, tuple(old_sessions) + sessions
+        raw = list(previous.samples) + raw
+        history = previous.history
+    elif previous is not None:
+        history = tuple(session_levels(previous))[-MAX_HISTORY:]
+    summary = stats.summarize(raw)
     return Baseline(case=sample.case.name, metric=metric, unit=m.unit, canary=canary,
                     higher_is_better=m.higher_is_better, value=stats.median(rounds),
                     rounds=tuple(rounds), samples=tuple(stats.thin(raw, MAX_BASELINE_SAMPLES)),
                     median=summary["median"], iqr=summary["iqr"], mad=summary["mad"], n=int(summary["n"]),
                     tolerance=tolerance, xfail=xfail, recorded=recorded,
-                    timing=timing_of(sample.info))
+                    timing=timing_of(sample.info), sessions=sessions, history=history)
 
 
-# --- verdicts ---------------------------------------------------------------------------------
+# --- stored verdicts -------------------------------------------------------------------------
 
 #: A default tolerance is widened to this many times the baseline's between-round spread, but
 #: never past MAX_NOISE_TOLERANCE: beyond it a noisy baseline would call everything SAME.
 NOISE_FACTOR = 2.0
 MAX_NOISE_TOLERANCE = 0.20
-
-
-def interval_status(low: float, high: float, tol: Tolerance, higher_is_better: bool) -> str:
-    """The verdict of a change known to lie in [low, high] (fractions, value / reference - 1)."""
-    if high < tol.lower:
-        return "regression" if higher_is_better else "improvement"
-    if low > tol.upper:
-        return "improvement" if higher_is_better else "regression"
-    if tol.lower <= low and high <= tol.upper:
-        return "same"
-    return "unknown"
-
-
-def confidence(alpha: float, looks: int = 1) -> float:
-    """Each look's confidence so that ``looks`` looks together keep the false-alarm rate <= alpha."""
-    return 1.0 - alpha / max(1, looks)
 
 
 def noise_tolerance(metric: str, base_rounds: Sequence[float]) -> Tolerance:
@@ -156,11 +169,12 @@ Strata = list[tuple[list[float], list[float]]]
 
 
 def mode_strata(sample: Sample, metric: str, baseline: Baseline, limit: float | None
-                ) -> tuple[Strata, int, str | None]:
+                ) -> tuple[Strata, int, dict | None]:
     """The rounds of both sides grouped by machine mode (their canaries within ``limit`` of the
     mode's), as (candidate rounds, baseline rounds) per mode the candidate ran in; how many
-    candidate rounds ran in a mode no baseline round did; and why no verdict can be had (None
-    when one can). Without canaries on both sides, or with ``limit`` None: one stratum."""
+    candidate rounds ran in a mode no baseline round did; and, when no verdict can be had
+    within modes, the facts of why (None when one can). Without canaries on both sides, or
+    with ``limit`` None: one stratum."""
     new, base = round_values(sample, metric), list(baseline.rounds)
     canaries = round_canaries(sample)
     if (limit is None or not baseline.canary or len(canaries) != len(new)
@@ -183,10 +197,9 @@ def mode_strata(sample: Sample, metric: str, baseline: Baseline, limit: float | 
             other += len(got_new)
     n_base = sum(len(b) for _, b in strata)
     if n_base < MIN_MODE_ROUNDS:
-        return strata, other, (f"machine in another mode than the baseline: canary {first:.0f} us "
-                               f"now, {n_base} of {len(baseline.rounds)} baseline rounds within "
-                               f"+-{limit:.0%} of the candidate's rounds (median "
-                               f"{stats.median(baseline.canary):.0f} us); no verdict across modes")
+        return strata, other, {"canary_us": first, "base_in_mode": n_base,
+                               "base_rounds": len(baseline.rounds), "limit": limit,
+                               "base_canary_us": stats.median(baseline.canary)}
     return strata, other, None
 
 
@@ -197,140 +210,204 @@ def _within_mode(strata: Strata) -> list[float]:
     return [v / stats.median(b) for _, b in strata if len(b) > 1 for v in b]
 
 
-def verdict(case: str, metric: str, sample: Sample | None, baseline: Baseline | None, *,
-            tolerance: Tolerance | None = None, alpha: float = DEFAULT_ALPHA,
-            system: str = "", looks: int = 1,
-            canary_shift: float | None = DEFAULT_CANARY_SHIFT) -> Verdict:
-    """The verdict of one metric of one case against its stored baseline.
+def lag1(series: Iterable[Sequence[float]]) -> float:
+    """The lag-1 correlation of log values about their own series' median, pooled over series
+    (sessions, in time order), within [0, MAX_LAG1]; 0 with fewer than 4 neighbours."""
+    num = den = 0.0
+    pairs = 0
+    for s in series:
+        x = np.asarray(_log(s))
+        if x.size < 2:
+            continue
+        dev = x - np.median(x)
+        num += float(np.sum(dev[1:] * dev[:-1]))
+        den += float(np.sum(dev * dev))
+        pairs += x.size - 1
+    if pairs < 4 or den <= 0:
+        return 0.0
+    return min(MAX_LAG1, max(0.0, num / den))
 
-    Tolerance precedence: ``tolerance`` argument, then the baseline's own, then the metric
-    default widened by the baseline's noise (``noise_tolerance``). ``looks``: how many times
-    this comparison may be judged while rounds are added (see the module notes).
-    """
-    if not 0.0 < alpha < 1.0:
-        raise ConfigError(f"significance level {alpha!r} must be between 0 and 1, e.g. 0.01")
+
+def session_drift(baseline: Baseline, assumed: float | None = None, history: Sequence[float] = ()
+                  ) -> tuple[float, float | None, str, int]:
+    """(SD of the drift between sessions in log units, its degrees of freedom (None: taken as
+    known), where it came from, how many baseline sessions average into the reference).
+    ``assumed``: the user's figure (a fraction > 0), taken as known. ``history``: levels of
+    earlier runs kept elsewhere (this machine's asv history), one per run."""
+    by_session = baseline.session_rounds()
+    if assumed is not None:
+        if not assumed > 0:
+            raise ConfigError(f"session drift {assumed!r} must be a fraction > 0, e.g. 0.02: no two "
+                              "sessions of a machine run at exactly one speed")
+        return math.log1p(assumed), None, "assumed", len(by_session)
+    levels = session_levels(baseline) + [x for x in history if x > 0]
+    if len(levels) >= MIN_SESSIONS:
+        source = "sessions+asv" if history else "sessions"
+        return float(np.std(_log(levels), ddof=1)), float(len(levels) - 1), source, len(by_session)
+    return math.log1p(DEFAULT_SESSION_SD), None, "default", len(by_session)
+
+
+def _within_se(test: stats.RankTest) -> float:
+    """The standard error the rank interval implies (its 95% interval over 2 x 1.96)."""
+    lo, hi = test.interval(0.95)
+    return (hi - lo) / (2 * 1.959964) if math.isfinite(lo) and math.isfinite(hi) else math.inf
+
+
+def stored_question(case: str, metric: str, sample: Sample | None, baseline: Baseline | None, *,
+                    tolerance: Tolerance | None = None, system: str = "", share: float = 1.0,
+                    canary_shift: float | None = DEFAULT_CANARY_SHIFT,
+                    session_sd: float | None = None, history: Sequence[float] = ()) -> Question:
+    """The question of one judged metric of one case against its stored baseline.
+    ``session_sd``: the drift between sessions to assume (None: ``session_drift``'s rule);
+    ``history``: the case's levels in earlier runs kept outside the baseline (asv)."""
     xfail = baseline.xfail if baseline else None
+    mirror = MIRRORS.get(metric) if sample is not None and MIRRORS.get(metric) in sample.metrics else None
+    facts = {"mirror": mirror} if mirror else {}
     if sample is None or metric not in sample.metrics:
         if baseline is None:
             raise ValueError(f"verdict for {case} {metric}: neither a sample nor a baseline")
-        return Verdict(case, metric, "missing", baseline.unit, baseline.higher_is_better,
-                       baseline=baseline.value, system=system, xfail=xfail,
-                       note=f"{case} {_short(metric)}: baseline on {system or 'this system'} "
-                            "but no result (case not run, skipped or failed)")
+        return Question(Verdict(case, metric, "missing", baseline.unit, baseline.higher_is_better,
+                                baseline=baseline.value, system=system, xfail=xfail, reason="missing"))
     m = sample.metrics[metric]
+    group = sample.case.world_key
     if not sample.valid:
-        return Verdict(case, metric, "invalid", m.unit, m.higher_is_better, value=m.value,
-                       baseline=baseline.value if baseline else None, system=system, xfail=xfail,
-                       note=f"{case} {_short(metric)}: result failed validation (wrong sum), "
-                            "so its timing means nothing")
+        return Question(Verdict(case, metric, "invalid", m.unit, m.higher_is_better, value=m.value,
+                                baseline=baseline.value if baseline else None, system=system,
+                                xfail=xfail, reason="invalid", facts=facts), group=group)
     if baseline is None:
-        return Verdict(case, metric, "new", m.unit, m.higher_is_better, value=m.value,
-                       system=system, note=f"{case} {_short(metric)} {_fmt(m.value)} {m.unit}: "
-                                           f"new, no baseline on {system or 'this system'}")
+        return Question(Verdict(case, metric, "new", m.unit, m.higher_is_better, value=m.value,
+                                system=system, reason="new", facts=facts), group=group)
     if baseline.unit != m.unit or baseline.higher_is_better != m.higher_is_better:
         raise ConfigError(f"{case} {metric}: baseline is in {baseline.unit!r} "
                           f"({_direction(baseline.higher_is_better)}), the result in {m.unit!r} "
                           f"({_direction(m.higher_is_better)}); update the baseline")
+    base = Verdict(case, metric, "unknown", m.unit, m.higher_is_better, value=m.value,
+                   baseline=baseline.value, system=system, xfail=xfail, test="stored", facts=facts)
     timing = timing_of(sample.info)
     if baseline.timing and timing and baseline.timing != timing:
         # The native loop and the mpi4py loop differ by ~0.5 us a call here: the change is the loop's.
-        return Verdict(case, metric, "unknown", m.unit, m.higher_is_better, value=m.value,
-                       baseline=baseline.value, system=system, xfail=xfail,
-                       note=f"{case} {_short(metric)}: the baseline was timed by {baseline.timing}, "
-                            f"this run by {timing}; no verdict across timings (re-record the "
-                            f"baseline, or time this run by {baseline.timing}: --host-timing / "
-                            "--device-timing)")
-    # Rounds are compared within machine modes: across modes the change is the machine's.
+        return Question(replace(base, reason="timing",
+                                facts={**facts, "baseline_timing": baseline.timing, "timing": timing}),
+                        group=group)
+    rounds_here = len(round_values(sample, metric))
+    if sample.info.get("contended"):
+        return Question(replace(base, reason="contended", rounds=rounds_here, facts={
+            **facts, "contention": float(sample.info.get("contention") or 0)}), group=group)
     strata, other_mode, across = mode_strata(sample, metric, baseline, canary_shift)
-    new_rounds = [v for n, _ in strata for v in n]
-    base_rounds = [v for _, b in strata for v in b]
     tol = tolerance or baseline.tolerance or noise_tolerance(metric, _within_mode(strata))
-    dropped = int(sample.info.get("rounds_dropped", 0)) + other_mode
+    drift, df, source, n_sessions = session_drift(baseline, session_sd, history)
+    dropped = int(sample.info.get("rounds_dropped", 0))
     if across is not None:
-        v = Verdict(case, metric, "unknown", m.unit, m.higher_is_better, value=m.value,
-                    baseline=baseline.value, tolerance=tol, test="mwu-shift", system=system,
-                    xfail=xfail, rounds=len(new_rounds), dropped=dropped,
-                    note=f"{case} {_short(metric)}: {across}")
-        return _contended(v, sample) or v
+        new, old = round_values(sample, metric), list(baseline.rounds)
+        test = stats.stratified_shift_test([(_log(new), _log(old))])
+        span = max(math.log(DEFAULT_MODE_SPAN), _log_range(old), _log_range(session_levels(baseline)))
+        rho = lag1([new, *baseline.session_rounds().values()])
+        se = math.hypot(_within_se(test) * math.sqrt((1 + rho) / (1 - rho)),
+                        drift * math.sqrt(1 + 1 / n_sessions))
+        v = replace(base, tolerance=tol, rounds=len(new), dropped=dropped, reason="other-mode",
+                    value=stats.median(new), facts={**facts, **across, "span": math.exp(span),
+                                                    "drift": math.expm1(drift), "drift_from": source})
+        return Question(v, normal_evidence(test.estimate, se, df, span), share, group)
+    new_rounds = [v for n, _ in strata for v in n]
     # Value and reference from the candidate's main mode, so that they show the change; the
     # change and its interval from every mode the two sides share.
     main_new, main_base = strata[0]
-    est, lo, hi = stats.stratified_shift_ci([(_log(n), _log(b)) for n, b in strata],
-                                            confidence(alpha, looks))
-    p = stats.stratified_mann_whitney_p(strata)
-    v = Verdict(case, metric, interval_status(_change(lo), _change(hi), tol, m.higher_is_better),
-                m.unit, m.higher_is_better, value=stats.median(main_new),
-                baseline=stats.median(main_base),
-                change=_change(est), low=_change(lo), high=_change(hi), tolerance=tol, p_value=p,
-                test="mwu-shift", system=system, xfail=xfail, rounds=len(new_rounds),
-                dropped=dropped)
-    return _contended(v, sample) or replace(v, note=describe(v))
+    test = stats.stratified_shift_test([(_log(n), _log(b)) for n, b in strata])
+    rho = lag1([round_values(sample, metric), *baseline.session_rounds().values()])
+    se = math.hypot(_within_se(test) * math.sqrt((1 + rho) / (1 - rho)),
+                    drift * math.sqrt(1 + 1 / n_sessions))
+    v = replace(base, tolerance=tol, rounds=len(new_rounds), dropped=dropped + other_mode,
+                value=stats.median(main_new), baseline=stats.median(main_base),
+                facts={**facts, "drift": math.expm1(drift), "drift_from": source,
+                       "sessions": n_sessions, "lag1": rho, **({"df": df} if df else {})})
+    return Question(v, normal_evidence(test.estimate, se, df), share, group)
 
 
-def _contended(v: Verdict, sample: Sample) -> Verdict | None:
-    """UNKNOWN, "machine contended", when every round of ``sample`` was."""
-    if not sample.info.get("contended"):
-        return None
-    return replace(v, status="unknown", note=f"{v.case} {_short(v.metric)}: machine contended "
-                   f"({float(sample.info.get('contention') or 0):.0%} run-queue wait in the least "
-                   f"contended of {len(round_values(sample, v.metric))} round(s)); no verdict "
-                   "rests on contended rounds")
+def _log_range(values: Sequence[float]) -> float:
+    return float(np.ptp(_log(values))) if len(values) > 1 else 0.0
 
 
-def paired_verdict(case: str, metric: str, ratios: Sequence[float], *, unit: str,
-                   higher_is_better: bool, tolerance: Tolerance, alpha: float = DEFAULT_ALPHA,
-                   looks: int = 1, dropped: int = 0, a: float | None = None,
-                   b: float | None = None, system: str = "") -> Verdict:
-    """The verdict of arm B against arm A from per-pair ratios B/A of one metric."""
+def paired_question(case: str, metric: str, strata: Sequence[Sequence[float]], *, unit: str,
+                    higher_is_better: bool, tolerance: Tolerance, share: float = 1.0,
+                    dropped: int = 0, a: float | None = None, b: float | None = None,
+                    system: str = "", facts: Mapping | None = None) -> Question:
+    """The question of arm B against arm A from per-pair ratios B/A of one metric, grouped in
+    strata (pairs of one machine mode, pairs across two)."""
+    ratios = [r for s in strata for r in s]
+    v = Verdict(case, metric, "unknown", unit, higher_is_better, value=b, baseline=a,
+                tolerance=tolerance, test="paired", system=system, rounds=len(ratios),
+                dropped=dropped, reason="no-pairs", facts=dict(facts or {}))
     if not ratios:
-        return Verdict(case, metric, "unknown", unit, higher_is_better, tolerance=tolerance,
-                       test="sign-pairs", system=system, dropped=dropped,
-                       note=f"{case} {_short(metric)}: no pair to judge ({dropped} dropped: "
-                            "contended or in another machine mode)")
-    est, lo, hi = stats.sign_ci(_log(ratios), confidence(alpha, looks))
-    v = Verdict(case, metric, interval_status(_change(lo), _change(hi), tolerance, higher_is_better),
-                unit, higher_is_better, value=b, baseline=a, change=_change(est), low=_change(lo),
-                high=_change(hi), tolerance=tolerance, test="sign-pairs", system=system,
-                rounds=len(ratios), dropped=dropped)
-    return replace(v, note=describe(v))
+        return Question(v)
+    return Question(v, rank_evidence(stats.stratified_signed_rank_test([_log(s) for s in strata])), share)
 
 
-def _change(log_shift: float) -> float:
-    if log_shift == math.inf:
-        return math.inf
-    if log_shift == -math.inf:
-        return -1.0
-    return math.exp(log_shift) - 1.0
-
-
-def decided(v: Verdict) -> bool:
-    """Whether more rounds could change this verdict (UNKNOWN is the only undecided one)."""
-    return v.status != "unknown"
+def verdict(case: str, metric: str, sample: Sample | None, baseline: Baseline | None, *,
+            tolerance: Tolerance | None = None, alpha: float = DEFAULT_ALPHA,
+            system: str = "", looks: int = 1,
+            canary_shift: float | None = DEFAULT_CANARY_SHIFT,
+            session_sd: float | None = None) -> Verdict:
+    """The verdict of one metric of one case against its stored baseline, alone in its family;
+    ``looks``: how many looks its alpha is split over."""
+    if not 0.0 < alpha < 1.0:
+        raise ConfigError(f"significance level {alpha!r} must be between 0 and 1, e.g. 0.01")
+    q = stored_question(case, metric, sample, baseline, tolerance=tolerance, system=system,
+                        share=1.0 / max(1, looks), canary_shift=canary_shift, session_sd=session_sd)
+    return judge([q], alpha)[0]
 
 
 def compare(samples: Iterable[Sample], baselines: Mapping[tuple[str, str], Baseline], *,
             tolerance: Tolerance | None = None, alpha: float = DEFAULT_ALPHA, system: str = "",
-            cases: Iterable[str] | None = None, looks: int = 1,
-            canary_shift: float | None = DEFAULT_CANARY_SHIFT) -> list[Verdict]:
-    """Every verdict: each metric of each sample, then each baseline with no sample (missing).
+            cases: Iterable[str] | None = None, looks: int = 1, family: int | None = None,
+            canary_shift: float | None = DEFAULT_CANARY_SHIFT,
+            judged: Callable[[Sample], Sequence[str]] = judged_metrics,
+            session_sd: float | None = None,
+            history: Callable[[Sample, str], Sequence[float]] | None = None) -> list[Verdict]:
+    """Every verdict: one per judged metric of each sample (``judged``: one per case for the
+    built-in benchmarks), then one per judged baseline with no sample (missing). The open ones
+    are one family of ``family`` questions (default: these), grouped by world (``judge``).
 
     ``baselines`` maps (case name, metric) to Baseline. ``cases``, when given, limits 'missing' to
     the cases that were selected to run (a run of two sizes does not miss the other eleven).
     """
-    out: list[Verdict] = []
-    seen: set[tuple[str, str]] = set()
+    questions: list[Question] = []
+    seen: set[str] = set()
+    share = 1.0 / max(1, looks)
     for s in samples:
-        for metric in s.metrics:
-            key = (s.case.name, metric)
-            seen.add(key)
-            out.append(verdict(s.case.name, metric, s, baselines.get(key), tolerance=tolerance,
-                               alpha=alpha, system=system, looks=looks, canary_shift=canary_shift))
+        seen.add(s.case.name)
+        for metric in judged(s):
+            questions.append(stored_question(s.case.name, metric, s, baselines.get((s.case.name, metric)),
+                                             tolerance=tolerance, system=system, share=share,
+                                             canary_shift=canary_shift, session_sd=session_sd,
+                                             history=history(s, metric) if history else ()))
     wanted = set(cases) if cases is not None else None
-    for key, b in baselines.items():
-        if key not in seen and (wanted is None or key[0] in wanted):
-            out.append(verdict(key[0], key[1], None, b, tolerance=tolerance, alpha=alpha,
-                               system=system))
-    return out
+    for (case, metric), b in baselines.items():
+        if case in seen or (wanted is not None and case not in wanted):
+            continue
+        if any(MIRRORS.get(metric) == m for c, m in baselines if c == case and m in PRIMARY):
+            continue  # the case is missing once, under its judged metric
+        questions.append(stored_question(case, metric, None, b, system=system))
+    return judge(questions, alpha, family)
+
+
+def family_size(cases: Iterable[str], baselines: Mapping[tuple[str, str], Baseline],
+                declared: Callable[[str], Sequence[str] | None] = lambda case: None) -> int:
+    """How many stored verdicts a run of ``cases`` can take (the family alpha is shared over):
+    each case's judged metrics that have a baseline. ``declared(case name)``: the benchmark's
+    judged metrics (None: every metric but the mirror of a judged one)."""
+    stored: dict[str, set[str]] = {}
+    for case, metric in baselines:
+        stored.setdefault(case, set()).add(metric)
+    total = 0
+    for case in set(cases):
+        have = stored.get(case, set())
+        names = declared(case)
+        if names is None:
+            skip = {MIRRORS[m] for m in have if m in PRIMARY}
+            total += len(have - skip)
+        else:
+            total += len(have & set(names))
+    return total
 
 
 def failing(verdicts: Iterable[Verdict], strict: bool = False) -> list[Verdict]:
@@ -340,96 +417,5 @@ def failing(verdicts: Iterable[Verdict], strict: bool = False) -> list[Verdict]:
     return [v for v in verdicts if v.status in bad and not v.xfail]
 
 
-def case_line(verdicts: Sequence[Verdict]) -> str:
-    """One line for a case with several metric verdicts: the worst one's note."""
-    order = {s: i for i, s in enumerate(VERDICT_ORDER)}
-
-    def excess(v: Verdict) -> float:
-        if v.change is None or v.tolerance is None:
-            return 0.0
-        return max(v.tolerance.lower - v.change, v.change - v.tolerance.upper)
-
-    worst = sorted(verdicts, key=lambda v: (order.get(v.status, 9), -excess(v)))
-    return worst[0].note if worst else ""
-
-
-def verdict_table(verdicts: Sequence[Verdict]) -> str:
-    """Every verdict as a terminal table, failures first, then a count per status."""
-    order = {s: i for i, s in enumerate(VERDICT_ORDER)}
-    rows = sorted(verdicts, key=lambda v: (order.get(v.status, 9), v.case, v.metric))
-    head = (f"{'status':<12}{'case':<34}{'metric':<12}{'value':>10}{'ref':>10}{'change':>8}"
-            f"{'interval':>18}{'tol':>11}{'rounds':>8}")
-    lines = [head]
-    for v in rows:
-        status = v.status.upper() if v.is_failure and not v.xfail else v.status
-        if v.xfail and v.is_failure:
-            status += "(x)"
-        tol = _tol(v.tolerance)
-        interval = f"[{_pct(v.low)}, {_pct(v.high)}]" if v.low is not None else ""
-        rounds = f"{v.rounds}" + (f"-{v.dropped}" if v.dropped else "") if v.rounds else ""
-        lines.append(f"{status:<12}{v.case:<34}{_short(v.metric):<12}{_fmt(v.value):>10}"
-                     f"{_fmt(v.baseline):>10}{'' if v.change is None else _pct(v.change):>8}"
-                     f"{interval:>18}{tol:>11}{rounds:>8}")
-    counts = {}
-    for v in verdicts:
-        counts[v.status] = counts.get(v.status, 0) + 1
-    lines.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: order.get(kv[0], 9)))
-                 or "no verdicts")
-    if any(v.dropped for v in verdicts):
-        lines.append("# rounds N-D: N rounds judged, D more left out as contended or in another "
-                     "machine mode")
-    if any(v.status == "unknown" and v.test == "mwu-shift" for v in verdicts):
-        # A stored baseline cannot be measured again; the arms of an A/B run can, side by side.
-        lines.append("# unknown against a stored baseline: to decide, measure both sides now, "
-                     "interleaved: perfsuite ab --a-python OLD_VENV/bin/python (or --a-env/--b-env)")
-    return "\n".join(lines)
-
-
-def describe(v: Verdict) -> str:
-    """'allreduce[mpi-n2-1MiB] busbw 0.92 GB/s vs 1.25 GB/s on sys: -26% [-31%, -20%],
-    tolerance +-10%: regression' (what was decided and from how much)."""
-    limit = _tol(v.tolerance) or "n/a"
-    system = f" on {v.system}" if v.system else ""
-    ref = "baseline" if v.test != "sign-pairs" else "A"
-    unit = f" {v.unit}" if v.unit else ""
-    line = (f"{v.case} {_short(v.metric)} {_fmt(v.value)}{unit} vs {ref} {_fmt(v.baseline)}{unit}"
-            f"{system}: {_pct(v.change)} [{_pct(v.low)}, {_pct(v.high)}], tolerance {limit}, "
-            f"{v.rounds} {'pair' if v.test == 'sign-pairs' else 'round'}{'' if v.rounds == 1 else 's'}")
-    if v.dropped:
-        line += f" ({v.dropped} dropped: contended or in another machine mode)"
-    line += f": {v.status}"
-    if v.status == "unknown":
-        line += (" (the interval is unbounded: too few rounds to judge)" if v.high == math.inf
-                 else " (the interval straddles the tolerance)")
-    if v.xfail:
-        line += f" [expected failure: {v.xfail}]"
-    return line
-
-
-def _tol(tol: Tolerance | None) -> str:
-    """'+-3%' for a symmetric tolerance, '-75%/+300%' otherwise."""
-    if tol is None:
-        return ""
-    return f"+-{tol.upper:.0%}" if -tol.lower == tol.upper else f"{tol.lower:+.0%}/{tol.upper:+.0%}"
-
-
-def _pct(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    if x == math.inf:
-        return "+inf"
-    return f"{x:+.1%}"
-
-
-def _short(metric: str) -> str:
-    return _SHORT_METRIC.get(metric, metric)
-
-
 def _direction(higher_is_better: bool) -> str:
     return "higher is better" if higher_is_better else "lower is better"
-
-
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from . import bench, formats
+from . import verdict_text as vt
 from .bench.allreduce import omb_table
 from .errors import ConfigError
 from .formats import SuiteRun
-from .model import VERDICT_ORDER, Result, Verdict, format_size
+from .model import Result, Verdict, format_size
 
 def result_table(result: Result) -> str:
     """One world's table, as its benchmark's record lays it out."""
@@ -165,38 +166,12 @@ def tag_runs(runs: list[ReportRun]) -> list[ReportRun]:
 # --- verdicts ----------------------------------------------------------------------------------
 
 def verdict_rows(verdicts: Sequence[Verdict | dict] | None) -> list[dict[str, Any]]:
-    """Verdicts (``model.Verdict`` or its ``to_dict``) as plain rows, regressions first; within
-    a status, those an expected-failure marker excuses come after the real ones."""
-    rows = []
-    for v in verdicts or ():
-        d = v if isinstance(v, dict) else v.to_dict()
-        status = str(d.get("status", ""))
-        tol = d.get("tolerance") or {}
-        xfail = d.get("xfail") or ""
-        failed = status in ("regression", "invalid")
-        rows.append({"case": str(d.get("case", "")), "metric": str(d.get("metric", "")), "status": status,
-                     "unit": d.get("unit", ""), "value": d.get("value"), "baseline": d.get("baseline"),
-                     "change": d.get("change"), "low": d.get("low"), "high": d.get("high"),
-                     "rounds": d.get("rounds") or 0,
-                     "tolerance": (f"{tol['lower']:+.0%}/{tol['upper']:+.0%}" if tol else ""),
-                     "xfail": xfail,
-                     # red for a failure nobody expected; an expected one is marked, not hidden
-                     "css": ("xfail" if xfail else "regression") if failed else status,
-                     "note": (f"expected failure: {xfail}" if xfail else
-                              d.get("note", "") if status in ("invalid", "missing") else "")})
-    rank = {s: i for i, s in enumerate(VERDICT_ORDER)}
-    return sorted(rows, key=lambda r: (rank.get(r["status"], len(rank)), bool(r["xfail"]), r["case"], r["metric"]))
+    """Verdicts as the report's rows (``verdict_text.rows``: the one place they become words)."""
+    return vt.rows(verdicts)
 
 
 def _num(x: Any, fmt: str = ".4g") -> str:
     return format(x, fmt) if isinstance(x, (int, float)) and not isinstance(x, bool) else ("" if x is None else str(x))
-
-
-def _change(x: Any) -> str:
-    """Verdict change (value / baseline - 1) as a signed percentage."""
-    if not isinstance(x, (int, float)):
-        return "" if x is None else str(x)
-    return f"{x:+.1%}"
 
 
 # --- the report: summary.md and index.html -----------------------------------------------------
@@ -251,21 +226,10 @@ def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _verdict_table_rows(rows: list[dict]) -> list[tuple[str, ...]]:
-    return [(r["status"].upper() if r["css"] == "regression" else r["status"], r["case"], r["metric"],
-             f"{_num(r['value'])} {r['unit']}".strip() if r["value"] is not None else "",
-             _num(r["baseline"]), _change(r["change"]), r["tolerance"],
-             _interval(r), str(r["rounds"] or ""), r["note"]) for r in rows]
+    return [vt.cells(r) for r in rows]
 
 
-def _interval(r: dict) -> str:
-    """The change's interval; an open end (stored as null) is unbounded."""
-    if r["low"] is None and r["high"] is None:
-        return ""
-    return f"[{_change(r['low'])}, {_change(r['high']) if r['high'] is not None else 'unbounded'}]"
-
-
-VERDICT_HEAD = ("status", "case", "metric", "value", "baseline", "change", "tolerance", "interval",
-                "rounds", "note")
+VERDICT_HEAD = vt.HEAD
 NO_VERDICTS = "No baseline was compared, so there are no verdicts."
 
 

@@ -260,38 +260,58 @@ def _stopped(r: Rounds, signal_name: str, partial: list, running: bool) -> World
 
 #: Rounds a baseline is recorded with when no rounds are asked for: enough that a later
 #: comparison can bound a change (one round against a few can only ever say UNKNOWN).
-BASELINE_ROUNDS = 10
+BASELINE_ROUNDS = regress.BASELINE_ROUNDS
 #: The most rounds a comparison adds while a verdict is UNKNOWN (unless max rounds are set).
 COMPARE_MAX_ROUNDS = 12
+
+
+def judged(sample) -> list[str]:
+    """The metrics of ``sample`` that get a verdict: its benchmark's declared ones
+    (``BenchmarkSpec.judged``), else ``regress.judged_metrics``'s rule."""
+    return regress.judged_metrics(sample, bench.declared_judged(sample.case.name))
+
+
+def family(cases: Iterable[Case] | Iterable[str], baselines: dict) -> int:
+    """How many verdicts a run of ``cases`` can take against ``baselines``: the family the run's
+    false-alarm rate is controlled over."""
+    names = [c if isinstance(c, str) else c.name for c in cases]
+    return regress.family_size(names, baselines, bench.declared_judged)
 
 
 def judging_rounds(policy: regress.RoundsPolicy | None, *, update: bool, rounds_given: bool,
                    baselines: dict | None = None, tolerance=None,
                    alpha: float = regress.DEFAULT_ALPHA,
-                   canary_shift: float | None = regress.DEFAULT_CANARY_SHIFT
-                   ) -> tuple[regress.RoundsPolicy, int]:
+                   canary_shift: float | None = regress.DEFAULT_CANARY_SHIFT,
+                   family: int | None = None,
+                   session_sd: float | None = None,
+                   history: Callable | None = None) -> tuple[regress.RoundsPolicy, int]:
     """(rounds policy, looks) for both faces. Recording a baseline: BASELINE_ROUNDS unless rounds
-    were asked for. Judging against ``baselines``: after each round every verdict of the world
-    is taken, and rounds are added while one is UNKNOWN, up to COMPARE_MAX_ROUNDS; each look is
-    at the confidence that keeps the false-alarm rate over all of them (``regress.confidence``),
-    so the final verdict must be taken with the same ``looks``."""
+    were asked for. Judging against ``baselines``: rounds are added while a verdict is UNKNOWN,
+    up to COMPARE_MAX_ROUNDS, and the world's verdicts are taken at the looks of
+    ``regress.stored_looks`` only, each spending its share of the family's alpha (``family``
+    verdicts in the run), so the final verdicts must be taken with the same ``looks``."""
     policy = policy or regress.RoundsPolicy()
     if update and not rounds_given:
         policy = replace(policy, rounds=BASELINE_ROUNDS)
     if baselines is None:
         return policy, 1
     cap = policy.max_rounds or max(policy.rounds, COMPARE_MAX_ROUNDS)
+    schedule = regress.stored_looks(policy.rounds, cap)
+    looks = len(schedule) + (1 if policy.budget_s is not None else 0)  # a budget's stop is a look
     asked = policy  # what the user asked for, kept for worlds no baseline judges
 
     def decided(samples: list) -> bool:
         names = {s.case.name for s in samples}
-        judged = {k: b for k, b in baselines.items() if k[0] in names}
-        if not judged:  # nothing to decide: the asked rounds, or the precision rule
+        judged_here = {k: b for k, b in baselines.items() if k[0] in names}
+        if not judged_here:  # nothing to decide: the asked rounds, or the precision rule
             return asked.max_rounds is None or regress.precise_enough(
                 samples, asked.precision, min_rounds=min(3, asked.max_rounds))
-        verdicts = regress.compare(samples, judged, tolerance=tolerance, alpha=alpha, looks=cap,
-                                   canary_shift=canary_shift)
+        done = min((len(regress.round_values(s, m)) for s in samples for m in s.metrics), default=0)
+        if not regress.at_look(done, schedule):
+            return False
+        verdicts = regress.compare(samples, judged_here, tolerance=tolerance, alpha=alpha, looks=looks,
+                                   canary_shift=canary_shift, judged=judged, family=family,
+                                   session_sd=session_sd, history=history)
         return all(regress.decided(v) for v in verdicts)
 
-    return replace(policy, max_rounds=cap, decided=decided), cap
-
+    return replace(policy, max_rounds=cap, decided=decided), looks

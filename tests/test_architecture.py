@@ -1,5 +1,6 @@
 """The house rules of ../shared/DESIGN.md, read from the source: floors import downward only,
-kernels and transports stand on the ground alone, no room grows past 450 lines, and nothing
+kernels and transports stand on the ground alone, no room grows past 600 lines (the house's
+alarm: past it, look for the second responsibility), and nothing
 imports a face. Every import counts, also those inside functions (lazy imports are imports)."""
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "perfsuite"
-MAX_LINES = 450
+MAX_LINES = 600
 
 #: The floor of each room; a module may import rooms on its own floor or below. The first
 #: matching prefix wins, so a package's modules can sit on different floors.
@@ -19,9 +20,10 @@ FLOORS = [
     ("perfsuite.model", 1), ("perfsuite.stats", 1), ("perfsuite.interrupts", 1), ("perfsuite.replay", 1),
     ("perfsuite.formats", 2), ("perfsuite.fingerprint", 2), ("perfsuite.history", 2),
     ("perfsuite.stalls", 2), ("perfsuite.asv.layout", 2), ("perfsuite.asv.compat", 2),
+    ("perfsuite.verdict_text", 2),
     ("perfsuite.transports", 3), ("perfsuite.kernels", 3),
     ("perfsuite.bench", 4), ("perfsuite.dataset", 4), ("perfsuite.worker", 4), ("perfsuite.launch", 4),
-    ("perfsuite.regress", 5), ("perfsuite.rounds", 5), ("perfsuite.baselines", 5), ("perfsuite.report", 5), ("perfsuite.study_report", 5),
+    ("perfsuite.regress", 5), ("perfsuite.decision", 5), ("perfsuite.rounds", 5), ("perfsuite.baselines", 5), ("perfsuite.report", 5), ("perfsuite.study_report", 5),
     ("perfsuite.plots", 5), ("perfsuite.progress", 5), ("perfsuite.asv.project", 5),
     ("perfsuite.asv.record", 5), ("perfsuite.asv.read", 5), ("perfsuite.asv.offline", 5),
     ("perfsuite.suite", 6),
@@ -74,7 +76,7 @@ def sources(folder: Path = PACKAGE) -> list[Path]:
     return sorted(folder.rglob("*.py"))
 
 
-def test_no_room_is_over_450_lines():
+def test_no_room_is_over_the_alarm():
     long = {module_name(p): n for p in sources() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"rooms over {MAX_LINES} lines: {long}"
 

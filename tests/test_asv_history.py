@@ -223,6 +223,32 @@ def test_asv_regressions_page_lists_the_drop(histories):
     assert jump[3] / jump[2] == pytest.approx(1 / 0.85, rel=0.04)
 
 
+def test_the_asv_history_is_where_verdicts_read_a_machines_drift(histories):
+    """Each recorded commit is one earlier run: ``drift_history`` hands verdicts a case's level
+    per commit, so a one-session baseline on 'clean-box' (1% between runs) judges with that
+    drift instead of the 10% default, and a 15% drop is decided."""
+    from perfsuite import regress
+    from perfsuite.asv.read import drift_history
+
+    conf, _, _ = histories
+    levels = drift_history(RecordTarget(conf, "clean-box"))
+    rng = np.random.default_rng(7)
+    sample = rounds.pool_rounds([synthetic(mpi_case(), 10.0 * (1 + 0.01 * rng.standard_normal()), rng)
+                                 for _ in range(6)])
+    got = levels(sample, "busbw_GBps")
+    assert len(got) == 20 and all(9.0 < x < 11.0 for x in got)  # GB/s, from asv's 1/busbw
+    base = regress.baseline_from_sample(sample, "busbw_GBps", session="today")
+    slower = rounds.pool_rounds([synthetic(mpi_case(), 8.5 * (1 + 0.01 * rng.standard_normal()), rng)
+                                 for _ in range(6)])
+    alone = regress.verdict(mpi_case().name, "busbw_GBps", slower, base)
+    [told] = regress.compare([slower], {(mpi_case().name, "busbw_GBps"): base}, history=levels,
+                             judged=lambda s: ["busbw_GBps"])
+    assert alone.facts["drift_from"] == "default" and alone.status == "unknown"
+    assert told.facts["drift_from"] == "sessions+asv" and told.facts["df"] == 20
+    assert told.status == "regression"
+    assert drift_history(RecordTarget(conf, "nobody-here"))(sample, "busbw_GBps") == []
+
+
 def test_runners_merge_and_concurrent_recorders_lose_nothing(tmp_path):
     conf, (commit,) = make_project(tmp_path, 1)
     rng = np.random.default_rng(1)

@@ -25,6 +25,12 @@ def sample(case: Case, busbw: float, seed: int, n: int = 1000, valid: bool = Tru
                   valid)
 
 
+def pooled(case: Case, busbw: float, seed: int, k: int = 5, **kw) -> Sample:
+    """``k`` rounds (enough for a baseline that can decide), pooled as the suite pools them."""
+    return regress.pool_rounds([sample(case, busbw * (1 + 0.002 * i), seed * 100 + i, n=200, **kw)
+                                for i in range(k)])
+
+
 def test_system_names_are_checked():
     assert baselines.system_for(name="ci-2core") == "ci-2core"
     assert baselines.system_for({"cpu_model": "Intel(R) Xeon(R) Processor @ 2.50GHz", "cpu_count": 2}) \
@@ -35,14 +41,16 @@ def test_system_names_are_checked():
 
 
 def test_update_writes_then_loads_the_same_baselines(tmp_path):
-    pooled = regress.pool_rounds([sample(CASE, 1.25, s) for s in range(3)])
-    lines = baselines.update(tmp_path, "box", [pooled, sample(SMALL, 0.001, 9)], fp={"host": "h"})
+    lines = baselines.update(tmp_path, "box", [pooled(CASE, 1.25, 1), pooled(SMALL, 0.001, 9)],
+                             fp={"host": "h"}, session="2026-11-25T10:00:00")
     path = tmp_path / "box" / "allreduce.json"
-    assert lines[0] == f"{path}: 4 change(s)" and any("new 1.25 GB/s (3 round(s))" in x for x in lines)
+    assert lines[0] == f"{path}: 4 change(s)"
+    assert any(re.search(r"new 1\.25\d* GB/s \(1 session\(s\), 5 round\(s\)\)", x) for x in lines), lines
     got = baselines.load(tmp_path, "box", "allreduce")
     b = got.entries[(CASE.name, "busbw_GBps")]
-    assert b.unit == "GB/s" and b.higher_is_better and len(b.rounds) == 3
-    assert b.value == pytest.approx(1.25, rel=0.01) and b.n == 3000
+    assert b.unit == "GB/s" and b.higher_is_better and len(b.rounds) == 5
+    assert b.sessions == ("2026-11-25T10:00:00",) * 5
+    assert b.value == pytest.approx(1.254, rel=0.01) and b.n == 1000
     assert len(b.samples) == regress.MAX_BASELINE_SAMPLES  # bounded, shape kept as quantiles
     assert got.entries[(SMALL.name, "latency_us")].higher_is_better is False
     assert got.fingerprint == {"host": "h"}
@@ -50,15 +58,16 @@ def test_update_writes_then_loads_the_same_baselines(tmp_path):
 
 
 def test_update_keeps_hand_set_tolerance_and_xfail_and_reports_the_change(tmp_path):
-    baselines.update(tmp_path, "box", [sample(CASE, 1.0, 1)])
+    baselines.update(tmp_path, "box", [pooled(CASE, 1.0, 1)])
     path = tmp_path / "box" / "allreduce.json"
     d = json.loads(path.read_text())
     d["cases"][CASE.name]["busbw_GBps"]["tolerance"] = {"lower": -0.2, "upper": 0.3}
     d["cases"][CASE.name]["busbw_GBps"]["xfail"] = "slow NIC"
     d["tolerances"] = {"latency_us": {"lower": -0.07, "upper": 0.07}}
     path.write_text(json.dumps(d))
-    lines = baselines.update(tmp_path, "box", [sample(CASE, 1.1, 2)])
-    assert any(re.search(r"busbw_GBps: 0\.99\d+ -> 1\.1 GB/s \(\+10\.\d%", x) for x in lines), lines
+    lines = baselines.update(tmp_path, "box", [pooled(CASE, 1.1, 2)])
+    assert any(re.search(r"busbw_GBps: 1\.00\d+ -> 1\.1\d* GB/s \(\+10\.\d%; replaced: 1 session\(s\), 5 "
+                         r"round\(s\)\)", x) for x in lines), lines
     bs = baselines.load(tmp_path, "box", "allreduce")
     eff = bs.effective()
     assert eff[(CASE.name, "busbw_GBps")].tolerance == Tolerance(-0.2, 0.3)
@@ -68,7 +77,7 @@ def test_update_keeps_hand_set_tolerance_and_xfail_and_reports_the_change(tmp_pa
 
 
 def test_invalid_samples_are_never_recorded(tmp_path):
-    lines = baselines.update(tmp_path, "box", [sample(CASE, 1.0, 1, valid=False)])
+    lines = baselines.update(tmp_path, "box", [pooled(CASE, 1.0, 1, valid=False)])
     assert any("failed validation" in x for x in lines)
     assert baselines.load(tmp_path, "box", "allreduce").entries == {}
 
@@ -80,7 +89,7 @@ def test_nothing_is_written_without_update(tmp_path):
 
 
 def test_a_failed_write_leaves_the_old_file(tmp_path, monkeypatch):
-    baselines.update(tmp_path, "box", [sample(CASE, 1.0, 1)])
+    baselines.update(tmp_path, "box", [pooled(CASE, 1.0, 1)])
     path = tmp_path / "box" / "allreduce.json"
     before = path.read_text()
 
@@ -89,7 +98,7 @@ def test_a_failed_write_leaves_the_old_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
-        baselines.update(tmp_path, "box", [sample(CASE, 2.0, 2)])
+        baselines.update(tmp_path, "box", [pooled(CASE, 2.0, 2)])
     assert path.read_text() == before
     assert [p.name for p in path.parent.iterdir()] == ["allreduce.json"]
 
@@ -112,6 +121,44 @@ def test_bad_files_say_what_to_do(tmp_path, content, match):
 
 def test_show_lists_every_entry(tmp_path):
     assert "no baselines" in baselines.show(tmp_path)
-    baselines.update(tmp_path, "box", [sample(CASE, 1.25, 1)])
+    baselines.update(tmp_path, "box", [pooled(CASE, 1.25, 1)])
     text = baselines.show(tmp_path, "box")
     assert CASE.name in text and "busbw_GBps" in text and "latency_us" in text and "-3%" in text
+
+
+def test_a_baseline_that_could_decide_nothing_is_refused_in_one_line(tmp_path):
+    """One round (a run file of one world) against any candidate can only ever say UNKNOWN:
+    refused before anything is written, saying how to record one that can decide."""
+    with pytest.raises(ConfigError) as err:
+        baselines.update(tmp_path, "box", [sample(CASE, 1.0, 1), sample(SMALL, 1.0, 2)], source="a.json")
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("a.json holds 1 round(s) of allreduce[mpi-n2-1MiB] "
+                                                "(and 1 more case(s)); a baseline needs at least 5 rounds")
+    assert "--baseline-update" in line and "--rounds 10" in line
+    assert not (tmp_path / "box").exists()
+
+
+def test_sessions_are_added_and_old_levels_kept(tmp_path):
+    """--baseline-add: a run's rounds join the stored ones as one more session (a one-round run
+    may add to five stored rounds); an update replaces the rounds and keeps their sessions'
+    levels as history, which the verdicts' drift is measured from."""
+    baselines.update(tmp_path, "box", [pooled(CASE, 1.0, 1)], session="mon")
+    lines = baselines.update(tmp_path, "box", [sample(CASE, 1.02, 5)], session="tue", add=True)
+    assert any("session added: 2 session(s), 6 round(s)" in x for x in lines), lines
+    b = baselines.load(tmp_path, "box", "allreduce").entries[(CASE.name, "busbw_GBps")]
+    assert b.sessions == ("mon",) * 5 + ("tue",) and list(b.session_rounds()) == ["mon", "tue"]
+    baselines.update(tmp_path, "box", [pooled(CASE, 1.1, 3)], session="wed")
+    b = baselines.load(tmp_path, "box", "allreduce").entries[(CASE.name, "busbw_GBps")]
+    assert b.sessions == ("wed",) * 5 and len(b.history) == 2
+    assert b.history[0] == pytest.approx(1.004, rel=0.01) and b.history[1] == pytest.approx(1.02, rel=0.01)
+    assert "1+2" in baselines.show(tmp_path, "box")  # 1 session, 2 earlier levels
+
+
+def test_a_version_2_baseline_migrates_to_one_session_per_entry(tmp_path):
+    (tmp_path / "box").mkdir()
+    (tmp_path / "box" / "allreduce.json").write_text(json.dumps({
+        "format": "perfsuite-baseline", "version": 2, "cases": {CASE.name: {"busbw_GBps": {
+            "unit": "GB/s", "higher_is_better": True, "value": 1.0, "rounds": [1.0, 1.01, 0.99],
+            "recorded": "2026-11-20T00:00:00+00:00", "timing": "native"}}}}))
+    b = baselines.load(tmp_path, "box", "allreduce").entries[(CASE.name, "busbw_GBps")]
+    assert b.sessions == ("2026-11-20T00:00:00+00:00",) * 3 and b.timing == "native"

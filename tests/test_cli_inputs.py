@@ -16,8 +16,11 @@ RING = [Case("allreduce", "ring", 2, size_bytes=s) for s in (4, 1024)]
 
 
 def sample(case: Case, us: float) -> Sample:
+    """A case pooled over 5 rounds: what a baseline needs to decide anything."""
     lat = tuple(us * (1 + 0.001 * k) for k in range(50))
-    return Sample(case, {"latency_us": Metric("latency_us", us, "us", False, lat)}, True, (us * 1e-6,))
+    rounds = [us * (1 + 0.002 * k) for k in range(5)]
+    return Sample(case, {"latency_us": Metric("latency_us", us, "us", False, lat)}, True, (us * 1e-6,),
+                  {"round_values": {"latency_us": rounds}, "rounds": 5})
 
 
 def finished(cases, us=2.0) -> WorldOutcome:

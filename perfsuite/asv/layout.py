@@ -41,6 +41,11 @@ class AsvMetric:
             out.append((1.0 / v if self.inverse else v) * self.scale)
         return out
 
+    def untransform(self, value: float) -> float:
+        """The metric's own value from a recorded time-like one (``transform`` undone)."""
+        v = value / self.scale
+        return 1.0 / v if self.inverse else v
+
     def metric_change(self, ratio: float) -> float:
         """Relative change of the original metric for a recorded ratio new/old (e.g. a +17.6%
         step of 1/busbw is a -15% busbw change)."""
@@ -148,3 +153,4 @@ def entry_name(name: str, param_ids: Iterable[str]) -> str:
     """asv's name for one parameter combination (as on its regressions page)."""
     ids = list(param_ids)
     return f"{name}({', '.join(ids)})" if ids else name
+

@@ -10,14 +10,16 @@ import itertools
 import os
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .. import bench
 from ..errors import ConfigError, FormatError
 from ..history import Point
+from ..model import Sample
 from .compat import ci_weight
-from .layout import AsvMetric, entry_name
+from .layout import AsvMetric, entry_name, metrics_for
 from .project import AsvProject, commit_order
 
 
@@ -101,3 +103,35 @@ def read_history(project: AsvProject, machine: str | None = None,
         name = names[(m, entry)]
         series.append(Series(m, entry, name, benchmarks[name].get("unit", ""), metric_of(name), pts))
     return series, order
+
+
+def drift_history(to: Any, fp: dict | None = None) -> Callable[[Sample, str], list[float]]:
+    """``(sample, metric) -> [level per recorded commit]`` of this machine's asv history (the
+    record target ``to``: its config and machine), in the metric's own units, for verdicts to
+    measure how a case's level moves from run to run. asv's value per commit is the median over
+    that commit's rounds. Commits that changed the code are among them, so the spread can only
+    err high. No history: no levels."""
+    from .. import fingerprint
+    from .project import load_project
+
+    try:
+        project = load_project(to.config)
+        machine = to.machine or fingerprint.system_name(fp or fingerprint.collect())
+        series, _ = read_history(project, machine)
+    except (ConfigError, FormatError):
+        return lambda sample, metric: []
+    by_entry = {s.entry: [p.value for p in s.points if p.value > 0] for s in series}
+
+    def levels(sample: Sample, metric: str) -> list[float]:
+        entry, m = entries_of(sample).get(metric, (None, None))
+        return [m.untransform(v) for v in by_entry.get(entry, [])] if entry else []
+
+    return levels
+
+
+def entries_of(sample: Sample) -> dict[str, tuple[str, AsvMetric]]:
+    """metric name -> (asv's entry name of this sample's case, its AsvMetric), for each metric
+    its layout records."""
+    layout = bench.asv_layout(sample.case.benchmark)
+    ids = layout.param_ids(sample.case, sample.info)
+    return {m.metric: (entry_name(layout.name(m), ids), m) for m in metrics_for(layout, sample)}

@@ -53,6 +53,9 @@ class BenchmarkSpec:
     asv: AsvLayout | None = None  # None: the generic layout (transport, world size, case id)
     wire_bytes: Callable[[Sample], int] = field(default=lambda sample: 0, compare=False)
     comparisons: Callable[[Sequence[Sample]], list[str]] | None = None  # lines across worlds
+    #: The metrics a verdict judges, each one test (their mirrors shown beside them); None:
+    #: every metric but the mirror of a judged one. Others are recorded, not judged.
+    judged: tuple[str, ...] | None = None
 
     @property
     def transports(self) -> str:
@@ -122,6 +125,12 @@ def options() -> list[Opt]:
 def asv_layout(benchmark: str) -> AsvLayout:
     spec = find(benchmark)
     return spec.asv if spec is not None and spec.asv is not None else generic_layout(benchmark)
+
+
+def declared_judged(case_name: str) -> tuple[str, ...] | None:
+    """The judged metrics of the benchmark a case name ('allreduce[mpi-n2-4B]') belongs to."""
+    spec = find(case_name.split("[", 1)[0])
+    return spec.judged if spec is not None else None
 
 
 def heading(result: Result, *facts: str, late: str = "") -> str:

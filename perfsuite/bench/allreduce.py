@@ -240,4 +240,4 @@ OPTIONS = (
 SPEC = register(BenchmarkSpec(
     "allreduce", "allreduce latency and busbw per transport, world size, size and dtype",
     kernel="perfsuite.kernels.allreduce", cases=cases, options=OPTIONS, table=table, asv=ASV,
-    wire_bytes=wire_bytes))
+    wire_bytes=wire_bytes, judged=("latency_us",)))

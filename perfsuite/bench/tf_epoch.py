@@ -133,4 +133,4 @@ OPTIONS = (
 SPEC = register(BenchmarkSpec(
     "tf-epoch", "short TensorFlow training epochs: images/s, step times, scaling efficiency",
     kernel="perfsuite.kernels.tf_epoch", cases=cases, options=OPTIONS, table=table,
-    wire_bytes=wire_bytes, comparisons=transport_ratios))
+    wire_bytes=wire_bytes, comparisons=transport_ratios, judged=("img_per_s",)))

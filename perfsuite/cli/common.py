@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from .. import options, regress
+from .. import verdict_text as vt
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 #: ``--strict``: some comparison could not be decided (UNKNOWN), nothing failed.
@@ -33,13 +34,13 @@ def canary_shift(args: argparse.Namespace) -> float | None:
 def print_verdicts(verdicts: list, strict: bool) -> int:
     """The table, a line per failure and per UNKNOWN; exit 1 on a failure, else 3 when strict
     and something is UNKNOWN, else 0."""
-    say(regress.verdict_table(verdicts))
+    say(vt.table(verdicts))
     bad = regress.failing(verdicts, strict)
     for v in bad:
-        say(f"{v.status.upper()}: {v.note}")
+        say(f"{v.status.upper()}: {vt.line(v)}")
     unknown = [v for v in verdicts if v.status == "unknown"]
     for v in unknown:
-        say(f"UNKNOWN: {v.note}")
+        say(f"UNKNOWN: {vt.line(v)}")
     if bad:
         return EXIT_FAIL
     return EXIT_UNKNOWN if strict and unknown else EXIT_OK

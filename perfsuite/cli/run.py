@@ -49,7 +49,7 @@ def do_run(args: argparse.Namespace) -> int:
     from ..progress import SweepProgress
 
     cases, cfg = run_cases_from_args(args)  # main() has checked every output location
-    cfg = judging(cfg, args)
+    cfg = judging(cfg, args, cases)
     asv_to = asv_project.prepare(asv_project.target(vars(args)))  # bad --asv* is a usage error now
     if asv_to is not None:
         check_store(asv_to)
@@ -95,29 +95,52 @@ COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster
 
 # --- baselines and verdicts -------------------------------------------------------------------
 
-def judging(cfg: suite.SuiteConfig, args: argparse.Namespace) -> suite.SuiteConfig:
+def judging(cfg: suite.SuiteConfig, args: argparse.Namespace, cases: list) -> suite.SuiteConfig:
     """The rounds a judging run needs (``suite.judging_rounds``): --baseline-update records
     more, --compare adds rounds while a verdict is UNKNOWN."""
     from .. import baselines
 
     tol, alpha = gate_settings(args)
+    recording = bool(args.baseline_update or args.baseline_add)
+    if args.baseline_update and args.baseline_add:
+        raise ConfigError("--baseline-update replaces the stored rounds and --baseline-add adds to them; "
+                          "give one of them")
+    if args.baseline_update and args.rounds is not None and cfg.rounds.rounds < regress.MIN_BASELINE_ROUNDS:
+        raise ConfigError(f"--rounds {args.rounds} with --baseline-update records a baseline that can "
+                          f"decide nothing; a baseline needs at least {regress.MIN_BASELINE_ROUNDS} rounds "
+                          f"(leave --rounds out: {suite.BASELINE_ROUNDS} are recorded)")
     # Read now, so that a baseline file the end of the run could not read or update stops the
     # run before any world starts.
     stored = (baselines.load_all(args.baseline_dir or "baselines", baselines.system_for(None, args.system))
-              if args.compare or args.baseline_update else None)
-    policy, args.looks = suite.judging_rounds(cfg.rounds, update=bool(args.baseline_update),
+              if args.compare or recording else None)
+    args.family = suite.family(cases, stored) if args.compare else None
+    args.drift_history = _asv_history(args) if args.compare else None
+    policy, args.looks = suite.judging_rounds(cfg.rounds, update=recording,
                                               rounds_given=args.rounds is not None,
                                               baselines=stored if args.compare else None,
                                               tolerance=tol, alpha=alpha,
-                                              canary_shift=canary_shift(args))
+                                              canary_shift=canary_shift(args), family=args.family,
+                                              session_sd=options.session_drift(args.session_drift),
+                                              history=args.drift_history)
     return replace(cfg, rounds=policy)
+
+
+def _asv_history(args: argparse.Namespace):
+    """With --asv, this machine's asv history: each case's level in earlier runs, from which
+    verdicts measure the drift between runs (``regress.session_drift``)."""
+    to = asv_project.target(vars(args))
+    if to is None:
+        return None
+    from ..asv.read import drift_history
+
+    return drift_history(to)
 
 
 def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
     """``run --compare``: verdicts against this system's baselines; ``--baseline-update``: record."""
     from .. import baselines
 
-    if not (args.compare or args.baseline_update):
+    if not (args.compare or args.baseline_update or args.baseline_add):
         return EXIT_OK
     system = baselines.system_for(run.machine, args.system)
     root = args.baseline_dir or "baselines"
@@ -128,14 +151,22 @@ def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
         say(f"# verdicts on {system} against {root}/{system}/")
         verdicts = regress.compare(run.samples(), baselines.load_all(root, system), tolerance=tol,
                                    alpha=alpha, system=system, cases=judged,
-                                   looks=getattr(args, "looks", 1), canary_shift=canary_shift(args))
+                                   looks=getattr(args, "looks", 1), canary_shift=canary_shift(args),
+                                   judged=suite.judged, family=getattr(args, "family", None),
+                                   session_sd=options.session_drift(args.session_drift),
+                                   history=getattr(args, "drift_history", None))
         code = print_verdicts(verdicts, bool(args.strict))
-    if args.baseline_update:
+    if args.baseline_update or args.baseline_add:
         for line in not_recorded(run, allow_partial=False):
             say(line)
         complete = [s for r in run.results for s in r.samples if s.valid]
-        for line in baselines.update(root, system, complete, run.machine) if complete else ():
-            say(line)
+        try:
+            for line in baselines.update(root, system, complete, run.machine, session=run.created,
+                                         add=bool(args.baseline_add), measured_now=True) if complete else ():
+                say(line)
+        except ConfigError as exc:  # the rounds were measured: keep the run's verdicts, say why not
+            say(f"# not recorded: {exc}")
+            return EXIT_FAIL if code == EXIT_OK else code
     return code
 
 
@@ -149,6 +180,8 @@ def add_baseline(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline-dir", default="baselines", metavar="DIR", help="[default: baselines]")
     p.add_argument("--allow-partial", action="store_true", help="update: also record the cases a failed "
                    "or interrupted world measured before it stopped (left out by default)")
+    p.add_argument("--add", action="store_true", help="update: add the file's rounds to the stored ones "
+                   "as one more session, instead of replacing them")
 
 
 def not_recorded(run: formats.SuiteRun, allow_partial: bool) -> list[str]:
@@ -187,7 +220,8 @@ def do_baseline(args: argparse.Namespace) -> int:
                           "rerun them, or pass --allow-partial to record those" if partial else
                           f"{args.source} holds no valid sample to record")
     for line in baselines.update(args.baseline_dir, baselines.system_for(run.machine, args.system),
-                                 samples, run.machine):
+                                 samples, run.machine, session=run.created or args.source,
+                                 add=args.add, source=args.source):
         say(line)
     return EXIT_OK
 
@@ -220,7 +254,7 @@ def do_compare(args: argparse.Namespace) -> int:
     ref = {(s.case.name, m): regress.baseline_from_sample(s, m)
            for s in old.samples() if s.valid for m in s.metrics}
     verdicts = regress.compare(new.samples(), ref, tolerance=tol, alpha=alpha, system=args.old,
-                               canary_shift=canary_shift(args))
+                               canary_shift=canary_shift(args), judged=suite.judged)
     say(f"# {args.new} against {args.old}")
     code = print_verdicts(verdicts, args.strict)
     for o in old.failures:

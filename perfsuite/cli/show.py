@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import regress, report, transports
+from .. import regress, report, suite, transports
+from .. import verdict_text as vt
 from ..asv import project as asv_project
 from ..errors import ConfigError
 from .common import EXIT_FAIL, EXIT_OK, add_canary_shift, canary_shift, say
@@ -63,7 +64,8 @@ def report_verdicts(runs: list, root: str, system: str | None,
         name = baselines.system_for(run.fingerprint or None, system)
         samples = [s for r in run.results for s in r.samples]
         verdicts += regress.compare(samples, baselines.load_all(root, name), system=name,
-                                    cases={s.case.name for s in samples}, canary_shift=shift)
+                                    cases={s.case.name for s in samples}, canary_shift=shift,
+                                    judged=suite.judged)
     return verdicts
 
 
@@ -97,7 +99,7 @@ def do_report(args: argparse.Namespace) -> int:
     if verdicts is not None:
         bad = regress.failing(verdicts)
         print(f"# {len(verdicts)} verdicts against {args.baselines}: {len(bad)} failing"
-              + "".join(f"\n#   {v.note}" for v in bad), file=notes)
+              + "".join(f"\n#   {vt.line(v)}" for v in bad), file=notes)
         if bad and args.fail_on_regression:
             return EXIT_FAIL
     return EXIT_OK

@@ -2,14 +2,23 @@
 
 An arm is everything that may differ between two ways of running the same cases: the
 transport, environment variables, the Python (another venv: another MPI wheel, NCCL, TensorFlow
-or perfsuite) and launcher arguments. Worlds alternate in randomized ABBA blocks (duet and
-randomized-interleaved-trial practice: drift and bursts of load fall on both arms alike), each
-adjacent A and B make a pair, and each case's metric is judged on the per-pair ratios B/A
-(``regress.paired_verdict``: sign-test interval at the confidence that holds over every look).
-Blocks are added until every metric is decided (DIFFERENT or SAME) or the budget is spent.
-A pair in which either world was contended, or whose worlds ran in different machine modes
-(their canaries differ by more than ``canary_shift``), is dropped (and counted); a world that
-fails fails its pair, with the rank's message, and the other pairs are kept.
+or perfsuite) and launcher arguments. Worlds run in pairs, adjacent A and B, each pair's order
+a fair coin of its own (randomized-interleaved-trial practice: drift and bursts of load fall on
+both arms alike). Each case is judged once, on its judged metric's per-pair ratios B/A
+(``regress.paired_question``: Wilcoxon's signed-rank interval, Holm over the cases, alpha split
+over the looks of ``regress.paired_looks``). With no difference between the arms, the coin
+makes each ratio's sign a fair coin too, whatever the machine's drift or its rounds' lag-1
+correlation: the signed-rank null is then exact (a randomization test), which it would not be
+if one coin ordered two pairs (ABBA). Pairs are added until every case is decided (DIFFERENT or
+SAME) or the pairs or the budget are spent.
+
+A pair in which either world was contended is dropped (and counted): it measured the machine.
+A pair whose worlds ran in two machine modes (canaries apart by more than ``canary_shift``) is
+kept, ranked apart from the pairs of one mode: its ratio carries the mode's step up or down by
+the same coin, so it still tells the arms apart. The grouping looks at the size of the
+canaries' step only, never its direction, so it cannot favour either arm. The canary's own B/A
+is reported: when the arms move it, it does not tell the machine's modes, and the report says
+so. A world that fails fails its pair, with the rank's message; the other pairs are kept.
 """
 from __future__ import annotations
 
@@ -32,7 +41,9 @@ from . import provenance
 #: The change an A/B run is asked to resolve: with both arms measured side by side there is no
 #: drift to allow for, so the tolerance is what matters, not what the machine wanders by.
 DEFAULT_TOLERANCE = Tolerance(-0.02, 0.02)
-DEFAULT_MAX_PAIRS = 40
+#: Pairs at most: at ~1.7 s a pair of small worlds here, about five minutes, in which the
+#: upgrades and regressions of docs/measurements.md's A/B section are decided.
+DEFAULT_MAX_PAIRS = 200
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,7 @@ class ABConfig:
     max_contention: float | None = rounds.DEFAULT_MAX_CONTENTION
     canary_shift: float | None = rounds.DEFAULT_CANARY_SHIFT
     seed: int | None = None
+    judged: tuple[str, ...] | None = None  # the benchmark's judged metrics (None: regress's rule)
 
     def __post_init__(self):
         if self.max_pairs < 2:
@@ -114,8 +126,14 @@ class ABConfig:
         return self.a.fields() == self.b.fields()
 
     @property
-    def looks(self) -> int:
-        return math.ceil(self.max_pairs / 2)  # a look after every ABBA block
+    def looks(self) -> tuple[int, ...]:
+        """Pair counts at which the cases are judged (``regress.paired_looks``)."""
+        return regress.paired_looks(self.max_pairs, self.alpha, len(self.cases_a))
+
+    @property
+    def share(self) -> float:
+        """Each look's share of alpha: a stop forced by the budget is one look more."""
+        return 1.0 / (len(self.looks) + (1 if self.budget_s is not None else 0))
 
 
 def key(a: Case, b: Case) -> str:
@@ -138,7 +156,7 @@ class ABReport:
         arm = lambda x: {"name": x.name, "transport": x.transport, "env": dict(x.env),  # noqa: E731
                          "python": x.python, "launcher_args": list(x.launcher_args)}
         return {"arms": {"a": arm(c.a), "b": arm(c.b)}, "identical_arms": c.identical,
-                "tolerance": c.tolerance.to_dict(), "alpha": c.alpha, "looks": c.looks,
+                "tolerance": c.tolerance.to_dict(), "alpha": c.alpha, "looks": list(c.looks),
                 "max_pairs": c.max_pairs, "canary_shift": c.canary_shift, "pairs": self.pairs, "wall_s": self.wall_s,
                 "failures": self.failures, "verdicts": [v.to_dict() for v in self.verdicts],
                 "values": self.values, **provenance.section(self.imports)}
@@ -166,55 +184,69 @@ def world_runner(suite_cfg: suite.SuiteConfig) -> Runner:
     return runner
 
 
+@dataclass
+class PairLog:
+    """One case's pairs so far: the judged metric's ratio B/A of each calm pair with both
+    worlds' canaries, every value of each arm, and the pairs dropped as contended."""
+
+    metric: str
+    unit: str
+    higher_is_better: bool
+    mirror: str | None = None
+    ratios: list[float] = field(default_factory=list)
+    canaries: list[tuple[float | None, float | None]] = field(default_factory=list)
+    a: list[float] = field(default_factory=list)
+    b: list[float] = field(default_factory=list)
+    dropped: int = 0
+
+
 def run(cfg: ABConfig, runner: Runner, progress: Callable[[str], None] | None = None) -> ABReport:
     rng = np.random.default_rng(cfg.seed)
     t0 = time.monotonic()
     names = [key(a, b) for a, b in zip(cfg.cases_a, cfg.cases_b)]
-    ratios: dict[tuple[str, str], list[float]] = {}
-    dropped: dict[tuple[str, str], int] = {}
-    values: dict[str, dict[str, dict[str, list[float]]]] = {}
-    meta: dict[tuple[str, str], tuple[str, bool]] = {}
+    logs: dict[str, PairLog] = {}
     failures: list[str] = []
     pairs = 0
     verdicts: list[Verdict] = []
     imports: dict = {}
+    looks = cfg.looks
     while pairs < cfg.max_pairs:
-        first = "ab" if rng.random() < 0.5 else "ba"
-        for order in (first, first[::-1]):  # ABBA or BAAB
-            got = {}
-            for side in order:
-                arm, cases = (cfg.a, cfg.cases_a) if side == "a" else (cfg.b, cfg.cases_b)
-                try:
-                    got[side] = {s.case: s for s in runner(arm, cases)}
-                except ConfigError:
-                    raise
-                except PerfsuiteError as exc:  # a failed world fails its pair only
-                    failures.append(f"pair {pairs + 1}, arm {arm.name}: {exc}")
-            pairs += 1
-            if len(got) == 2:
-                imports = imports or provenance.check_arms(cfg.a, cfg.b, got)
-                _add_pair(cfg, names, got, ratios, dropped, values, meta)
-        verdicts = _judge(cfg, ratios, dropped, values, meta)
+        got = {}
+        for side in ("ab" if rng.random() < 0.5 else "ba"):  # each pair's own coin
+            arm, cases = (cfg.a, cfg.cases_a) if side == "a" else (cfg.b, cfg.cases_b)
+            try:
+                got[side] = {s.case: s for s in runner(arm, cases)}
+            except ConfigError:
+                raise
+            except PerfsuiteError as exc:  # a failed world fails its pair only
+                failures.append(f"pair {pairs + 1}, arm {arm.name}: {exc}")
+        pairs += 1
+        if len(got) == 2:
+            imports = imports or provenance.check_arms(cfg.a, cfg.b, got)
+            _add_pair(cfg, names, got, logs)
+        over = cfg.budget_s is not None and time.monotonic() - t0 >= cfg.budget_s
+        if not (regress.at_look(pairs, looks) or over):
+            continue
+        verdicts = judge_logs(logs, tolerance=cfg.tolerance, alpha=cfg.alpha, share=cfg.share,
+                              canary_shift=cfg.canary_shift)
         if progress:
-            progress(f"{pairs} pairs: " + ", ".join(f"{v.case} {v.metric} {v.status}" for v in verdicts))
-        if verdicts and all(regress.decided(v) for v in verdicts):
+            progress(f"{pairs} pairs: " + ", ".join(f"{v.case} {v.kind}" for v in verdicts))
+        if (verdicts and all(regress.decided(v) for v in verdicts)) or over:
             break
-        if cfg.budget_s is not None and time.monotonic() - t0 >= cfg.budget_s:
-            break
-    return ABReport(cfg, verdicts, pairs, failures, time.monotonic() - t0, values, imports)
+    return ABReport(cfg, verdicts, pairs, failures, time.monotonic() - t0, _values(logs), imports)
 
 
-def _add_pair(cfg, names, got, ratios, dropped, values, meta) -> None:
+def _values(logs: dict[str, PairLog]) -> dict:
+    return {name: {log.metric: {"a": log.a, "b": log.b}} for name, log in logs.items()}
+
+
+def _add_pair(cfg: ABConfig, names, got, logs: dict[str, PairLog]) -> None:
     for name, ca, cb in zip(names, cfg.cases_a, cfg.cases_b):
         sa, sb = got["a"].get(ca), got["b"].get(cb)
         if sa is None or sb is None:
             continue
         if not (sa.valid and sb.valid):
             continue
-        # A pair is evidence when neither world was contended and both ran in one machine mode.
-        calm = not (rounds.is_contended(sa, cfg.max_contention) or
-                    rounds.is_contended(sb, cfg.max_contention)) and rounds.same_mode(
-            rounds.canary_of(sa), rounds.canary_of(sb), cfg.canary_shift)
         # The same transport timed by two loops would read the loops' ~0.5 us as the arms' change;
         # across transports the loop is part of what is compared (the ring's is its algorithm).
         if ca.transport == cb.transport and _loop(sa.info) != _loop(sb.info):
@@ -225,19 +257,23 @@ def _add_pair(cfg, names, got, ratios, dropped, values, meta) -> None:
             only = sorted(set(sa.metrics) ^ set(sb.metrics))
             raise ConfigError(f"{name}: metric(s) {', '.join(only)} measured by one arm only; "
                               "A/B compares what both arms measure (same benchmark, same kernel)")
-        for metric, ma in sa.metrics.items():
-            mb = sb.metrics[metric]
-            if ma.value <= 0 or mb.value <= 0:
-                continue  # a ratio needs two positive values (busbw of a 1-rank world is 0)
-            k = (name, metric)
-            meta[k] = (ma.unit, ma.higher_is_better)
-            v = values.setdefault(name, {}).setdefault(metric, {"a": [], "b": []})
-            v["a"].append(ma.value)
-            v["b"].append(mb.value)
-            if calm:
-                ratios.setdefault(k, []).append(mb.value / ma.value)
-            else:
-                dropped[k] = dropped.get(k, 0) + 1
+        judged = [m for m in regress.judged_metrics(sa, cfg.judged) if sa.metrics[m].value > 0
+                  and sb.metrics[m].value > 0]  # a ratio needs two positive values
+        if not judged:
+            continue
+        metric = judged[0]
+        ma, mb = sa.metrics[metric], sb.metrics[metric]
+        mirror = regress.MIRRORS.get(metric)
+        log = logs.setdefault(name, PairLog(metric, ma.unit, ma.higher_is_better,
+                                            mirror if mirror in sa.metrics else None))
+        log.a.append(ma.value)
+        log.b.append(mb.value)
+        # A contended world measured the machine, not its arm: the pair is no evidence.
+        if rounds.is_contended(sa, cfg.max_contention) or rounds.is_contended(sb, cfg.max_contention):
+            log.dropped += 1
+            continue
+        log.ratios.append(mb.value / ma.value)
+        log.canaries.append((rounds.canary_of(sa), rounds.canary_of(sb)))
 
 
 def _loop(info: dict) -> str:
@@ -249,38 +285,68 @@ def _loop(info: dict) -> str:
     return timing
 
 
-def _judge(cfg, ratios, dropped, values, meta) -> list[Verdict]:
-    out = []
-    for k, (unit, hib) in meta.items():
-        name, metric = k
-        v = values[name][metric]
-        out.append(regress.paired_verdict(
-            name, metric, ratios.get(k, []), unit=unit, higher_is_better=hib,
-            tolerance=cfg.tolerance, alpha=cfg.alpha, looks=cfg.looks, dropped=dropped.get(k, 0),
-            a=stats.median(v["a"]), b=stats.median(v["b"])))
-    return out
+def mode_strata(log: PairLog, shift: float | None, alpha: float) -> tuple[list[list[float]], dict]:
+    """The pairs' ratios as strata (one machine mode, two modes) and the canary's facts: its
+    own B/A with its interval, whether the arms move it, how many pairs straddle two modes.
+    Without a canary on every pair, or with ``shift`` None, one stratum. Only the size of each
+    pair's canary step groups it, never its sign, which the pair's coin set: so under no change
+    every ratio's sign stays a fair coin within its group, and the test stays exact, whatever
+    the canary says. (Switching the grouping on the canary's signed B/A would not.)"""
+    cans = log.canaries
+    if not cans or any(a is None or b is None for a, b in cans):
+        return [log.ratios], {}
+    test = stats.stratified_signed_rank_test([[math.log(b / a) for a, b in cans]])
+    lo, hi = test.interval(1.0 - alpha)
+    facts = {"canary_ba": math.exp(test.estimate), "canary_low": math.exp(lo), "canary_high": math.exp(hi)}
+    if lo > 0 or hi < 0:  # the arms themselves move it: it does not tell the machine's modes
+        facts["canary_moved"] = True
+    if shift is None:
+        return [log.ratios], facts
+    one = [r for r, (a, b) in zip(log.ratios, cans) if rounds.same_mode(a, b, shift)]
+    two = [r for r, (a, b) in zip(log.ratios, cans) if not rounds.same_mode(a, b, shift)]
+    return [one, two], {**facts, "straddling": len(two)}
+
+
+def judge_logs(logs: dict[str, PairLog], *, tolerance: Tolerance, alpha: float, share: float,
+               canary_shift: float | None) -> list[Verdict]:
+    """Every case's verdict from its pairs so far: one family (Holm over the cases), each look
+    spending ``share`` of alpha. ``detection-power`` judges its windows through this too."""
+    questions = []
+    for name, log in logs.items():
+        strata, facts = mode_strata(log, canary_shift, alpha)
+        if log.mirror:
+            facts["mirror"] = log.mirror
+        questions.append(regress.paired_question(
+            name, log.metric, strata, unit=log.unit, higher_is_better=log.higher_is_better,
+            tolerance=tolerance, share=share, dropped=log.dropped,
+            a=stats.median(log.a) if log.a else None, b=stats.median(log.b) if log.b else None,
+            facts=facts))
+    return regress.judge(questions, alpha)
 
 
 def format_report(rep: ABReport) -> str:
+    from .. import verdict_text as vt
+
     c = rep.config
-    lines = [f"# A: {c.a.describe()}", f"# B: {c.b.describe()}"]
+    lines = []
+    for side, arm in (("a", c.a), ("b", c.b)):
+        code = (rep.imports.get(side) or {}).get("perfsuite") or {}
+        where = f"; perfsuite {code.get('version')} from {code['file']}" if code.get("file") else ""
+        lines.append(f"# {arm.name}: {arm.describe()}{where}")
     if c.identical:
         lines.append("# the arms are identical: this is an A/A calibration run (expect SAME or UNKNOWN)")
-    lines.append(f"# {rep.pairs} pairs in randomized ABBA blocks, {rep.wall_s:.0f} s; tolerance "
-                 f"{c.tolerance.lower:+.0%}/{c.tolerance.upper:+.0%}; intervals at "
-                 f"{regress.confidence(c.alpha, c.looks):.4%} (alpha {c.alpha:g} over {c.looks} looks)")
-    head = f"{'case':<36}{'metric':<14}{'A':>10}{'B':>10}{'B/A':>8}{'interval':>20}{'pairs':>7}{'drop':>6}  verdict"
+    lines.append(f"# {rep.pairs} pairs, each in random order, {rep.wall_s:.0f} s; tolerance "
+                 f"{vt.tolerance(c.tolerance)}; looks at {', '.join(map(str, c.looks))} pairs")
+    head = (f"{'case':<36}{'metric':<16}{'A':>10}{'B':>10}{'B/A':>8}{'interval':>22}{'pairs':>7}"
+            f"{'drop':>6}  verdict")
     lines.append(head)
     for v in sorted(rep.verdicts, key=lambda v: (v.case, v.metric)):
-        ratio = "n/a" if v.change is None else f"{1 + v.change:.3f}"
-        lo = "n/a" if v.low is None else f"{1 + v.low:.3f}"
-        hi = "n/a" if v.high is None else ("inf" if v.high == math.inf else f"{1 + v.high:.3f}")
-        lines.append(f"{v.case:<36}{v.metric:<14}{_fmt(v.baseline):>10}{_fmt(v.value):>10}"
-                     f"{ratio:>8}{'[' + lo + ', ' + hi + ']':>20}{v.rounds:>7}{v.dropped:>6}  "
-                     f"{v.kind}" + (f" ({v.status})" if v.kind == "DIFFERENT" else ""))
+        metric = vt.short(v.metric) + (f"|{vt.short(v.mirror)}" if v.mirror else "")
+        lines.append(f"{v.case:<36}{metric:<16}{vt.number(v.baseline):>10}{vt.number(v.value):>10}"
+                     f"{vt.ratio(v.change):>8}{vt.interval(v, as_ratio=True):>22}{v.rounds:>7}"
+                     f"{v.dropped:>6}  {v.kind}" + (f" ({v.status})" if v.kind == "DIFFERENT" else ""))
+    lines += [f"# {vt.canary(v)}" for v in sorted(rep.verdicts, key=lambda v: v.case) if vt.canary(v)]
+    if fam := vt.family(rep.verdicts):
+        lines.append(fam)
     lines += [f"# FAILED {f}" for f in rep.failures]
     return "\n".join(lines)
-
-
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.4g}"

@@ -40,7 +40,7 @@ from .. import regress, rounds, suite
 from ..bench.allreduce import allreduce_cases
 from ..errors import ConfigError, PerfsuiteError
 from ..kernels.faults import MAX_SLOWDOWN, SLOWDOWN_ENV
-from ..model import Sample, Tolerance, WorldSpec
+from ..model import Metric, Sample, Tolerance, WorldSpec
 from . import ab
 
 #: Pair kinds: name -> which slowdown of the config the B world runs with.
@@ -257,18 +257,49 @@ class DetectionReport:
                 "worlds": [w.to_dict() for w in self.worlds]}
 
 
-def run(cfg: DetectionConfig, runner: Runner, progress: Callable[[str], None] | None = None,
-        clock: Callable[[], float] = time.monotonic) -> DetectionReport:
+#: The judged numbers a stored world keeps, with their units and directions.
+_METRICS = {"latency_us": ("us", False), "busbw_GBps": ("GB/s", True)}
+
+
+def from_dict(d: dict, **overrides) -> tuple[DetectionConfig, list[World]]:
+    """A stream written by ``--json``, as its config (``overrides`` replacing fields such as
+    max_pairs or gap_s) and its worlds, to judge again with the current rules."""
+    c = d["config"]
+    keep = {k: c[k] for k in ("small", "large", "transport", "world_size", "small_slowdown",
+                             "large_slowdown", "gap_s", "max_pairs", "max_rounds", "alpha",
+                             "max_contention", "canary_shift") if k in c}
+    cfg = DetectionConfig(**{**keep, "blocks": int(c.get("blocks", 0)), **overrides})
+    cases = {x.name: x for x in cfg.spec().cases}
+    worlds = []
+    for w in d["worlds"]:
+        samples = []
+        for name, e in (w.get("cases") or {}).items():
+            metrics = {k: Metric(k, float(v), *_METRICS.get(k, ("", True))) for k, v in e["metrics"].items()}
+            samples.append(Sample(cases[name], metrics, bool(e.get("valid", True)),
+                                  info={k: e.get(k) for k in WORLD_INFO if e.get(k) is not None}))
+        worlds.append(World(int(w["index"]), float(w["t"]), float(w["wall_s"]), float(w["slowdown"]),
+                            str(w["kind"]), int(w["pair"]), str(w["role"]), samples, w.get("failure")))
+    return cfg, worlds
+
+
+def judge(cfg: DetectionConfig, worlds: list[World], wall_s: float, injection: list | None = None
+          ) -> DetectionReport:
+    """The stream judged both ways the suite judges, and the canary study."""
     from . import canary, windows
 
-    injection = check_injection(cfg, runner)
-    t0 = clock()
-    worlds = measure(cfg, runner, progress, clock)
-    rep = DetectionReport(cfg, worlds, clock() - t0, injection=injection)
+    rep = DetectionReport(cfg, worlds, wall_s, injection=injection or [])
     rep.canary = canary.study(cfg, worlds)
     rep.ab_rows = windows.ab_rows(cfg, worlds)
     rep.stored_rows = windows.stored_rows(cfg, worlds)
     return rep
+
+
+def run(cfg: DetectionConfig, runner: Runner, progress: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic) -> DetectionReport:
+    injection = check_injection(cfg, runner)
+    t0 = clock()
+    worlds = measure(cfg, runner, progress, clock)
+    return judge(cfg, worlds, clock() - t0, injection)
 
 
 def pct(x: float | None) -> str:
@@ -284,6 +315,7 @@ TARGETS = {("A/B", "slowed"): ("flagged a regression", 0.95, ">="),
 def format_report(rep: DetectionReport) -> str:
     from . import canary
     from .. import stats
+    from .. import verdict_text as vt
 
     cfg = rep.config
     usable = sum(w.usable(cfg.max_contention) for w in rep.worlds)
@@ -294,13 +326,13 @@ def format_report(rep: DetectionReport) -> str:
              f"A/+{cfg.large_slowdown:.0%} pair, in random order",
              *format_injection(rep.injection),
              *canary.format_study(rep.canary, cfg),
-             f"# A/B mode (as perfsuite ab): windows of up to {cfg.max_pairs} pairs, a look every "
-             f"2, tolerance {cfg.ab_tolerance.lower:+.0%}/{cfg.ab_tolerance.upper:+.0%}, alpha "
-             f"{cfg.alpha:g}",
+             f"# A/B mode (as perfsuite ab): windows of up to {cfg.max_pairs} pairs, looks at "
+             f"{', '.join(map(str, regress.paired_looks(cfg.max_pairs, cfg.alpha, len(cfg.metrics))))}"
+             f" pairs, tolerance {vt.tolerance(cfg.ab_tolerance)}, alpha {cfg.alpha:g}",
              f"# stored mode (as run --compare): {cfg.baseline_rounds}-round baselines, candidates "
-             f">= {cfg.gap_s:.0f} s later, up to {cfg.max_rounds} rounds, tolerance "
-             + (f"{cfg.tolerance.lower:+.0%}/{cfg.tolerance.upper:+.0%}" if cfg.tolerance
-                else "the gate's default"),
+             f">= {cfg.gap_s:.0f} s later, looks at "
+             f"{', '.join(map(str, regress.stored_looks(1, cfg.max_rounds)))} rounds, tolerance "
+             + (vt.tolerance(cfg.tolerance) if cfg.tolerance else "the gate's default"),
              "# a window is one independent comparison (no world serves two); flagged = a "
              "regression for a slowdown, either way for a clean one",
              f"{'mode':<7}{'cond':>6} {'rounds':<7}{'case':<28}{'metric':<11}{'windows':>8}"
@@ -312,9 +344,10 @@ def format_report(rep: DetectionReport) -> str:
                      f"{r.n:>8}{r.hits:>8}{pct(rate):>8}  {'[' + pct(lo) + ', ' + pct(hi) + ']':<16}"
                      f"{r.count('same'):>5}{r.count('unknown'):>5}{_num(r.median_used(), ''):>6}"
                      f"{_num(r.median_time(), 's'):>7}")
-    lines.append("# rounds: '1 mode' compares rounds (pairs) whose canaries agree within "
-                 f"{cfg.canary_shift if cfg.canary_shift is not None else 'off'} (what verdicts do), "
-                 "'all' every one; used: median pairs (A/B) or rounds (stored) per window; time: "
+    lines.append("# rounds: 'by mode' is what verdicts do with the canary (limit "
+                 f"{cfg.canary_shift if cfg.canary_shift is not None else 'off'}): stored rounds set only "
+                 "against rounds of their mode, A/B pairs of one mode ranked apart from pairs across two; "
+                 "'all' ignores the canary; used: median pairs (A/B) or rounds (stored) per window; time: "
                  "median worlds' wall time per verdict; unfinished windows are not counted")
     for (mode, cond), (what, target, op) in TARGETS.items():
         lines.append(f"# target {mode} {cond}: {what} {op} {target:.0%}")
@@ -330,4 +363,5 @@ def _num(x: float, unit: str) -> str:
 
 
 def _short(metric: str) -> str:
-    return {"busbw_GBps": "busbw", "latency_us": "latency"}.get(metric, metric)
+    from ..verdict_text import short
+    return short(metric)

@@ -46,7 +46,7 @@ class Row:
     mode: str  # "A/B" or "stored"
     condition: str  # "clean" or "+5%", ...
     slowdown: float
-    rounds: str  # "all" or "1 mode" (rounds compared within one machine mode, by canary)
+    rounds: str  # "all" or "by mode" (what verdicts do with the canary)
     case: str
     metric: str
     windows: list[Window]
@@ -91,37 +91,43 @@ def _pairs(worlds: Sequence, kind: str) -> list[tuple[object, object]]:
 
 
 def ab_windows(cfg, worlds: Sequence, kind: str, shift: float | None) -> tuple[list[Window], int]:
-    """Windows as ``perfsuite ab`` grows them: a look every two pairs, at most max_pairs."""
-    looks = math.ceil(cfg.max_pairs / 2)
+    """Windows as ``perfsuite ab`` grows them: its looks, its judge (``ab.judge_logs``), at
+    most max_pairs pairs each."""
+    from .ab import PairLog, judge_logs
+
+    looks = regress.paired_looks(cfg.max_pairs, cfg.alpha, len(cfg.metrics))
     units = {(case, metric): _unit(worlds, case, metric) for case, metric in cfg.metrics}
     out: list[Window] = []
-    ratios: dict = {}
+    logs: dict = {}
     seen = dropped = 0
     time_s, start = 0.0, None
     for a, b in _pairs(worlds, kind):
         seen += 1
         time_s += a.wall_s + b.wall_s
         start = a.t if start is None else start
-        if a.usable(cfg.max_contention) and b.usable(cfg.max_contention) and all(
-                same_mode(a, b, case, shift) for case, _ in cfg.metrics):
-            for case, metric in cfg.metrics:
-                va, vb = a.value(case, metric), b.value(case, metric)
-                if va and vb:
-                    ratios.setdefault((case, metric), []).append(vb / va)
-        else:
-            dropped += 1  # as perfsuite ab drops it: contended, or the machine changed mode
-        if seen % 2 and seen < cfg.max_pairs:
-            continue
-        verdicts = {}
+        calm = a.usable(cfg.max_contention) and b.usable(cfg.max_contention)
+        dropped += not calm  # as perfsuite ab drops it: contended
         for case, metric in cfg.metrics:
+            va, vb = a.value(case, metric), b.value(case, metric)
+            if not (va and vb):
+                continue
             unit, hib = units[(case, metric)]
-            verdicts[(case, metric)] = regress.paired_verdict(
-                case, metric, ratios.get((case, metric), []), unit=unit,
-                higher_is_better=hib, tolerance=cfg.ab_tolerance, alpha=cfg.alpha,
-                looks=looks, dropped=dropped)
-        if all(regress.decided(v) for v in verdicts.values()) or seen >= cfg.max_pairs:
-            out.append(_window(verdicts, seen, dropped, time_s, start))
-            ratios, seen, dropped, time_s, start = {}, 0, 0, 0.0, None
+            log = logs.setdefault(case, PairLog(metric, unit, hib))
+            log.a.append(va)
+            log.b.append(vb)
+            if calm:
+                log.ratios.append(vb / va)
+                log.canaries.append((a.canary(case), b.canary(case)))
+            else:
+                log.dropped += 1
+        if not regress.at_look(seen, looks):
+            continue
+        verdicts = judge_logs(logs, tolerance=cfg.ab_tolerance, alpha=cfg.alpha,
+                              share=1.0 / len(looks), canary_shift=shift)
+        by = {(v.case, v.metric): v for v in verdicts}
+        if all(regress.decided(v) for v in verdicts) or seen >= cfg.max_pairs:
+            out.append(_window(by, seen, dropped, time_s, start))
+            logs, seen, dropped, time_s, start = {}, 0, 0, 0.0, None
     return out, int(seen > 0)
 
 
@@ -141,7 +147,7 @@ def stored_windows(cfg, worlds: Sequence, shift: float | None) -> dict[str, tupl
         baselines = {}
         for case, metric in cfg.metrics:
             pooled = _pool(base, case, metric)
-            baselines[(case, metric)] = regress.baseline_from_sample(pooled, metric)
+            baselines[(case, metric)] = regress.baseline_from_sample(pooled, metric, session=f"block {base[0].index}")
         finished = 0
         for name, pool in (("clean", clean), ("slowed", slowed)):
             cands = [w for w in pool if w.t >= ready and w.index not in used]
@@ -159,6 +165,7 @@ def stored_windows(cfg, worlds: Sequence, shift: float | None) -> dict[str, tupl
 
 def _gate_window(cfg, cands, baselines, shift: float | None, used: set[int]) -> Window | None:
     taken, dropped, time_s = [], 0, 0.0
+    looks = regress.stored_looks(1, cfg.max_rounds)
     for w in cands:
         used.add(w.index)
         time_s += w.wall_s
@@ -166,12 +173,15 @@ def _gate_window(cfg, cands, baselines, shift: float | None, used: set[int]) -> 
             dropped += 1  # the gate re-runs a contended round: its time counts, not its value
             continue
         taken.append(w)
-        verdicts = {k: regress.verdict(k[0], k[1], _pool(taken, k[0], k[1]), b,
-                                       tolerance=cfg.tolerance, alpha=cfg.alpha, looks=cfg.max_rounds,
-                                       canary_shift=shift)
-                    for k, b in baselines.items()}
-        if all(regress.decided(v) for v in verdicts.values()) or len(taken) >= cfg.max_rounds:
-            return _window(verdicts, len(taken), dropped, time_s, taken[0].t)
+        if not regress.at_look(len(taken), looks):
+            continue
+        samples = [_pool(taken, case, metric) for case, metric in baselines]
+        verdicts = regress.compare(samples, baselines, tolerance=cfg.tolerance, alpha=cfg.alpha,
+                                   looks=len(looks), canary_shift=shift,
+                                   judged=lambda s: list(s.metrics))
+        by = {(v.case, v.metric): v for v in verdicts}
+        if all(regress.decided(v) for v in verdicts) or len(taken) >= cfg.max_rounds:
+            return _window(by, len(taken), dropped, time_s, taken[0].t)
     return None
 
 
@@ -184,7 +194,7 @@ def _pool(worlds: Sequence, case: str, metric: str) -> Sample:
     return rounds.pool_rounds([one(w) for w in worlds])
 
 
-def _window(verdicts, used, dropped, time_s, start) -> Window:
+def _window(verdicts: dict, used, dropped, time_s, start) -> Window:
     return Window({k: v.status for k, v in verdicts.items()}, used, dropped, time_s, start or 0.0,
                   {k: (v.change, v.low, v.high) for k, v in verdicts.items()})
 
@@ -201,7 +211,7 @@ def _ways(cfg) -> tuple[tuple[str, float | None], ...]:
     """Rounds compared within one machine mode (what verdicts do), and all of them."""
     if cfg.canary_shift is None:
         return (("all", None),)
-    return (("1 mode", cfg.canary_shift), ("all", None))
+    return (("by mode", cfg.canary_shift), ("all", None))
 
 
 def ab_rows(cfg, worlds: Sequence) -> list[Row]:

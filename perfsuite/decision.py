@@ -1,0 +1,267 @@
+"""How an interval becomes a decision, for every comparison perfsuite makes: evidence that can
+be read at any level (``Evidence``), looks that can decide (``stored_looks``,
+``paired_looks``), and the family of a run's questions judged together (``judge``: Holm's
+step-down within a group, alpha shared across groups by their size, each look spending its
+share). Pure over ``model`` records and ``stats``; ``regress`` builds the questions.
+
+A question's interval against its tolerance decides, as Chromium's Pinpoint and equivalence
+testing do: entirely beyond the tolerance is DIFFERENT, entirely inside it is SAME, straddling
+it is UNKNOWN. Each question states its evidence as p-values of "beyond" and "within" the
+tolerance, so the family's adjustment and the interval shown can never disagree: the interval
+is drawn at the level that decided.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from scipy import stats as _sps
+
+from . import stats
+from .errors import ConfigError
+from .model import Tolerance, Verdict
+
+#: Significance level: the chance that any verdict of one run wrongly says DIFFERENT.
+DEFAULT_ALPHA = 0.01
+#: Tolerance per metric name; others get ``DEFAULT_TOLERANCE`` (docs/baselines.md says why).
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "busbw_GBps": Tolerance(-0.03, 0.03),
+    "latency_us": Tolerance(-0.03, 0.03),
+}
+DEFAULT_TOLERANCE = Tolerance(-0.05, 0.05)
+def default_tolerance(metric: str) -> Tolerance:
+    return DEFAULT_TOLERANCES.get(metric, DEFAULT_TOLERANCE)
+
+
+def parse_alpha(text: str | float | None) -> float:
+    """The gate's significance level: a fraction strictly between 0 and 1 (None: the default).
+    A smaller alpha trades missed regressions for fewer false alarms; see detection-power."""
+    if text is None or text == "":
+        return DEFAULT_ALPHA
+    try:
+        alpha = float(text)
+    except (TypeError, ValueError):
+        alpha = float("nan")
+    if not 0.0 < alpha < 1.0:
+        raise ConfigError(f"significance level (alpha) {text!r} must be a fraction between 0 and 1, "
+                          "e.g. 0.01 or 0.05")
+    return alpha
+
+
+def parse_tolerance(text: str) -> Tolerance:
+    """'0.05' -> (-0.05, +0.05); '-0.10:0.02' -> (-0.10, +0.02). Fractions, not percents."""
+    try:
+        if ":" in text:
+            lo, hi = (float(x) for x in text.split(":", 1))
+        else:
+            hi = float(text)
+            lo = -hi
+        return Tolerance(lo, hi)
+    except (ValueError, ConfigError):
+        raise ConfigError(f"tolerance {text!r} must be a fraction like 0.05 or LOWER:UPPER like "
+                          "-0.10:0.05 (lower <= 0 <= upper)") from None
+
+
+#: Fewest candidate rounds of a first look.
+MIN_CANDIDATE_ROUNDS = 3
+# --- evidence: what a comparison knows of one change ----------------------------------------
+
+@dataclass(frozen=True)
+class Evidence:
+    """One change in log units: its estimate, and its interval and p-values at any level, so
+    that a family adjustment can read it at the level it grants. ``p_beyond(lo, hi)``: the
+    smallest 1 - confidence at which the interval lies wholly outside [lo, hi];
+    ``p_within``: wholly inside."""
+
+    estimate: float
+    interval: Callable[[float], tuple[float, float]]
+    p_beyond: Callable[[float, float], float]
+    p_within: Callable[[float, float], float]
+
+
+def rank_evidence(test: stats.RankTest) -> Evidence:
+    return Evidence(test.estimate, test.interval, test.p_beyond, test.p_within)
+
+
+def normal_evidence(est: float, se: float, df: float | None = None, span: float = 0.0) -> Evidence:
+    """A change known to within ``se`` (t on ``df`` degrees of freedom, normal when None),
+    and, when ``span`` > 0, only up to a level shift of +-span as well: such a change can be
+    shown beyond a tolerance, never within it."""
+    dist = _sps.t(df) if df else _sps.norm
+
+    def interval(confidence: float) -> tuple[float, float]:
+        if not math.isfinite(se):
+            return -math.inf, math.inf
+        q = float(dist.ppf(0.5 + confidence / 2.0)) * se
+        return est - span - q, est + span + q
+
+    def sf(x: float) -> float:
+        return float(dist.sf(x)) if math.isfinite(se) and se > 0 else (0.0 if x > 0 else 1.0)
+
+    def beyond(lo: float, hi: float) -> float:
+        if not math.isfinite(se):
+            return 1.0
+        return min(1.0, 2.0 * min(sf((est - span - hi) / se), sf((lo - est - span) / se)))
+
+    def within(lo: float, hi: float) -> float:
+        if span > 0 or not math.isfinite(se):
+            return 1.0
+        return min(1.0, 2.0 * max(sf((est - lo) / se), sf((hi - est) / se)))
+
+    return Evidence(est, interval, beyond, within)
+
+
+# --- looks -----------------------------------------------------------------------------------
+
+#: Each look of a growing comparison comes after about this much more data than the last.
+LOOK_GROWTH = 1.25
+
+
+def _grid(first: int, cap: int, step: int = 1, growth: float = LOOK_GROWTH) -> list[int]:
+    out, n = [], first
+    while n < cap:
+        out.append(n)
+        n = max(n + step, step * math.ceil(n * growth / step))
+    return out + [cap]
+
+
+def stored_looks(first: int, cap: int | None) -> tuple[int, ...]:
+    """Candidate round counts at which a stored verdict may be taken, when rounds are added
+    up to ``cap`` (None: ``first`` rounds, one look). None below MIN_CANDIDATE_ROUNDS: against
+    a baseline's rounds the session drift leaves one or two rounds unable to decide."""
+    if cap is None or cap <= first:
+        return (max(first, cap or first),)
+    # Rounds are few and a look costs alpha: half again as many rounds each time (3, 5, 8, 12).
+    return (tuple(_grid(max(first, MIN_CANDIDATE_ROUNDS), cap, growth=1.5))
+            if cap >= MIN_CANDIDATE_ROUNDS else (cap,))
+
+
+def paired_looks(max_pairs: int, alpha: float = DEFAULT_ALPHA, cases: int = 1) -> tuple[int, ...]:
+    """Pair counts (whole ABBA blocks) at which an A/B verdict may be taken: about 25% more
+    pairs each time, keeping only looks where n pairs can reach their level at all (the
+    signed-rank test's smallest two-sided p is 2^(1-n)), so no alpha is spent on a look that
+    cannot decide."""
+    grid = _grid(2, max(2, max_pairs - max_pairs % 2), step=2)
+    looks = grid
+    for _ in range(len(grid)):
+        level = alpha / (len(looks) * max(1, cases))
+        keep = [n for n in grid if 2.0 ** (1 - n) <= level] or grid[-1:]
+        if keep == looks:
+            break
+        looks = keep
+    return tuple(looks)
+
+
+def at_look(n: int, looks: Sequence[int]) -> bool:
+    """Whether a comparison holding ``n`` rounds or pairs is at one of its looks (or past all)."""
+    return n in looks or n >= looks[-1]
+
+
+def interval_status(low: float, high: float, tol: Tolerance, higher_is_better: bool) -> str:
+    """The verdict of a change known to lie in [low, high] (fractions, value / reference - 1)."""
+    if high < tol.lower:
+        return "regression" if higher_is_better else "improvement"
+    if low > tol.upper:
+        return "improvement" if higher_is_better else "regression"
+    if tol.lower <= low and high <= tol.upper:
+        return "same"
+    return "unknown"
+
+
+@dataclass(frozen=True)
+class Question:
+    """A comparison waiting for its verdict: ``verdict`` holds everything but the decision;
+    ``evidence`` None when there is nothing to decide (new, missing, invalid, contended...).
+    ``share``: the part of the family's alpha this comparison's look may spend (1 / looks)."""
+
+    verdict: Verdict
+    evidence: Evidence | None = None
+    share: float = 1.0
+    group: object = None  # the questions of one group (world) are judged together (Holm)
+
+
+# --- the family: every question of a run judged together --------------------------------------
+
+def _change(log_shift: float) -> float:
+    if log_shift == math.inf:
+        return math.inf
+    if log_shift == -math.inf:
+        return -1.0
+    return math.exp(log_shift) - 1.0
+
+
+def _holm(ps: Sequence[float], alpha: float) -> list[tuple[float, bool]]:
+    """Holm's step-down: for each p, the level it was judged at and whether it was rejected."""
+    m = len(ps)
+    out: list[tuple[float, bool]] = [(alpha / max(1, m), False)] * m
+    stopped = None
+    for r, i in enumerate(sorted(range(m), key=lambda i: ps[i])):
+        level = alpha / (m - r)
+        if stopped is None and ps[i] <= level:
+            out[i] = (level, True)
+        else:
+            stopped = stopped if stopped is not None else level
+            out[i] = (stopped, False)
+    return out
+
+
+def judge(questions: Sequence[Question], alpha: float = DEFAULT_ALPHA,
+          family: int | None = None) -> list[Verdict]:
+    """Every question's verdict, the open ones as one family of at most ``family`` (default:
+    these) at ``alpha``: each group (world) gets alpha x its share of the family, and Holm's
+    step-down within it, for DIFFERENT and, among the rest, for SAME; each look spends its
+    ``share`` of what its question is granted. Intervals are shown at the level that decided."""
+    if not 0.0 < alpha < 1.0:
+        raise ConfigError(f"significance level {alpha!r} must be between 0 and 1, e.g. 0.01")
+    open_ = [i for i, q in enumerate(questions) if q.evidence is not None]
+    size = max(family or 0, len(open_), 1)
+    groups: dict[object, list[int]] = {}
+    for i in open_:
+        groups.setdefault(questions[i].group, []).append(i)
+    out = [q.verdict for q in questions]
+    for members in groups.values():
+        share_alpha = alpha * len(members) / size
+        bounds = []
+        for i in members:
+            q = questions[i]
+            tol = q.verdict.tolerance or default_tolerance(q.verdict.metric)
+            bounds.append((math.log1p(tol.lower), math.log1p(tol.upper)))
+        p_diff = [min(1.0, questions[i].evidence.p_beyond(*b) / questions[i].share)
+                  for i, b in zip(members, bounds)]
+        diff = _holm(p_diff, share_alpha)
+        rest = [k for k, (_, hit) in enumerate(diff) if not hit]
+        p_same = [min(1.0, questions[members[k]].evidence.p_within(*bounds[k]) / questions[members[k]].share)
+                  for k in rest]
+        same = dict(zip(rest, _holm(p_same, share_alpha)))
+        for k, i in enumerate(members):
+            level, hit = diff[k]
+            if not hit:
+                same_level, same_hit = same[k]
+                level = same_level if same_hit else min(level, same_level)
+            out[i] = _decide(questions[i], level, p_diff[k], size, alpha)
+    return out
+
+
+def _decide(q: Question, level: float, p: float, family: int, alpha: float) -> Verdict:
+    v, ev = q.verdict, q.evidence
+    conf = 1.0 - level * q.share
+    lo, hi = ev.interval(conf)
+    tol = v.tolerance or default_tolerance(v.metric)
+    status = interval_status(_change(lo), _change(hi), tol, v.higher_is_better)
+    if v.reason == "other-mode":
+        reason = "across-modes" if status != "unknown" else "other-mode"
+        if status == "same":  # a span-widened interval never shows sameness
+            status = "unknown"
+    elif status != "unknown":
+        reason = "decided"
+    else:
+        reason = "unbounded" if not math.isfinite(hi) or not math.isfinite(lo) else "straddles"
+    return replace(v, status=status, change=_change(ev.estimate), low=_change(lo),
+                   high=_change(hi), tolerance=tol, p_value=p, reason=reason, confidence=conf,
+                   facts={**v.facts, "family": family, "alpha": alpha, "looks": round(1 / q.share)})
+
+
+def decided(v: Verdict) -> bool:
+    """Whether more rounds could change this verdict (UNKNOWN is the only undecided one)."""
+    return v.status != "unknown"
