@@ -39,6 +39,9 @@ def add_detection_power(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", default=str(c.seed), metavar="N", help=f"order of pairs [default: {c.seed}]")
     p.add_argument("--timeout", default="120", metavar="S", help="seconds one world may take [default: 120]")
     p.add_argument("--json", metavar="PATH", help="write the versioned file: every world, every window")
+    p.add_argument("--from", dest="source", metavar="PATH",
+                   help="judge the worlds of a stream written by --json again, with this perfsuite's "
+                        "rules (and --max-pairs, --gap if given), instead of running worlds")
 
 
 def _fraction(text: str, what: str) -> float:
@@ -52,6 +55,17 @@ def do_detection_power(args: argparse.Namespace) -> int:
     from ..experiments import detection as d
 
     tol, alpha = gate_settings(args)
+    if args.source:
+        saved = formats.check_format(formats.read_json(args.source, "detection stream", "pass a file written "
+                                                       "by perfsuite detection-power --json"),
+                                     formats.DETECTION, args.source)
+        given = {"max_pairs": whole_number(args.max_pairs, "max pairs", low=2),
+                 "gap_s": options.seconds(args.gap, "gap") if args.gap != "0" else 0.0, "tolerance": tol}
+        cfg, worlds = d.from_dict(saved, **given)
+        say(f"# detection power: {len(worlds)} worlds of {args.source}, judged again")
+        rep = d.judge(cfg, worlds, float(saved.get("wall_s", 0.0)), saved.get("injection"))
+        say(d.format_report(rep))
+        return EXIT_OK
     cfg = d.DetectionConfig(small=parse_size(args.small), large=parse_size(args.large),
                             transport=args.transport, blocks=whole_number(args.blocks, "blocks", low=0),
                             small_slowdown=_fraction(args.small_slowdown, "small-slowdown"),
@@ -77,6 +91,63 @@ def do_detection_power(args: argparse.Namespace) -> int:
 COMMANDS["detection-power"] = (add_detection_power, do_detection_power,
                                "measure how often A/B and stored-baseline verdicts flag a slowdown "
                                "and a clean rerun, and whether the canary earns an adjustment")
+
+
+def add_validity(p: argparse.ArgumentParser) -> None:
+    from ..experiments import validity as v
+
+    p.add_argument("--mode", default="both", choices=("stored", "ab", "both"), help="[default: both]")
+    p.add_argument("--runs", default=str(v.DEFAULT_RUNS), metavar="N",
+                   help=f"seeded runs per setting [default: {v.DEFAULT_RUNS}]")
+    p.add_argument("--within", default=",".join(f"{x:g}" for x in v.WITHIN), metavar="LIST",
+                   help="within-session spreads, fractions [default: %(default)s]")
+    p.add_argument("--lag1", default=",".join(f"{x:g}" for x in v.LAG1), metavar="LIST",
+                   help="lag-1 correlations of rounds [default: %(default)s]")
+    p.add_argument("--sessions", default=",".join(f"{x:g}" for x in v.SESSION), metavar="LIST",
+                   help="SD of the drift between sessions, fractions [default: %(default)s]")
+    p.add_argument("--change", default="0", metavar="F",
+                   help="a real change of the candidate (arm B), e.g. 0.3: the rate it is caught "
+                        "[default: 0, the false-alarm rate]")
+    p.add_argument("--cases", default="1", metavar="N", help="cases judged in each run, one family [default: 1]")
+    p.add_argument("--baseline-sessions", default="1", metavar="K",
+                   help="stored mode: sessions the baseline holds (--baseline-add) [default: 1]")
+    p.add_argument("--seed", default="0", metavar="N", help="[default: 0]")
+    p.add_argument("--json", metavar="PATH", help="write the versioned table here")
+
+
+def _floats(text: str, what: str) -> list[float]:
+    from ..model import split_list
+
+    return [_fraction(x, what) for x in split_list(text, what, "0.01,0.02")]
+
+
+def do_validity(args: argparse.Namespace) -> int:
+    from ..experiments import validity as v
+
+    runs = whole_number(args.runs, "runs")
+    kw = {"change": _fraction(args.change, "change"), "n_cases": whole_number(args.cases, "cases")}
+    sessions = whole_number(args.baseline_sessions, "baseline sessions")
+    machines = v.grid(_floats(args.within, "within"), _floats(args.lag1, "lag1"), _floats(args.sessions, "sessions"))
+    modes = ("stored", "A/B") if args.mode == "both" else (("stored",) if args.mode == "stored" else ("A/B",))
+    say(f"# validity: {len(machines)} synthetic machine(s) x {len(modes)} mode(s), {runs} seeded runs each, "
+        "judged by the code the commands run")
+    rates = []
+    for mode in modes:
+        for i, m in enumerate(machines):
+            extra = {"sessions": sessions} if mode == "stored" else {}
+            rates.append(v.rate(mode, m, runs, seed=whole_number(args.seed, "seed", low=0) + i, **kw, **extra))
+            print(f"# {mode} {m.label()}: {rates[-1].hits}/{runs}", file=sys.stderr, flush=True)
+    say(v.table(rates))
+    if args.json:
+        formats.write_json(args.json, formats.stamp(formats.VALIDITY, {"rates": [r.to_dict() for r in rates]}))
+        say(f"# table written to {args.json}")
+    clean = [r for r in rates if r.condition == "clean"]
+    return EXIT_FAIL if any(r.rate > v.BOUND for r in clean) else EXIT_OK
+
+
+COMMANDS["validity"] = (add_validity, do_validity,
+                        "the verdict rules' false-alarm and detection rates on synthetic sessions, "
+                        "through the code the commands run")
 
 
 OVERHEAD_OPTIONS = ("world-sizes", "sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor",

@@ -1,0 +1,77 @@
+"""The verdict rules' false-alarm rates, shown by seeded simulation through the code the
+commands run (``experiments/validity.py``: baselines recorded through ``baselines.merge``,
+candidates added under ``suite.judging_rounds``'s looks, ``regress.compare``; ``ab.run`` with
+its own looks). A run counts as a false alarm when any case says DIFFERENT at any look.
+
+Every check runs with the tolerance at zero, below the noise, so a verdict's interval alone
+decides and the bound alpha = 1% is what the rule itself must keep; and every check is shown
+to fail on a deliberately broken rule. The assertions are statistical: the measured rate must
+be consistent with <= 1% (its 95% Clopper-Pearson interval reaches 1% or below), and the
+broken rule's must not be (its interval lies above 1%). The runs are seeded, so each check gives
+the same count every time.
+"""
+from __future__ import annotations
+
+import pytest
+
+from perfsuite import decision, stats
+from perfsuite.experiments import ab, validity
+from perfsuite.model import Tolerance
+
+ZERO = Tolerance(0.0, 0.0)
+BOUND = validity.BOUND
+
+
+def within_bound(r: validity.Rate) -> bool:
+    return stats.rate_ci(r.hits, r.runs)[0] <= BOUND
+
+
+def beyond_bound(r: validity.Rate) -> bool:
+    return stats.rate_ci(r.hits, r.runs)[0] > BOUND
+
+
+@pytest.mark.parametrize("machine", [
+    validity.Machine(0.01, 0.0, 0.10),  # the drift between sessions is all there is
+    validity.Machine(0.08, 0.6, 0.10),  # noisy, correlated rounds and drift
+    validity.Machine(0.08, 0.6, 0.0),  # noisy, correlated rounds, no drift
+])
+def test_stored_verdicts_keep_alpha_over_every_look(machine):
+    """One-session baselines (what --baseline-update records), candidates in a later session,
+    rounds added at the compare's looks: the drift between sessions (up to the 10% the default
+    covers) and rounds' lag-1 correlation are in the interval."""
+    r = validity.rate("stored", machine, 2000, tolerance=ZERO)
+    assert within_bound(r), (machine.label(), r.hits)
+
+
+def test_the_stored_check_fails_when_the_session_term_is_dropped():
+    broken = validity.rate("stored", validity.Machine(0.01, 0.0, 0.10), 300, tolerance=ZERO, session_sd=1e-6)
+    assert beyond_bound(broken), broken.hits
+
+
+def test_ab_verdicts_keep_alpha_over_every_look():
+    """Pairs in random order, each case judged at every look of up to 200 pairs, on a machine
+    whose worlds drift with lag-1 correlation 0.6."""
+    r = validity.rate("A/B", validity.Machine(0.04, 0.6, 0.0), 1000, tolerance=ZERO)
+    assert within_bound(r), r.hits
+
+
+def test_the_ab_check_fails_with_a_fixed_alpha_at_every_look(monkeypatch):
+    monkeypatch.setattr(ab.ABConfig, "share", property(lambda self: 1.0))
+    broken = validity.rate("A/B", validity.Machine(0.04, 0.6, 0.0), 1000, tolerance=ZERO)
+    assert beyond_bound(broken), broken.hits
+
+
+FAMILY = dict(tolerance=ZERO, n_cases=13, session_sd=0.10)  # the drift assumed as it is: no slack
+
+
+def test_a_run_of_many_cases_keeps_alpha_over_all_of_them():
+    """13 cases judged at once (a size sweep), each its own test: Holm's step-down keeps the
+    chance that any of them says DIFFERENT within alpha."""
+    r = validity.rate("stored", validity.Machine(0.02, 0.3, 0.10), 300, **FAMILY)
+    assert within_bound(r), r.hits
+
+
+def test_the_family_check_fails_when_each_case_spends_all_of_alpha(monkeypatch):
+    monkeypatch.setattr(decision, "_holm", lambda ps, alpha: [(alpha, p <= alpha) for p in ps])
+    broken = validity.rate("stored", validity.Machine(0.02, 0.3, 0.10), 300, **FAMILY)
+    assert beyond_bound(broken), broken.hits
