@@ -1,24 +1,22 @@
-"""The regression gate end to end on real worlds (2 ranks, sizes 4 B and 1 MiB):
+"""The gates at their shipped defaults, on real worlds (2 ranks, the mpich wheel): a real
+regression is MPICH's own generic ring algorithm for small allreduces
+(``MPIR_CVAR_DEVICE_COLLECTIVES=none MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring``, x6 or more
+at 4 and 64 B on a quiet machine here: docs/measurements.md), nothing injected, no tolerance,
+contention, canary or alpha setting changed.
 
-record a baseline, inject a slowdown (the kernel spins inside the timed region), and the gate
-must fail naming the cases; a clean rerun must pass. Once through the CLI, once through pytest.
-
-The machine these run on is shared, and a world can run at half speed when a neighbour takes a
-core, so the tests use what docs/baselines.md recommends there: several rounds per world (a median of
-rounds ignores one contended round; 5 against 5 is the fewest that bound a 99% interval of the
-change, fewer can only say UNKNOWN) and a slowdown (x61) far beyond a wide tolerance, so that
-they prove the plumbing without depending on how quiet the machine is. The tolerance is wide
-because a neighbour can hold a core for all three rounds of a world: clean reruns here read
-4 B latency up to +111% and 1 MiB latency up to +266% against their own baseline. For the
-same reason a clean rerun that is flagged
-runs again, up to three times: a gate that flags clean reruns flags all three, a slow spell
-passes. How small a slowdown the gate catches here is what ``perfsuite detection-power``
-measures.
+* The stored gate: a baseline recorded the documented way (``--baseline-update``: 10 rounds,
+  one session), the regressed MPICH judged against it, then a clean rerun. What may happen is
+  decided by the rules, not hoped for: the regression is flagged in every case that ran in the
+  baseline's machine mode, and in another mode wherever it exceeds what modes produce; a clean
+  rerun is never a regression (the chance is below alpha by ``tests/test_validity.py``).
+* ``perfsuite ab`` through its own world runner, arms differing by that MPICH setting.
+* ``perfsuite detection-power`` on a tiny budget, for real.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,111 +26,98 @@ import pytest
 pytestmark = pytest.mark.world
 
 REPO = Path(__file__).resolve().parents[1]
-# The timed call lasts 61x as long. busbw may fall 90% and latency rise 900% (10x) before a
-# clean rerun counts as a regression: this machine's speed swings between spells of minutes,
-# and timed by the native loop a 4 B call takes 0.26 us in a fast spell and 1.06 us in a slow
-# one (4x; the mpi4py loop's own ~0.6 us hid most of that). The slowdown stays beyond the
-# tolerance even against a baseline 4x slower than the candidate's spell: 61 / 4 = 15x.
-SLOWDOWN = "60.0"
-TOLERANCE = "-0.9:9.0"
-# Few calls per size keep a 61x slowed 1 MiB round under a second; the gate judges rounds,
-# not calls, so this changes nothing it checks.
-ITERS = ["--iters", "20"]
-CLEAN_TRIES = 3
-# The gate's mechanics, not its contention and machine-mode rules (tests/test_regress.py has
-# those): a busy CI machine must not turn every round into a dropped one, nor a change of mode
-# between the baseline and the candidate turn every verdict into UNKNOWN.
-CALM = ["--max-contention", "off", "--max-canary-shift", "off"]
-GATE = [f"--tolerance={TOLERANCE}", "--rounds", "3", "--system", "e2e-box", *CALM]
-WORLD = ["--transports", "mpi", "--sizes", "4,1MiB", "--world-sizes", "2", "--timeout", "120", *ITERS]
+RING = {"MPIR_CVAR_DEVICE_COLLECTIVES": "none", "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"}
+RING_ARGS = [arg for k, v in RING.items() for arg in ("--env", f"{k}={v}")]
+WORLD = ["--transports", "mpi", "--sizes", "4,64", "--world-sizes", "2", "--timeout", "120"]
+CASES = ("allreduce[mpi-n2-4B]", "allreduce[mpi-n2-64B]")
 
 
-def until_clean(run) -> subprocess.CompletedProcess:
-    """A clean rerun, repeated while the gate flags it (see the module docstring)."""
-    for _ in range(CLEAN_TRIES):
-        r = run()
-        if r.returncode == 0:
-            break
-    return r
-
-
-def cli(*args: str, slowdown: str | None = None, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PERFSUITE_INJECT_SLOWDOWN"}
-    if slowdown:
-        env["PERFSUITE_INJECT_SLOWDOWN"] = slowdown
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PERFSUITE_INJECT_SLOWDOWN" and k not in RING}
     return subprocess.run([sys.executable, "-m", "perfsuite.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=900)
 
 
-def test_cli_gate_fails_a_slowdown_and_passes_a_clean_rerun(tmp_path):
-    base = tmp_path / "baselines"
-    # 10 baseline rounds (what --baseline-update records): against 3 the gate's 12 looks at
-    # alpha 0.01 could never bound a change, and every verdict would stay UNKNOWN.
-    r = cli("run", *WORLD, "--rounds", "10", "--json", "a.json", cwd=tmp_path)
+def status_of(out: str, case: str) -> str:
+    """A case's status in the verdict table ('REGRESSION', 'unknown', 'same', ...)."""
+    row = next(line for line in out.splitlines() if re.match(rf"^\S+\s+{re.escape(case)}\s", line))
+    return row.split()[0]
+
+
+def test_the_stored_gate_flags_a_real_mpich_regression_and_passes_a_clean_rerun(tmp_path):
+    base = ["--baseline-dir", str(tmp_path / "baselines"), "--system", "e2e-box"]
+    r = cli("run", *WORLD, *base, "--baseline-update", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    saved = json.loads((tmp_path / "a.json").read_text())
-    assert 10 <= saved["results"][0]["extra"]["rounds"] <= 13  # contended rounds re-run, up to 3 more
+    # 10 calm rounds, or fewer when contended ones could not all be re-run (3 retries)
+    assert re.search(r"new .* \(1 session\(s\), ([7-9]|1[0-3]) round\(s\)\)", r.stdout), r.stdout
 
-    r = cli("baseline", "update", "--from", "a.json", "--system", "e2e-box",
-            "--baseline-dir", str(base), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert "4 change(s)" in r.stdout and "new" in r.stdout
-    stored = json.loads((base / "e2e-box" / "allreduce.json").read_text())
-    assert stored["format"] == "perfsuite-baseline" and len(stored["cases"]) == 2
-    assert "allreduce[mpi-n2-1MiB]" in cli("baseline", "show", "--baseline-dir", str(base),
-                                           cwd=tmp_path).stdout
+    slow = cli("run", *WORLD, *base, *RING_ARGS, "--compare", cwd=tmp_path)
+    assert slow.returncode == 1, slow.stdout + slow.stderr  # a regression, not a failed world (4)
+    assert re.search(r"# family: 2 verdict\(s\); the chance that any of them wrongly says DIFFERENT "
+                     r"is at most 0.01", slow.stdout), slow.stdout
+    for case in CASES:
+        status = status_of(slow.stdout, case)
+        # In the baseline's mode x6 is far beyond the drift; in another mode it must also be
+        # beyond what the modes produce, else the verdict says so rather than guess.
+        assert status == "REGRESSION" or "machine in another mode than the baseline" in slow.stdout, slow.stdout
+    assert "REGRESSION: allreduce[mpi-n2-" in slow.stdout
 
-    slow = cli("run", *WORLD, *GATE, "--compare", "--baseline-dir", str(base), "--json", "slow.json",
-               slowdown=SLOWDOWN, cwd=tmp_path)
-    assert slow.returncode == 1, slow.stdout + slow.stderr
-    for case in ("allreduce[mpi-n2-4B]", "allreduce[mpi-n2-1MiB]"):
-        assert f"REGRESSION: {case} " in slow.stdout, slow.stdout
-    assert "on e2e-box: " in slow.stdout and "tolerance -90%/+900%" in slow.stdout
-
-    clean = until_clean(lambda: cli("run", *WORLD, *GATE, "--compare", "--baseline-dir", str(base),
-                                    cwd=tmp_path))
+    clean = cli("run", *WORLD, *base, "--compare", cwd=tmp_path)
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "REGRESSION" not in clean.stdout and "4 same" in clean.stdout
+    assert "REGRESSION" not in clean.stdout and "improvement" not in clean.stdout
 
-    # Two results files, same verdict logic: the slowed run against the baseline run.
-    r = cli("compare", "a.json", "slow.json", f"--tolerance={TOLERANCE}", "--max-canary-shift", "off",
-            cwd=tmp_path)
-    assert r.returncode == 1 and "REGRESSION: allreduce[mpi-n2-1MiB] busbw" in r.stdout, r.stdout
+    # The same baseline from a one-round run file is refused in one line, saying what would do.
+    one = cli("run", *WORLD, "--json", "one.json", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    r = cli("baseline", "update", "--from", "one.json", *base, cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "holds 1 round(s) of allreduce[mpi-n2-4B]" in r.stderr and "--baseline-update" in r.stderr
 
 
-def test_pytest_gate_fails_a_regressed_case_and_passes_a_clean_one(tmp_path):
-    base = tmp_path / "baselines"
+def test_the_pytest_gate_fails_the_regressed_cases_and_passes_a_clean_rerun(tmp_path):
     args = [sys.executable, "-m", "pytest", str(REPO / "benchmarks" / "test_allreduce.py"),
             "--benchmark-disable", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-            "--perf-transports", "mpi", "--perf-sizes", "4,1MiB", "--perf-world-sizes", "2",
-            "--perf-rounds", "5", "--perf-iters", "20", f"--perf-tolerance={TOLERANCE}", "--perf-system", "e2e-box",
-            "--perf-max-contention", "off", "--perf-max-canary-shift", "off",
-            "--perf-baseline-dir", str(base)]
+            "--perf-transports", "mpi", "--perf-sizes", "4,64", "--perf-world-sizes", "2",
+            "--perf-system", "e2e-box", "--perf-baseline-dir", str(tmp_path / "baselines")]
 
-    def pytest_run(*extra: str, slowdown: str | None = None) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if k != "PERFSUITE_INJECT_SLOWDOWN"}
-        if slowdown:
-            env["PERFSUITE_INJECT_SLOWDOWN"] = slowdown
-        return subprocess.run([*args, *extra], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=600)
+    def pytest_run(*extra: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k not in RING}
+        return subprocess.run([*args, *extra], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=900)
 
     r = pytest_run("--perf-baseline-update")
     assert r.returncode == 0, r.stdout[-3000:]
-    assert "perfsuite verdicts on e2e-box" in r.stdout and "4 new" in r.stdout
-    assert (base / "e2e-box" / "allreduce.json").is_file()
+    assert "perfsuite verdicts on e2e-box" in r.stdout and "2 new" in r.stdout  # one verdict per case
 
-    r = pytest_run(slowdown=SLOWDOWN)
+    r = pytest_run(*[f"--perf-env={k}={v}" for k, v in RING.items()])
     assert r.returncode == 1, r.stdout[-3000:]
-    assert "2 failed" in r.stdout
-    # One line per failed case, saying what got worse and by how much.
-    assert "Failed: allreduce[mpi-n2-1MiB] " in r.stdout and "vs baseline" in r.stdout
-    assert "REGRESSION" in r.stdout  # the summary table
+    assert "failed" in r.stdout and "Failed: allreduce[mpi-n2-" in r.stdout and "vs baseline" in r.stdout
+    assert "# family: 2 verdict(s)" in r.stdout
 
-    r = until_clean(pytest_run)
+    r = pytest_run()
     assert r.returncode == 0, r.stdout[-3000:]
-    assert "2 passed" in r.stdout and "4 same" in r.stdout
+    assert "2 passed" in r.stdout and "REGRESSION" not in r.stdout
 
-    # One round against ten can never bound a change at 99%: UNKNOWN, which --perf-strict fails.
-    r = pytest_run("--perf-rounds", "1", "--perf-max-rounds", "1", "--perf-strict")
-    assert r.returncode == 1 and "2 failed" in r.stdout, r.stdout[-3000:]
-    assert "4 unknown" in r.stdout and "the interval is unbounded: too few rounds to judge" in r.stdout
+
+def test_ab_decides_a_real_mpich_setting_through_its_own_world_runner(tmp_path):
+    r = cli("ab", "--transports", "mpi", "--sizes", "4", "--max-pairs", "24", "--seed", "1",
+            *[a for k, v in RING.items() for a in ("--b-env", f"{k}={v}")], "--json", "ab.json", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    row = next(line for line in r.stdout.splitlines() if line.startswith("allreduce[mpi-n2-4B]"))
+    assert row.endswith("DIFFERENT (regression)") and "latency|busbw" in row, r.stdout
+    saved = json.loads((tmp_path / "ab.json").read_text())
+    assert saved["format"] == "perfsuite-ab" and saved["version"] == 2
+    [v] = saved["verdicts"]
+    assert v["kind"] == "DIFFERENT" and v["reason"] == "decided" and v["rounds"] >= 10
+    assert saved["imports"]["a"]["perfsuite"]["file"] == saved["imports"]["b"]["perfsuite"]["file"]
+
+
+def test_detection_power_runs_for_real_on_a_tiny_budget(tmp_path):
+    r = cli("detection-power", "--blocks", "2", "--gap", "0", "--max-pairs", "4", "--large", "64KiB",
+            "--json", "d.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "# detection power: mpi allreduce, world size 2; 12 worlds" in r.stdout
+    assert re.search(r"^A/B\s+clean by mode", r.stdout, re.M) and re.search(r"^stored\s", r.stdout, re.M)
+    saved = json.loads((tmp_path / "d.json").read_text())
+    assert saved["format"] == "perfsuite-detection" and len(saved["worlds"]) == 12
+    assert all(w["failure"] is None for w in saved["worlds"])
