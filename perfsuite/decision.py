@@ -112,6 +112,49 @@ def normal_evidence(est: float, se: float, df: float | None = None, span: float 
     return Evidence(est, interval, beyond, within)
 
 
+def band_evidence(estimate: float, level: float, se: float, band: tuple[float, float],
+                  span: float) -> Evidence:
+    """A candidate whose level (log, known to within ``se``) is judged against what a machine
+    that moves by at most ``span`` (log) between runs could show with nothing changed: every
+    level it produces lies in one window of that width, which holds the baseline's own rounds
+    (log ``band`` = lowest, highest), so an unchanged candidate lies within
+    [band high - span, band low + span]. The interval is how far beyond that window the
+    candidate lies, at each side; it covers 0 under no change, and never shows sameness.
+    ``estimate`` is the change shown (the shift against the baseline's rounds)."""
+    lo_b, hi_b = band
+    dist = _sps.norm
+
+    def interval(confidence: float) -> tuple[float, float]:
+        if not math.isfinite(se):
+            return -math.inf, math.inf
+        q = float(dist.ppf(0.5 + confidence / 2.0)) * se
+        return level - q - lo_b - span, level + q - hi_b + span
+
+    def beyond(lo: float, hi: float) -> float:
+        if not math.isfinite(se):
+            return 1.0
+        up = (level - lo_b - span - hi) / se if se > 0 else math.copysign(math.inf, level - lo_b - span - hi)
+        down = (lo - level + hi_b - span) / se if se > 0 else math.copysign(math.inf, lo - level + hi_b - span)
+        return min(1.0, 2.0 * min(float(dist.sf(up)), float(dist.sf(down))))
+
+    return Evidence(estimate, interval, beyond, lambda lo, hi: 1.0)
+
+
+def either(a: Evidence, b: Evidence) -> Evidence:
+    """Two intervals of one change, each valid under its own assumption, read as one: their
+    intersection, each at half the level (Bonferroni), so that either may decide."""
+
+    def interval(confidence: float) -> tuple[float, float]:
+        half = 1.0 - (1.0 - confidence) / 2.0
+        (lo1, hi1), (lo2, hi2) = a.interval(half), b.interval(half)
+        lo, hi = max(lo1, lo2), min(hi1, hi2)
+        return (lo, hi) if lo <= hi else (a.estimate, a.estimate)
+
+    return Evidence(a.estimate, interval,
+                    lambda lo, hi: min(1.0, 2.0 * min(a.p_beyond(lo, hi), b.p_beyond(lo, hi))),
+                    lambda lo, hi: min(1.0, 2.0 * min(a.p_within(lo, hi), b.p_within(lo, hi))))
+
+
 # --- looks -----------------------------------------------------------------------------------
 
 #: Each look of a growing comparison comes after about this much more data than the last.
@@ -249,10 +292,9 @@ def _decide(q: Question, level: float, p: float, family: int, alpha: float) -> V
     lo, hi = ev.interval(conf)
     tol = v.tolerance or default_tolerance(v.metric)
     status = interval_status(_change(lo), _change(hi), tol, v.higher_is_better)
-    if v.reason == "other-mode":
-        reason = "across-modes" if status != "unknown" else "other-mode"
-        if status == "same":  # a span-widened interval never shows sameness
-            status = "unknown"
+    if v.reason in ("other-mode", "span"):  # a span-widened interval never shows sameness
+        status = "unknown" if status == "same" else status
+        reason = ("across-modes" if v.reason == "other-mode" else "beyond-span") if status != "unknown" else v.reason
     elif status != "unknown":
         reason = "decided"
     else:

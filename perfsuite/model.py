@@ -387,6 +387,9 @@ REASONS = (
     "decided",        # the interval lies beyond, or within, the tolerance
     "straddles",      # the interval straddles the tolerance
     "unbounded",      # too few rounds or pairs to bound the change at the verdict's confidence
+    "span",           # too few baseline sessions to measure the drift: only a change beyond the
+                      # machine's span between runs can decide, and none does
+    "beyond-span",    # decided so: beyond anything the machine does between runs on its own
     "other-mode",     # the candidate ran in a machine mode none of the baseline's rounds ran in
     "across-modes",   # decided across machine modes: beyond anything the modes produce
     "timing",         # baseline and run were timed by different loops

@@ -20,7 +20,7 @@ from .bench import Selection
 from .errors import ConfigError
 from .launch.launchers import FLAVORS, LAUNCHERS, LaunchConfig, parse_env
 from .model import Opt, parse_names, split_list, whole_number
-from .regress import DEFAULT_SESSION_SD, MIN_SESSIONS, RoundsPolicy, parse_alpha, parse_tolerance
+from .regress import DEFAULT_MODE_SPAN, MIN_SESSIONS, RoundsPolicy, parse_alpha, parse_tolerance
 from .suite import DEFAULT_TIMEOUT_S, SuiteConfig
 
 
@@ -90,8 +90,8 @@ COMMON: list[Opt] = [
     Opt("baseline-update", False, "record this run as the baselines, replacing their rounds (atomic; prints "
         "what changed, and how many sessions and rounds each holds)", kind="flag"),
     Opt("baseline-add", False, "add this run's rounds to the stored baselines as one more session: with "
-        f"{MIN_SESSIONS} or more, verdicts measure the drift between sessions instead of assuming "
-        f"{DEFAULT_SESSION_SD:.0%}", kind="flag"),
+        f"{MIN_SESSIONS} or more, verdicts measure the drift between runs instead of deciding only "
+        f"changes beyond x{DEFAULT_MODE_SPAN:g}", kind="flag"),
     Opt("strict", False, "also fail improvements beyond tolerance (a prompt to refresh the baseline) "
         "and comparisons that stay UNKNOWN (pytest fails the case; the CLI exits 3)", kind="flag"),
     Opt("alpha", None, "false-alarm rate of the gate: the chance that any verdict of the run wrongly says "
@@ -102,7 +102,8 @@ COMMON: list[Opt] = [
         metavar="TOL", parse=parse_tolerance),
     Opt("session-drift", None, "SD of the drift of a case's level between two runs of this machine, as a "
         f"fraction > 0, taken as known [default: measured from the baseline's sessions when it holds "
-        f"{MIN_SESSIONS}, else {DEFAULT_SESSION_SD:.0%}]", metavar="F", parse=lambda v: _fraction_above_0(v, "session drift")),
+        f"{MIN_SESSIONS}; before that only changes beyond x{DEFAULT_MODE_SPAN:g} are decided]", metavar="F",
+        parse=lambda v: _fraction_above_0(v, "session drift")),
     Opt("emulated-network", None, "run every world with one rank per emulated node (network namespaces, "
         "tbf-shaped veth links; root): 1gbit, 10gbit, 25gbit", metavar="RATE"),
     Opt("report", None, "after the run, write index.html, summary.md, CSV and PNG plots into DIR", metavar="DIR"),

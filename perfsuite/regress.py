@@ -19,17 +19,22 @@ UNKNOWN ("cannot tell yet"). A comparison that could not have seen the tolerance
   here), and sessions differ by more than rounds within one do.
 * **Against a stored baseline** the change is the shift of log round values, new against
   baseline, estimated within machine modes (``mode_strata``: rounds set against rounds of their
-  own mode, by the canaries; van Elteren's summed Mann-Whitney counts, ``stats``). Its standard
-  error has two parts: the rounds' own (from the rank interval, widened for the rounds' lag-1
-  correlation) and the drift between sessions, SD tau: the candidate's session and the mean
-  of the baseline's S sessions each drift, so tau^2 (1 + 1/S). tau comes from the spread of the
-  baseline's own session levels (and the levels of the sessions an update replaced) when there
-  are MIN_SESSIONS of them, with a t quantile on their degrees of freedom; otherwise from
-  DEFAULT_SESSION_SD, measured on this project's machines (docs/measurements.md), never zero.
+  own mode, by the canaries; van Elteren's summed Mann-Whitney counts, ``stats``), with the
+  rounds' own standard error (from the rank interval, widened for the rounds' lag-1
+  correlation). What a run cannot show is how far the next run lands with nothing changed:
+  - until the baseline (with the levels of sessions an update replaced, and this machine's asv
+    history) holds MIN_SESSIONS session levels, only a change beyond the machine's **span** is
+    decided: the interval is widened by +-log(DEFAULT_MODE_SPAN) (or the baseline's own wider
+    spread), what this machine's unseen states move a level by between runs; never SAME;
+  - from MIN_SESSIONS levels on, their spread is the **drift** between sessions, SD tau, with a
+    t quantile on its degrees of freedom: the candidate's session and the mean of the baseline's
+    S sessions each drift, so tau^2 (1 + 1/S) joins the rounds' variance. Either interval may
+    decide, each at half the level (``decision.either``), so a quiet machine's sessions narrow
+    the verdict to what they show, and a machine that flips between states keeps its span;
+  - ``--session-drift F`` states tau instead, taken as known.
 * **Across machine modes**, when the candidate ran in a mode none of the baseline's rounds did,
-  rounds are compared all against all, and the interval is widened on each side by the widest
-  spread the machine is known to produce (the baseline's own span, or DEFAULT_MODE_SPAN): only
-  a change beyond anything the modes produce is decided, and never as SAME.
+  rounds are compared all against all, with the span: a change beyond anything the modes
+  produce is decided, never as SAME.
 * **Arm B against arm A** (``perfsuite ab``; adjacent worlds, order randomized in ABBA blocks):
   the log ratios of the pairs, Wilcoxon's signed-rank test inverted (Hodges-Lehmann), summed
   over strata (pairs in one machine mode, pairs straddling two), which randomized order makes
@@ -54,7 +59,8 @@ import numpy as np
 
 from . import stats
 from .decision import (DEFAULT_ALPHA, DEFAULT_TOLERANCE, DEFAULT_TOLERANCES,  # noqa: F401
-                       MIN_CANDIDATE_ROUNDS, Evidence, Question, at_look, decided, default_tolerance,
+                       MIN_CANDIDATE_ROUNDS, Evidence, Question, at_look, band_evidence, decided,
+                       default_tolerance, either,
                        interval_status, judge, normal_evidence, paired_looks, parse_alpha,
                        parse_tolerance, rank_evidence, stored_looks)
 from .errors import ConfigError
@@ -68,15 +74,15 @@ MAX_BASELINE_SAMPLES = stats.MAX_KEPT_SAMPLES
 #: The metrics judged when a benchmark does not say: the first of each mirrored pair.
 PRIMARY = ("latency_us", "img_per_s")
 
-#: SD of the drift of a case's level from one session to the next (as a fraction), taken
-#: when a baseline holds too few sessions to show its own: measured here (docs/measurements.md,
-#: "Session drift"), rounded up. Zero would call every drift between two runs a change.
-DEFAULT_SESSION_SD = 0.10
-#: The widest ratio between two machine modes' levels of one case taken without evidence:
-#: quiet 4 B worlds here run 0.24-0.45 us in one spell and ~1.0 us in the other (x4).
+#: How far a case's level can move between two runs of one machine with nothing changed, as
+#: a ratio, taken while a baseline holds too few sessions to measure it (and whenever the
+#: candidate ran in a machine mode none of the baseline's rounds did): this project's 2-core VM
+#: flips between two states x3.1 apart at 4 B (x2.3 at 16 MiB), for minutes, and its canary does
+#: not see them; sessions 10 minutes apart differed by up to x3.4 (docs/measurements.md,
+#: "Session drift"). Rounded up; zero would call every drift between two runs a change.
 DEFAULT_MODE_SPAN = 4.0
-#: Session levels (baseline sessions and the ones updates replaced) from which the drift is
-#: estimated instead of taken from DEFAULT_SESSION_SD.
+#: Session levels (baseline sessions, the ones updates replaced, asv history) from which the
+#: drift between sessions is measured; with fewer, only the span decides.
 MIN_SESSIONS = 4
 #: Fewest rounds a baseline must hold: against fewer no look can bound a change.
 MIN_BASELINE_ROUNDS = 5
@@ -229,11 +235,12 @@ def lag1(series: Iterable[Sequence[float]]) -> float:
 
 
 def session_drift(baseline: Baseline, assumed: float | None = None, history: Sequence[float] = ()
-                  ) -> tuple[float, float | None, str, int]:
+                  ) -> tuple[float, float | None, str, int] | None:
     """(SD of the drift between sessions in log units, its degrees of freedom (None: taken as
-    known), where it came from, how many baseline sessions average into the reference).
-    ``assumed``: the user's figure (a fraction > 0), taken as known. ``history``: levels of
-    earlier runs kept elsewhere (this machine's asv history), one per run."""
+    known), where it came from, how many baseline sessions average into the reference), or
+    None while there are too few sessions to measure it. ``assumed``: the user's figure (a
+    fraction > 0), taken as known. ``history``: levels of earlier runs kept elsewhere (this
+    machine's asv history), one per run."""
     by_session = baseline.session_rounds()
     if assumed is not None:
         if not assumed > 0:
@@ -241,10 +248,18 @@ def session_drift(baseline: Baseline, assumed: float | None = None, history: Seq
                               "sessions of a machine run at exactly one speed")
         return math.log1p(assumed), None, "assumed", len(by_session)
     levels = session_levels(baseline) + [x for x in history if x > 0]
-    if len(levels) >= MIN_SESSIONS:
-        source = "sessions+asv" if history else "sessions"
-        return float(np.std(_log(levels), ddof=1)), float(len(levels) - 1), source, len(by_session)
-    return math.log1p(DEFAULT_SESSION_SD), None, "default", len(by_session)
+    if len(levels) < MIN_SESSIONS:
+        return None
+    source = "sessions+asv" if history else "sessions"
+    return float(np.std(_log(levels), ddof=1)), float(len(levels) - 1), source, len(by_session)
+
+
+def span_of(baseline: Baseline, history: Sequence[float] = ()) -> float:
+    """The widest step (log) between two levels of the case that the machine is known to make
+    with nothing changed: DEFAULT_MODE_SPAN, or wider where the baseline's own rounds or
+    session levels spread further."""
+    levels = session_levels(baseline) + [x for x in history if x > 0]
+    return max(math.log(DEFAULT_MODE_SPAN), _log_range(baseline.rounds), _log_range(levels))
 
 
 def _within_se(test: stats.RankTest) -> float:
@@ -295,32 +310,44 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
             **facts, "contention": float(sample.info.get("contention") or 0)}), group=group)
     strata, other_mode, across = mode_strata(sample, metric, baseline, canary_shift)
     tol = tolerance or baseline.tolerance or noise_tolerance(metric, _within_mode(strata))
-    drift, df, source, n_sessions = session_drift(baseline, session_sd, history)
+    drift = session_drift(baseline, session_sd, history)
+    span = span_of(baseline, history)
     dropped = int(sample.info.get("rounds_dropped", 0))
-    if across is not None:
-        new, old = round_values(sample, metric), list(baseline.rounds)
-        test = stats.stratified_shift_test([(_log(new), _log(old))])
-        span = max(math.log(DEFAULT_MODE_SPAN), _log_range(old), _log_range(session_levels(baseline)))
-        rho = lag1([new, *baseline.session_rounds().values()])
-        se = math.hypot(_within_se(test) * math.sqrt((1 + rho) / (1 - rho)),
-                        drift * math.sqrt(1 + 1 / n_sessions))
-        v = replace(base, tolerance=tol, rounds=len(new), dropped=dropped, reason="other-mode",
-                    value=stats.median(new), facts={**facts, **across, "span": math.exp(span),
-                                                    "drift": math.expm1(drift), "drift_from": source})
-        return Question(v, normal_evidence(test.estimate, se, df, span), share, group)
+    if across is not None:  # no baseline round in the candidate's modes: all against all
+        strata, other_mode = [(round_values(sample, metric), list(baseline.rounds))], 0
     new_rounds = [v for n, _ in strata for v in n]
     # Value and reference from the candidate's main mode, so that they show the change; the
     # change and its interval from every mode the two sides share.
     main_new, main_base = strata[0]
     test = stats.stratified_shift_test([(_log(n), _log(b)) for n, b in strata])
     rho = lag1([round_values(sample, metric), *baseline.session_rounds().values()])
-    se = math.hypot(_within_se(test) * math.sqrt((1 + rho) / (1 - rho)),
-                    drift * math.sqrt(1 + 1 / n_sessions))
+    widen = math.sqrt((1 + rho) / (1 - rho))
+    within = _within_se(test) * widen
+    facts = {**facts, "lag1": rho, "sessions": len(baseline.session_rounds()), "span": math.exp(span)}
+    # Beyond the span is beyond anything the machine does on its own: judged from the
+    # candidate's own level against the window the baseline's rounds pin (band_evidence), so a
+    # baseline that caught both of the machine's states bounds where a clean run can land.
+    cand = _log(new_rounds)
+    level = stats.stratified_signed_rank_test([cand])
+    base_logs = _log([v for _, b in strata for v in b])
+    by_span = band_evidence(test.estimate, level.estimate, _within_se(level) * widen,
+                            (min(base_logs), max(base_logs)), span)
+    # A measured drift narrows that where the sessions show it is small. Either may decide,
+    # each at half the level.
+    if across is not None or drift is None:
+        evidence, facts["drift_from"] = by_span, "span"
+        reason = "other-mode" if across is not None else "span"
+        facts.update(across or {})
+    else:
+        sd, df, source, n_sessions = drift
+        by_drift = normal_evidence(test.estimate, math.hypot(within, sd * math.sqrt(1 + 1 / n_sessions)), df)
+        evidence = by_drift if source == "assumed" else either(by_span, by_drift)
+        reason = ""
+        facts.update({"drift": math.expm1(sd), "drift_from": source, **({"df": df} if df else {})})
     v = replace(base, tolerance=tol, rounds=len(new_rounds), dropped=dropped + other_mode,
-                value=stats.median(main_new), baseline=stats.median(main_base),
-                facts={**facts, "drift": math.expm1(drift), "drift_from": source,
-                       "sessions": n_sessions, "lag1": rho, **({"df": df} if df else {})})
-    return Question(v, normal_evidence(test.estimate, se, df), share, group)
+                value=stats.median(main_new), baseline=stats.median(main_base), reason=reason,
+                facts=facts)
+    return Question(v, evidence, share, group)
 
 
 def _log_range(values: Sequence[float]) -> float:

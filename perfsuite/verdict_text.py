@@ -107,6 +107,12 @@ def line(v: Verdict) -> str:
         text += " (the interval straddles the tolerance)"
     elif v.reason == "unbounded":
         text += f" (too few {'pairs' if v.test == 'paired' else 'rounds'} to bound the change)"
+    elif v.reason == "span":
+        text += (f" (a baseline of {f.get('sessions', 1)} session(s) cannot tell a change from how far "
+                 f"this machine moves between runs: only one beyond x{f['span']:.1f} is decided until "
+                 f"--baseline-add has recorded 4 sessions)")
+    elif v.reason == "beyond-span":
+        text += f" (beyond x{f['span']:.1f}, the most this machine moves between runs on its own)"
     elif v.reason == "other-mode":
         text += (f" (machine in another mode than the baseline: canary {f['canary_us']:.0f} us now, "
                  f"{f['base_in_mode']} of {f['base_rounds']} baseline rounds within +-{f['limit']:.0%} "
@@ -195,7 +201,9 @@ def table(verdicts: Sequence[Verdict]) -> str:
     if any(v.status == "unknown" and v.test == "stored" for v in verdicts):
         # A stored baseline cannot be measured again; the arms of an A/B run can, side by side.
         lines.append("# unknown against a stored baseline: to decide, measure both sides now, "
-                     "interleaved: perfsuite ab --a-python OLD_VENV/bin/python (or --a-env/--b-env)")
+                     "interleaved: perfsuite ab --a-python OLD_VENV/bin/python, OLD_VENV holding the "
+                     "baseline's version installed from its own tree (git worktree add ../old REV; "
+                     "OLD_VENV/bin/pip install ../old), or --a-env/--b-env for a setting")
     return "\n".join(lines)
 
 

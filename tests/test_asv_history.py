@@ -226,7 +226,7 @@ def test_asv_regressions_page_lists_the_drop(histories):
 def test_the_asv_history_is_where_verdicts_read_a_machines_drift(histories):
     """Each recorded commit is one earlier run: ``drift_history`` hands verdicts a case's level
     per commit, so a one-session baseline on 'clean-box' (1% between runs) judges with that
-    drift instead of the 10% default, and a 15% drop is decided."""
+    drift instead of deciding only beyond the x4 span, and a 15% drop is decided."""
     from perfsuite import regress
     from perfsuite.asv.read import drift_history
 
@@ -243,7 +243,7 @@ def test_the_asv_history_is_where_verdicts_read_a_machines_drift(histories):
     alone = regress.verdict(mpi_case().name, "busbw_GBps", slower, base)
     [told] = regress.compare([slower], {(mpi_case().name, "busbw_GBps"): base}, history=levels,
                              judged=lambda s: ["busbw_GBps"])
-    assert alone.facts["drift_from"] == "default" and alone.status == "unknown"
+    assert alone.facts["drift_from"] == "span" and alone.status == "unknown"
     assert told.facts["drift_from"] == "sessions+asv" and told.facts["df"] == 20
     assert told.status == "regression"
     assert drift_history(RecordTarget(conf, "nobody-here"))(sample, "busbw_GBps") == []

@@ -174,8 +174,9 @@ def test_a_real_failed_world_is_neither_recorded_nor_passed_by_compare(tmp_path,
                                                                        no_leftover_ranks):
     mixed = str(tmp_path / "mixed.json")
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "kill@1@1024")  # rank 1 of the 2-rank world, at 1 KiB
-    assert cli.main(["run", "--transports", "mpi", "--world-sizes", "1,2", "--sizes", "4,1024",
-                     "--iters", "5", "--warmup", "1", "--json", mixed]) == 1
+    # 5 rounds, what a baseline needs at least (contention is not this test's business)
+    assert cli.main(["run", "--transports", "mpi", "--world-sizes", "1,2", "--sizes", "4,1024", "--rounds", "5",
+                     "--max-contention", "off", "--iters", "5", "--warmup", "1", "--json", mixed]) == 1
     monkeypatch.delenv("PERFSUITE_TEST_FAULT")
     capsys.readouterr()
     root = tmp_path / "b"

@@ -5,10 +5,13 @@ at 4 and 64 B on a quiet machine here: docs/measurements.md), nothing injected, 
 contention, canary or alpha setting changed.
 
 * The stored gate: a baseline recorded the documented way (``--baseline-update``: 10 rounds,
-  one session), the regressed MPICH judged against it, then a clean rerun. What may happen is
-  decided by the rules, not hoped for: the regression is flagged in every case that ran in the
-  baseline's machine mode, and in another mode wherever it exceeds what modes produce; a clean
-  rerun is never a regression (the chance is below alpha by ``tests/test_validity.py``).
+  one session), the regressed MPICH judged against it, then a clean rerun. This VM flips
+  between two states x3 apart (0.33 and ~1.05 us at 4 B) that its canary does not see, and a
+  one-session baseline cannot tell which it caught, so only a change beyond x4 (the span) is
+  decided. The ring algorithm runs ~2.2 us in either state: x6-x8 against a baseline recorded
+  in the fast state, which must be flagged, but only x2-x3 against one recorded in the slow
+  state, which must stay UNKNOWN, saying why. The test reads which it was from the table and
+  holds the gate to it; a clean rerun is never a regression.
 * ``perfsuite ab`` through its own world runner, arms differing by that MPICH setting.
 * ``perfsuite detection-power`` on a tiny budget, for real.
 """
@@ -38,10 +41,34 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
-def status_of(out: str, case: str) -> str:
-    """A case's status in the verdict table ('REGRESSION', 'unknown', 'same', ...)."""
+def row_of(out: str, case: str) -> tuple[str, float]:
+    """A case's (status, value) in the verdict table ('REGRESSION', 'unknown', ...)."""
     row = next(line for line in out.splitlines() if re.match(rf"^\S+\s+{re.escape(case)}\s", line))
-    return row.split()[0]
+    status, _, _, value = row.split()[:4]
+    return status, float(value)
+
+
+#: Against one session the span is x4: every level this machine makes lies in one window that
+#: wide, which holds the baseline's rounds, so a clean run lands below 4x the baseline's fastest
+#: round. Clearly beyond that must be flagged, clearly within it must not be; between, the
+#: rounds' own spread decides either way.
+SPAN = 4.0
+
+
+def check_against_one_session(out: str, baseline: Path) -> bool:
+    """Every case as the rules say for where it landed; True when any was a regression."""
+    stored = json.loads(baseline.read_text())["cases"]
+    flagged = False
+    for case in CASES:
+        status, value = row_of(out, case)
+        fastest = min(stored[case]["latency_us"]["rounds"])
+        if value > 1.5 * SPAN * fastest:
+            assert status == "REGRESSION", out
+        elif value < SPAN / 1.5 * fastest:
+            assert status == "unknown" and re.search(rf"UNKNOWN: {re.escape(case)} .*beyond x4", out), out
+        assert status in ("REGRESSION", "unknown"), out  # never SAME or an improvement
+        flagged |= status == "REGRESSION"
+    return flagged
 
 
 def test_the_stored_gate_flags_a_real_mpich_regression_and_passes_a_clean_rerun(tmp_path):
@@ -52,15 +79,12 @@ def test_the_stored_gate_flags_a_real_mpich_regression_and_passes_a_clean_rerun(
     assert re.search(r"new .* \(1 session\(s\), ([7-9]|1[0-3]) round\(s\)\)", r.stdout), r.stdout
 
     slow = cli("run", *WORLD, *base, *RING_ARGS, "--compare", cwd=tmp_path)
-    assert slow.returncode == 1, slow.stdout + slow.stderr  # a regression, not a failed world (4)
     assert re.search(r"# family: 2 verdict\(s\); the chance that any of them wrongly says DIFFERENT "
                      r"is at most 0.01", slow.stdout), slow.stdout
-    for case in CASES:
-        status = status_of(slow.stdout, case)
-        # In the baseline's mode x6 is far beyond the drift; in another mode it must also be
-        # beyond what the modes produce, else the verdict says so rather than guess.
-        assert status == "REGRESSION" or "machine in another mode than the baseline" in slow.stdout, slow.stdout
-    assert "REGRESSION: allreduce[mpi-n2-" in slow.stdout
+    flagged = check_against_one_session(slow.stdout, tmp_path / "baselines" / "e2e-box" / "allreduce.json")
+    assert slow.returncode == (1 if flagged else 0), slow.stdout + slow.stderr  # never 4: no world failed
+    if flagged:
+        assert re.search(r"beyond x4.0, the (most this machine moves|widest spread)", slow.stdout), slow.stdout
 
     clean = cli("run", *WORLD, *base, "--compare", cwd=tmp_path)
     assert clean.returncode == 0, clean.stdout + clean.stderr
@@ -90,9 +114,11 @@ def test_the_pytest_gate_fails_the_regressed_cases_and_passes_a_clean_rerun(tmp_
     assert "perfsuite verdicts on e2e-box" in r.stdout and "2 new" in r.stdout  # one verdict per case
 
     r = pytest_run(*[f"--perf-env={k}={v}" for k, v in RING.items()])
-    assert r.returncode == 1, r.stdout[-3000:]
-    assert "failed" in r.stdout and "Failed: allreduce[mpi-n2-" in r.stdout and "vs baseline" in r.stdout
-    assert "# family: 2 verdict(s)" in r.stdout
+    assert "# family: 2 verdict(s)" in r.stdout, r.stdout[-3000:]
+    flagged = check_against_one_session(r.stdout, tmp_path / "baselines" / "e2e-box" / "allreduce.json")
+    assert r.returncode == (1 if flagged else 0), r.stdout[-3000:]
+    if flagged:
+        assert "Failed: allreduce[mpi-n2-" in r.stdout and "vs baseline" in r.stdout
 
     r = pytest_run()
     assert r.returncode == 0, r.stdout[-3000:]

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from perfsuite import formats, regress, suite
+from perfsuite import verdict_text as vt
 from perfsuite.bench.allreduce import allreduce_cases, table
 from perfsuite.launch import native
 from perfsuite.launch.launchers import LaunchConfig
@@ -230,11 +231,12 @@ def test_no_verdict_across_loops_and_it_says_why():
     assert base.timing == "python" and Baseline.from_dict(base.case, base.metric, base.to_dict()) == base
     v = regress.verdict(base.case, "latency_us", _sample("native", 0.5), base)
     assert v.status == "unknown"
-    assert v.note == ("allreduce[mpi-n2-4B] latency: the baseline was timed by python, this run by "
-                      "native; no verdict across timings (re-record the baseline, or time this run "
-                      "by python: --host-timing / --device-timing)")
+    assert v.reason == "timing" and vt.line(v) == (
+        "allreduce[mpi-n2-4B] latency: the baseline was timed by python, this run by "
+        "native; no verdict across timings (re-record the baseline, or time this run "
+        "by python: --host-timing / --device-timing)")
     same = regress.verdict(base.case, "latency_us", _sample("python", 2.0), base)
-    assert "timed by" not in same.note
+    assert "timed by" not in vt.line(same)
 
 
 def test_version_1_baselines_were_timed_by_python_on_the_host():

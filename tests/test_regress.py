@@ -717,20 +717,26 @@ def _session(level: float, seed: int, k: int = 10, noise: float = 0.005) -> Samp
     return _pooled_latency([level * (1 + noise * rng.standard_normal()) for _ in range(k)])
 
 
-def test_the_drift_between_sessions_is_in_the_interval():
-    """One session of baseline rounds says nothing of how runs drift: the stated default
-    (10%) is taken, so a clean rerun whose session sits 8% higher is not a regression, though
-    its rounds alone would say so; a x2 regression is still flagged."""
+def test_one_session_decides_only_beyond_the_machines_span():
+    """One session of baseline rounds says nothing of how far the next run lands: only a change
+    beyond the span (x4, what this machine's unseen states move a level by between runs) is
+    decided. A clean rerun in the other state (x3) is not a regression, though its rounds alone
+    would say so; MPICH's ring algorithm (x6) is; x2 is not decided, and never SAME."""
     one = base_of(_session(10.0, 1), "latency_us", session="monday")
-    assert one.sessions == ("monday",) * 10 and regress.session_drift(one)[2] == "default"
-    drifted = _session(10.8, 2)
-    v = regress.verdict(SMALL.name, "latency_us", drifted, one)
-    assert v.status == "unknown" and v.facts["drift_from"] == "default"
-    assert v.facts["drift"] == pytest.approx(regress.DEFAULT_SESSION_SD)
-    assert regress.verdict(SMALL.name, "latency_us", drifted, one, session_sd=DRIFT).status == "regression"
-    assert regress.verdict(SMALL.name, "latency_us", _session(20.0, 3), one).status == "regression"
+    assert one.sessions == ("monday",) * 10 and regress.session_drift(one) is None
+    other_state = _session(31.0, 2)
+    v = regress.verdict(SMALL.name, "latency_us", other_state, one)
+    assert v.status == "unknown" and v.reason == "span" and v.facts["drift_from"] == "span"
+    assert v.facts["span"] == pytest.approx(regress.DEFAULT_MODE_SPAN)
+    assert "cannot tell a change from how far this machine moves between runs: only one beyond x4.0" in vt.line(v)
+    assert regress.verdict(SMALL.name, "latency_us", other_state, one, session_sd=DRIFT).status == "regression"
+    ring = regress.verdict(SMALL.name, "latency_us", _session(64.0, 3), one)
+    assert ring.status == "regression" and ring.reason == "beyond-span"
+    assert "beyond x4.0, the most this machine moves between runs on its own" in vt.line(ring)
+    assert regress.verdict(SMALL.name, "latency_us", _session(20.0, 4), one).status == "unknown"
+    assert regress.verdict(SMALL.name, "latency_us", _session(10.0, 5), one).status == "unknown"
     with pytest.raises(ConfigError, match="session drift 0.0 must be a fraction > 0"):
-        regress.verdict(SMALL.name, "latency_us", drifted, one, session_sd=0.0)
+        regress.verdict(SMALL.name, "latency_us", other_state, one, session_sd=0.0)
 
 
 def test_sessions_added_to_a_baseline_measure_its_drift():

@@ -75,3 +75,18 @@ def test_the_family_check_fails_when_each_case_spends_all_of_alpha(monkeypatch):
     monkeypatch.setattr(decision, "_holm", lambda ps, alpha: [(alpha, p <= alpha) for p in ps])
     broken = validity.rate("stored", validity.Machine(0.02, 0.3, 0.10), 300, **FAMILY)
     assert beyond_bound(broken), broken.hits
+
+
+def test_the_validity_command_prints_its_table_and_a_versioned_file(tmp_path, capsys):
+    from perfsuite import cli, formats
+
+    path = tmp_path / "v.json"
+    rc = cli.main(["validity", "--runs", "20", "--within", "0.02", "--lag1", "0.3", "--sessions", "0.05",
+                   "--mode-step", "0.65", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "within 2%, lag-1 0.3, sessions 5%, modes x1.7 switching 10%" in out
+    assert "clean runs: worst false-alarm rate" in out and "met in every setting" in out
+    saved = formats.check_format(formats.read_json(path, "validity", ""), formats.VALIDITY, str(path))
+    assert [r["mode"] for r in saved["rates"]] == ["stored", "A/B"] and saved["rates"][0]["runs"] == 20
+    assert cli.main(["validity", "--runs", "0"]) == 2

@@ -8,6 +8,7 @@ from dataclasses import replace
 from .. import bench, formats, options, regress, suite
 from ..errors import ConfigError
 from ..launch.launchers import parse_env
+from ..experiments.ab import DEFAULT_MAX_PAIRS
 from ..model import whole_number
 from .common import EXIT_FAIL, EXIT_OK, say
 
@@ -29,8 +30,9 @@ def add_ab(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{arm}-python", metavar="PATH", help=f"arm {up}'s Python (another venv; "
                        "its mpiexec is used when one lies beside it)")
         p.add_argument(f"--{arm}-launcher-args", metavar="ARGS", help=f"extra launcher arguments for arm {up}")
-    p.add_argument("--max-pairs", default=str(40), metavar="N", help="pairs at most [default: 40]")
-    p.add_argument("--budget", metavar="S", help="seconds at most (stops after the block running then)")
+    p.add_argument("--max-pairs", default=str(DEFAULT_MAX_PAIRS), metavar="N",
+                   help=f"pairs at most [default: {DEFAULT_MAX_PAIRS}]")
+    p.add_argument("--budget", metavar="S", help="seconds at most (stops after the pair running then)")
     p.add_argument("--tolerance", metavar="TOL", help="0.02 or LOWER:UPPER [default: 0.02]")
     p.add_argument("--alpha", metavar="P", help="false-alarm rate over every look [default: 0.01]")
     p.add_argument("--seed", metavar="N", help="seed of the ABBA order [default: random]")
@@ -68,7 +70,7 @@ def do_ab(args: argparse.Namespace) -> int:
                       tolerance=tol, alpha=regress.parse_alpha(args.alpha),
                       max_contention=options.contention_limit(values.get("max_contention") or "0.05"),
                       canary_shift=options.canary_limit(values.get("max_canary_shift") or "0.15"),
-                      seed=whole_number(args.seed, "seed", low=0))
+                      seed=whole_number(args.seed, "seed", low=0), judged=bench.get(name).judged)
     suite_cfg = options.suite_config({**values, "transports": arms[0].transport})
     say(f"# A/B: {len(cases[0])} case(s), up to {cfg.max_pairs} pairs ...")
     rep = ab.run(cfg, ab.world_runner(replace(suite_cfg, rounds=None)),

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
+from dataclasses import replace
 
 from .. import formats, options, report, suite, transports
 from ..errors import ConfigError
@@ -105,6 +107,10 @@ def add_validity(p: argparse.ArgumentParser) -> None:
                    help="lag-1 correlations of rounds [default: %(default)s]")
     p.add_argument("--sessions", default=",".join(f"{x:g}" for x in v.SESSION), metavar="LIST",
                    help="SD of the drift between sessions, fractions [default: %(default)s]")
+    p.add_argument("--mode-step", default="0", metavar="F",
+                   help="a slow machine mode this much slower (0.65: x1.65), its canary 1.65x [default: 0]")
+    p.add_argument("--switch", default="0.1", metavar="F",
+                   help="with --mode-step: the chance per world that the mode changes [default: 0.1]")
     p.add_argument("--change", default="0", metavar="F",
                    help="a real change of the candidate (arm B), e.g. 0.3: the rate it is caught "
                         "[default: 0, the false-alarm rate]")
@@ -128,6 +134,10 @@ def do_validity(args: argparse.Namespace) -> int:
     kw = {"change": _fraction(args.change, "change"), "n_cases": whole_number(args.cases, "cases")}
     sessions = whole_number(args.baseline_sessions, "baseline sessions")
     machines = v.grid(_floats(args.within, "within"), _floats(args.lag1, "lag1"), _floats(args.sessions, "sessions"))
+    step = _fraction(args.mode_step, "mode-step")
+    if step:
+        machines = [replace(m, mode_step=math.log1p(step), switch=_fraction(args.switch, "switch"))
+                    for m in machines]
     modes = ("stored", "A/B") if args.mode == "both" else (("stored",) if args.mode == "stored" else ("A/B",))
     say(f"# validity: {len(machines)} synthetic machine(s) x {len(modes)} mode(s), {runs} seeded runs each, "
         "judged by the code the commands run")

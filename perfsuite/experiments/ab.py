@@ -44,6 +44,9 @@ DEFAULT_TOLERANCE = Tolerance(-0.02, 0.02)
 #: Pairs at most: at ~1.7 s a pair of small worlds here, about five minutes, in which the
 #: upgrades and regressions of docs/measurements.md's A/B section are decided.
 DEFAULT_MAX_PAIRS = 200
+#: A pair whose two worlds differ by more than this (log; x2, half the machine's span between
+#: states, regress.DEFAULT_MODE_SPAN) straddled a change of state the canary may not see.
+STATE_STEP = math.log(2.0)
 
 
 @dataclass(frozen=True)
@@ -302,8 +305,11 @@ def mode_strata(log: PairLog, shift: float | None, alpha: float) -> tuple[list[l
         facts["canary_moved"] = True
     if shift is None:
         return [log.ratios], facts
-    one = [r for r, (a, b) in zip(log.ratios, cans) if rounds.same_mode(a, b, shift)]
-    two = [r for r, (a, b) in zip(log.ratios, cans) if not rounds.same_mode(a, b, shift)]
+    step = STATE_STEP
+    two_modes = [not rounds.same_mode(a, b, shift) or abs(math.log(r)) > step
+                 for r, (a, b) in zip(log.ratios, cans)]
+    one = [r for r, across in zip(log.ratios, two_modes) if not across]
+    two = [r for r, across in zip(log.ratios, two_modes) if across]
     return [one, two], {**facts, "straddling": len(two)}
 
 
