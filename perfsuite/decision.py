@@ -181,7 +181,7 @@ def stored_looks(first: int, cap: int | None) -> tuple[int, ...]:
 
 
 def paired_looks(max_pairs: int, alpha: float = DEFAULT_ALPHA, cases: int = 1) -> tuple[int, ...]:
-    """Pair counts (whole ABBA blocks) at which an A/B verdict may be taken: about 25% more
+    """Pair counts (even, as the grid has always been) at which an A/B verdict may be taken: about 25% more
     pairs each time, keeping only looks where n pairs can reach their level at all (the
     signed-rank test's smallest two-sided p is 2^(1-n)), so no alpha is spent on a look that
     cannot decide."""

@@ -283,14 +283,19 @@ def test_precise_enough_stops_only_when_the_median_is_pinned():
     assert not regress.precise_enough([rounds(LARGE, "busbw_GBps", 1.0, 2, seed=1, between=0.0)], 0.01)
 
 
-def test_case_line_picks_the_worst_verdict():
+def three_verdicts() -> tuple[Verdict, Verdict, Verdict]:
+    """(same, regression, unknown) of busbw against one baseline."""
     base = base_of(rounds(LARGE, "busbw_GBps", 1.0, 6, seed=1), "busbw_GBps")
-    bad = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.7, 6, seed=2), base,
-                          session_sd=DRIFT)
-    fine = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 1.0, 6, seed=3), base,
-                           session_sd=DRIFT)
-    unsure = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.7, 1, seed=3), base,
-                             session_sd=DRIFT)
+
+    def judge(level: float, k: int, seed: int) -> Verdict:
+        return regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", level, k, seed=seed), base,
+                               session_sd=DRIFT)
+
+    return judge(1.0, 6, 3), judge(0.7, 6, 2), judge(0.7, 1, 3)
+
+
+def test_case_line_picks_the_worst_verdict():
+    fine, bad, unsure = three_verdicts()
     assert (bad.status, fine.status, unsure.status) == ("regression", "same", "unknown")
     assert vt.case_line([fine, bad, unsure]) == vt.line(bad)
     assert vt.case_line([fine, unsure]) == vt.line(unsure)
@@ -298,13 +303,7 @@ def test_case_line_picks_the_worst_verdict():
 
 def test_verdict_order_and_table_columns():
     assert VERDICT_ORDER == ("regression", "invalid", "improvement", "unknown", "missing", "new", "same")
-    base = base_of(rounds(LARGE, "busbw_GBps", 1.0, 6, seed=1), "busbw_GBps")
-    same = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 1.0, 6, seed=3), base,
-                           session_sd=DRIFT)
-    bad = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.7, 6, seed=2), base,
-                          session_sd=DRIFT)
-    unsure = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.7, 1, seed=3), base,
-                             session_sd=DRIFT)
+    same, bad, unsure = three_verdicts()
     lines = vt.table([same, unsure, bad]).splitlines()
     assert lines[0].split() == ["status", "case", "metric", "value", "ref", "change", "interval", "tol", "rounds"]
     assert [line.split()[0] for line in lines[1:4]] == ["REGRESSION", "unknown", "same"]

@@ -35,7 +35,7 @@ def add_ab(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", metavar="S", help="seconds at most (stops after the pair running then)")
     p.add_argument("--tolerance", metavar="TOL", help="0.02 or LOWER:UPPER [default: 0.02]")
     p.add_argument("--alpha", metavar="P", help="false-alarm rate over every look [default: 0.01]")
-    p.add_argument("--seed", metavar="N", help="seed of the ABBA order [default: random]")
+    p.add_argument("--seed", metavar="N", help="seed of the pairs' order [default: random]")
     p.add_argument("--json", metavar="PATH", help="write the versioned A/B file here")
 
 
@@ -86,4 +86,4 @@ def do_ab(args: argparse.Namespace) -> int:
 
 
 COMMANDS["ab"] = (add_ab, do_ab, "compare two arms (transport, env, venv, launcher args) in "
-                  "interleaved ABBA pairs: B/A with its interval and SAME/DIFFERENT/UNKNOWN")
+                  "interleaved pairs in random order: B/A with its interval and SAME/DIFFERENT/UNKNOWN")

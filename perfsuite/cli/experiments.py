@@ -111,6 +111,8 @@ def add_validity(p: argparse.ArgumentParser) -> None:
                    help="a slow machine mode this much slower (0.65: x1.65), its canary 1.65x [default: 0]")
     p.add_argument("--switch", default="0.1", metavar="F",
                    help="with --mode-step: the chance per world that the mode changes [default: 0.1]")
+    p.add_argument("--canary-blind", action="store_true",
+                   help="with --mode-step: the canary does not see the modes (as on this project's VM)")
     p.add_argument("--change", default="0", metavar="F",
                    help="a real change of the candidate (arm B), e.g. 0.3: the rate it is caught "
                         "[default: 0, the false-alarm rate]")
@@ -136,8 +138,8 @@ def do_validity(args: argparse.Namespace) -> int:
     machines = v.grid(_floats(args.within, "within"), _floats(args.lag1, "lag1"), _floats(args.sessions, "sessions"))
     step = _fraction(args.mode_step, "mode-step")
     if step:
-        machines = [replace(m, mode_step=math.log1p(step), switch=_fraction(args.switch, "switch"))
-                    for m in machines]
+        machines = [replace(m, mode_step=math.log1p(step), switch=_fraction(args.switch, "switch"),
+                            canary_sees=not args.canary_blind) for m in machines]
     modes = ("stored", "A/B") if args.mode == "both" else (("stored",) if args.mode == "stored" else ("A/B",))
     say(f"# validity: {len(machines)} synthetic machine(s) x {len(modes)} mode(s), {runs} seeded runs each, "
         "judged by the code the commands run")

@@ -118,7 +118,7 @@ class ABConfig:
 
     def __post_init__(self):
         if self.max_pairs < 2:
-            raise ConfigError(f"max pairs {self.max_pairs} must be >= 2 (one ABBA block)")
+            raise ConfigError(f"max pairs {self.max_pairs} must be >= 2")
         if self.budget_s is not None and not self.budget_s > 0:
             raise ConfigError(f"budget {self.budget_s!r} must be a number of seconds > 0")
         if len(self.cases_a) != len(self.cases_b):

@@ -12,7 +12,7 @@ calibrated spin inside the timed region.
 From that one stream (``windows.py``):
 
 * **A/B mode**, as ``perfsuite ab`` judges: the pairs of one kind in time order, split into
-  contiguous windows; each window grows by two pairs per look (an ABBA block) until every metric
+  contiguous windows; each window grows to ab's next look until every metric
   is decided or ``max_pairs`` is reached. Windows share no world, so each is one independent
   comparison.
 * **Stored-baseline mode**, as ``run --baseline-update`` then ``run --compare`` judge: the first
@@ -335,12 +335,12 @@ def format_report(rep: DetectionReport) -> str:
              + (vt.tolerance(cfg.tolerance) if cfg.tolerance else "the gate's default"),
              "# a window is one independent comparison (no world serves two); flagged = a "
              "regression for a slowdown, either way for a clean one",
-             f"{'mode':<7}{'cond':>6} {'rounds':<7}{'case':<28}{'metric':<11}{'windows':>8}"
+             f"{'mode':<7}{'cond':>6} {'rounds':<8}{'case':<28}{'metric':<11}{'windows':>8}"
              f"{'flagged':>8}{'rate':>8}  {'95% CI':<16}{'same':>5}{'unkn':>5}{'used':>6}{'time':>7}"]
     for r in (*rep.ab_rows, *rep.stored_rows):
         lo, hi = stats.rate_ci(r.hits, r.n) if r.n else (math.nan, math.nan)
         rate = r.hits / r.n if r.n else math.nan
-        lines.append(f"{r.mode:<7}{r.condition:>6} {r.rounds:<7}{r.case:<28}{_short(r.metric):<11}"
+        lines.append(f"{r.mode:<7}{r.condition:>6} {r.rounds:<8}{r.case:<28}{_short(r.metric):<11}"
                      f"{r.n:>8}{r.hits:>8}{pct(rate):>8}  {'[' + pct(lo) + ', ' + pct(hi) + ']':<16}"
                      f"{r.count('same'):>5}{r.count('unknown'):>5}{_num(r.median_used(), ''):>6}"
                      f"{_num(r.median_time(), 's'):>7}")

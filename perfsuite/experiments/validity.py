@@ -48,9 +48,11 @@ class Machine:
     mode_step: float = 0.0  # log step of the slow spell (0: one mode)
     switch: float = 0.0  # chance per world that the spell changes
     level_us: float = 1.0
+    canary_sees: bool = True  # the canary follows the spell (this VM's does not see its states)
 
     def label(self) -> str:
-        modes = f", modes x{math.exp(self.mode_step):.1f} switching {self.switch:.0%}" if self.mode_step else ""
+        modes = (f", modes x{math.exp(self.mode_step):.1f} switching {self.switch:.0%}"
+                 + ("" if self.canary_sees else " unseen") if self.mode_step else "")
         return f"within {self.within_sd:.0%}, lag-1 {self.lag1:.1f}, sessions {self.session_sd:.0%}{modes}"
 
 
@@ -76,7 +78,8 @@ class Stream:
         self.noise = m.lag1 * self.noise + math.sqrt(1 - m.lag1 ** 2) * m.within_sd * self.rng.standard_normal()
         step = m.mode_step if self.slow else 0.0
         value = m.level_us * math.exp(self.offset + step + self.noise) * (1.0 + change)
-        canary = 100.0 * (1.65 if self.slow else 1.0) * math.exp(0.05 * self.rng.standard_normal())
+        seen = self.slow and m.canary_sees
+        canary = 100.0 * (1.65 if seen else 1.0) * math.exp(0.05 * self.rng.standard_normal())
         return value, canary
 
 
