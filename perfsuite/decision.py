@@ -142,13 +142,15 @@ def band_evidence(estimate: float, level: float, se: float, band: tuple[float, f
 
 def either(a: Evidence, b: Evidence) -> Evidence:
     """Two intervals of one change, each valid under its own assumption, read as one: their
-    intersection, each at half the level (Bonferroni), so that either may decide."""
+    intersection, each at half the level (Bonferroni), so that either may decide. When they do
+    not meet, one assumption failed and the data cannot say which: their hull, which holds the
+    change if either does, and decides only what both would."""
 
     def interval(confidence: float) -> tuple[float, float]:
         half = 1.0 - (1.0 - confidence) / 2.0
         (lo1, hi1), (lo2, hi2) = a.interval(half), b.interval(half)
         lo, hi = max(lo1, lo2), min(hi1, hi2)
-        return (lo, hi) if lo <= hi else (a.estimate, a.estimate)
+        return (lo, hi) if lo <= hi else (min(lo1, lo2), max(hi1, hi2))
 
     return Evidence(a.estimate, interval,
                     lambda lo, hi: min(1.0, 2.0 * min(a.p_beyond(lo, hi), b.p_beyond(lo, hi))),

@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from perfsuite import regress, rounds as rounds_mod, stats
+from perfsuite import decision, regress, rounds as rounds_mod, stats
 from perfsuite import verdict_text as vt
 from perfsuite.errors import ConfigError
 from perfsuite.model import VERDICT_ORDER, Baseline, Case, Metric, Sample, Tolerance, Verdict
@@ -804,3 +804,33 @@ def test_one_verdict_per_case_with_its_reciprocal_shown():
     assert regress.family_size([SMALL.name], stored) == 1
     gone = regress.compare([], stored, cases=[SMALL.name])
     assert [(v.metric, v.status) for v in gone] == [("latency_us", "missing")]
+
+
+def test_two_intervals_read_as_one_keep_only_what_either_supports():
+    """``either``: each interval at half the level, their intersection when they meet; when they
+    do not (one assumption failed, and the data cannot say which), their hull, never a point."""
+    wide = decision.normal_evidence(0.0, 0.5)
+    narrow = decision.normal_evidence(0.05, 0.01)
+    both = decision.either(wide, narrow)
+    lo, hi = both.interval(0.99)
+    assert (lo, hi) == pytest.approx(narrow.interval(0.995))
+    apart = decision.either(decision.normal_evidence(0.5, 0.01), decision.normal_evidence(-0.5, 0.01))
+    lo, hi = apart.interval(0.99)
+    assert lo < -0.5 and hi > 0.5  # covers both, so it shows neither a change nor sameness
+    assert decision.interval_status(math.expm1(lo), math.expm1(hi), Tolerance(-0.03, 0.03), False) == "unknown"
+
+
+def test_the_span_band_covers_every_level_an_unchanged_machine_makes_and_nothing_beyond():
+    """``band_evidence``: baseline rounds at 1.0 and 3.0 (both of a machine's states), a span
+    of x4: an unchanged run lands within [3/4, 4]; its interval covers 0 there and never
+    shows sameness; x6 of the fast state lies beyond, so its interval lies above 0."""
+    band, span = (math.log(1.0), math.log(3.0)), math.log(4.0)
+    for level in (0.8, 1.0, 3.0, 3.9):
+        ev = decision.band_evidence(0.0, math.log(level), 0.01, band, span)
+        lo, hi = ev.interval(0.99)
+        assert lo <= 0 <= hi, level
+        assert ev.p_within(-0.03, 0.03) == 1.0
+    ev = decision.band_evidence(math.log(6.0), math.log(6.0), 0.01, band, span)
+    lo, _ = ev.interval(0.99)
+    assert lo > 0 and ev.p_beyond(-0.03, 0.03) < 0.01
+    assert decision.band_evidence(0.0, 0.0, math.inf, band, span).interval(0.99) == (-math.inf, math.inf)
