@@ -12,6 +12,8 @@ the same count every time.
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from perfsuite import decision, stats
@@ -58,6 +60,31 @@ def test_ab_verdicts_keep_alpha_over_every_look():
 def test_the_ab_check_fails_with_a_fixed_alpha_at_every_look(monkeypatch):
     monkeypatch.setattr(ab.ABConfig, "share", property(lambda self: 1.0))
     broken = validity.rate("A/B", validity.Machine(0.04, 0.6, 0.0), 1000, tolerance=ZERO)
+    assert beyond_bound(broken), broken.hits
+
+
+#: This VM's two states (x3.1 apart at 4 B), switching often, and a canary blind to them: ab
+#: ranks apart the pairs whose two worlds differ by more than x2, by the size of the step only.
+TWO_STATES = validity.Machine(0.02, 0.3, 0.0, mode_step=math.log(3.1), switch=0.3, canary_sees=False)
+
+
+def test_ab_keeps_alpha_when_the_canary_does_not_see_the_machines_states():
+    r = validity.rate("A/B", TWO_STATES, 500, tolerance=ZERO)
+    assert within_bound(r), r.hits
+
+
+def test_the_two_state_check_fails_when_pairs_are_grouped_by_sign(monkeypatch):
+    """Grouping the pairs by a signed step (B over A beyond x2) instead of its size: the large
+    ratios of one sign land in a group of their own, whose signs are no longer a fair coin."""
+    grouped = ab.mode_strata
+
+    def by_sign(log, shift, alpha):
+        strata, facts = grouped(log, shift, alpha)
+        ratios = [r for s in strata for r in s]
+        return [[r for r in ratios if r <= 2.0], [r for r in ratios if r > 2.0]], facts
+
+    monkeypatch.setattr(ab, "mode_strata", by_sign)
+    broken = validity.rate("A/B", TWO_STATES, 500, tolerance=ZERO)
     assert beyond_bound(broken), broken.hits
 
 

@@ -291,10 +291,12 @@ def _loop(info: dict) -> str:
 def mode_strata(log: PairLog, shift: float | None, alpha: float) -> tuple[list[list[float]], dict]:
     """The pairs' ratios as strata (one machine mode, two modes) and the canary's facts: its
     own B/A with its interval, whether the arms move it, how many pairs straddle two modes.
-    Without a canary on every pair, or with ``shift`` None, one stratum. Only the size of each
-    pair's canary step groups it, never its sign, which the pair's coin set: so under no change
-    every ratio's sign stays a fair coin within its group, and the test stays exact, whatever
-    the canary says. (Switching the grouping on the canary's signed B/A would not.)"""
+    Without a canary on every pair, or with ``shift`` None, one stratum. A pair straddles two
+    modes when its canaries differ by more than ``shift`` or its own two worlds by more than
+    STATE_STEP (a change of state the canary missed). Only sizes group a pair, never signs,
+    which the pair's coin set: so under no change every ratio's sign stays a fair coin within
+    its group, and the test stays exact, whatever the canary says. (Grouping on a signed B/A
+    would not: tests/test_validity.py shows it.)"""
     cans = log.canaries
     if not cans or any(a is None or b is None for a, b in cans):
         return [log.ratios], {}
@@ -305,8 +307,7 @@ def mode_strata(log: PairLog, shift: float | None, alpha: float) -> tuple[list[l
         facts["canary_moved"] = True
     if shift is None:
         return [log.ratios], facts
-    step = STATE_STEP
-    two_modes = [not rounds.same_mode(a, b, shift) or abs(math.log(r)) > step
+    two_modes = [not rounds.same_mode(a, b, shift) or abs(math.log(r)) > STATE_STEP
                  for r, (a, b) in zip(log.ratios, cans)]
     one = [r for r, across in zip(log.ratios, two_modes) if not across]
     two = [r for r, across in zip(log.ratios, two_modes) if across]
