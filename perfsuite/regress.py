@@ -323,7 +323,8 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
     rho = lag1([round_values(sample, metric), *baseline.session_rounds().values()])
     widen = math.sqrt((1 + rho) / (1 - rho))
     within = _within_se(test) * widen
-    facts = {**facts, "lag1": rho, "sessions": len(baseline.session_rounds()), "span": math.exp(span)}
+    facts = {**facts, "lag1": rho, "sessions": len(baseline.session_rounds()), "span": math.exp(span),
+             "min_sessions": MIN_SESSIONS}
     # Beyond the span is beyond anything the machine does on its own: judged from the
     # candidate's own level against the window the baseline's rounds pin (band_evidence), so a
     # baseline that caught both of the machine's states bounds where a clean run can land.

@@ -110,7 +110,7 @@ def line(v: Verdict) -> str:
     elif v.reason == "span":
         text += (f" (a baseline of {f.get('sessions', 1)} session(s) cannot tell a change from how far "
                  f"this machine moves between runs: only one beyond x{f['span']:.1f} is decided until "
-                 f"--baseline-add has recorded 4 sessions)")
+                 f"--baseline-add has recorded {f.get('min_sessions', 4)} sessions)")
     elif v.reason == "beyond-span":
         text += f" (beyond x{f['span']:.1f}, the most this machine moves between runs on its own)"
     elif v.reason == "other-mode":
