@@ -22,7 +22,7 @@ FLOORS = [
     ("perfsuite.stalls", 2), ("perfsuite.asv.layout", 2), ("perfsuite.asv.compat", 2),
     ("perfsuite.verdict_text", 2),
     ("perfsuite.transports", 3), ("perfsuite.kernels", 3),
-    ("perfsuite.bench", 4), ("perfsuite.dataset", 4), ("perfsuite.worker", 4), ("perfsuite.launch", 4),
+    ("perfsuite.bench", 4), ("perfsuite.dataset", 4), ("perfsuite.worker", 4), ("perfsuite.launch", 4), ("perfsuite.machine", 4),
     ("perfsuite.regress", 5), ("perfsuite.decision", 5), ("perfsuite.rounds", 5), ("perfsuite.baselines", 5), ("perfsuite.report", 5), ("perfsuite.study_report", 5),
     ("perfsuite.plots", 5), ("perfsuite.progress", 5), ("perfsuite.asv.project", 5),
     ("perfsuite.asv.record", 5), ("perfsuite.asv.read", 5), ("perfsuite.asv.offline", 5),
