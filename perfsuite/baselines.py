@@ -28,7 +28,7 @@ from typing import Any
 from . import fingerprint as _fingerprint
 from . import formats, regress
 from .errors import BaselineFormatError, ConfigError
-from .model import Baseline, Sample, Tolerance
+from .model import Baseline, Sample, Tolerance, time_sliced
 
 _SYSTEM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
 _NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][-0-9.eE+,\s]*?)\s*\]")
@@ -180,6 +180,10 @@ def merge(old: BaselineSet | None, samples: Iterable[Sample], system: str, bench
         if not s.valid:
             changes.append(f"{s.case.name}: not recorded, the result failed validation")
             continue
+        if time_sliced(s.info):
+            changes.append(f"{s.case.name}: not recorded, {time_sliced(s.info)}: its ranks took turns "
+                           "on one GPU, so it is no baseline for GPUs of their own")
+            continue
         for metric in s.metrics:
             prev = new.entries.get((s.case.name, metric))
             joins = add and prev is not None and prev.timing == regress.timing_of(s.info) and prev.unit == s.metrics[metric].unit
@@ -215,10 +219,11 @@ def update(root: str | os.PathLike, system: str, samples: Iterable[Sample],
     for s in samples:
         by_bench.setdefault(s.case.benchmark, []).append(s)
     loaded = {bench: load(root, system, bench) for bench in by_bench}
+    kept = [s for s in samples if not time_sliced(s.info)]  # merge says why the others are not
     if add:
-        short = [s for s in samples if s.valid and s.metrics and not _enough_with(loaded.get(s.case.benchmark), s)]
+        short = [s for s in kept if s.valid and s.metrics and not _enough_with(loaded.get(s.case.benchmark), s)]
     else:
-        short = samples
+        short = kept
     why = too_few_rounds(short, source, measured_now)
     if why:
         raise ConfigError(why)

@@ -200,6 +200,19 @@ class Sample:
                    times_s=tuple(d.get("times_s", ())), info=dict(d.get("info", {})))
 
 
+def time_sliced_label(facts: dict[str, Any] | None) -> str | None:
+    """'time-sliced (2 ranks on 1 GPU)' where a transport's facts say ranks shared a GPU: such a
+    world measures one GPU taking turns, not a bus between GPUs, and is labelled as such."""
+    k = int((facts or {}).get("ranks_per_gpu") or 1)
+    return f"time-sliced ({k} ranks on 1 GPU)" if k > 1 else None
+
+
+def time_sliced(info: dict[str, Any]) -> str | None:
+    """A sample's (or a result's extra) time-sliced label, None for a world of its own GPUs."""
+    label = info.get("time_sliced")
+    return str(label) if label else None
+
+
 def timing_of(info: dict[str, Any]) -> str:
     """How a sample's calls were timed: "native" or "python" (host loops), a device timing
     (batch, per-call, graph), or "" when not recorded."""

@@ -170,8 +170,22 @@ def selection(values: Mapping[str, Any], benchmark: str = "allreduce", **extra: 
     every = list(dict.fromkeys(s.name for s in transports.REGISTRY.values()))
     own = set(transports.names(spec.transports))
     picked = tuple(t for t in parse_names(v["transports"], every, "transport") if t in own)
-    return Selection(benchmark=benchmark, transports=picked, world_sizes=parse_world_sizes(v["world_sizes"]),
-                     values={o.dest: parsed(o, v) for o in spec.options})
+    sizes = parse_world_sizes(v["world_sizes"])
+    fitted, notes = {}, []
+    given = values.get("world_sizes") is not None or extra.get("world_sizes") is not None
+    one_node = v["launcher"] == "mpiexec" and not v["hosts"] and not v["hostfile"]
+    if not given and one_node and any(transports.spec(t, spec.transports).device == "gpu" for t in picked):
+        from .transports.gpu import fit_world_sizes, visible_gpus
+
+        gpus = visible_gpus()
+        for t in picked:
+            if transports.spec(t, spec.transports).device == "gpu":
+                fit, note = fit_world_sizes(sizes, gpus)
+                if note:
+                    fitted[t] = fit
+                    notes.append(f"{t}: {note}")
+    return Selection(benchmark=benchmark, transports=picked, world_sizes=sizes,
+                     values={o.dest: parsed(o, v) for o in spec.options}, fitted=fitted, notes=tuple(notes))
 
 
 def launcher_args(text: str | None) -> tuple[str, ...]:

@@ -188,6 +188,15 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Where the defaults were fitted to this machine (a GPU transport's world sizes to its
+    GPUs), said once per transport before anything runs."""
+    state = config.stash.get(STASH_KEY, None)
+    if state is None:
+        return []
+    return [f"perfsuite: {note}" for name in bench.names() for note in state.selection(name).notes]
+
+
 def _state(config: pytest.Config) -> PerfState:
     return config.stash[STASH_KEY]
 

@@ -21,7 +21,7 @@ from . import verdict_text as vt
 from .bench.allreduce import omb_table
 from .errors import ConfigError
 from .formats import SuiteRun
-from .model import Result, Verdict, format_size
+from .model import Result, Verdict, format_size, time_sliced
 
 def result_table(result: Result) -> str:
     """One world's table, as its benchmark's record lays it out."""
@@ -195,6 +195,8 @@ def _result_rows(r: Result) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
 
 def _heading(r: Result, tag: str) -> str:
     bits = [f"{r.benchmark} · {r.transport} · {r.world_size} ranks"]
+    if time_sliced(r.extra or {}):
+        bits.append(time_sliced(r.extra or {}))
     if r.world_start_s is not None:
         bits.append(f"world start {r.world_start_s:.2f} s")
     for key, value in sorted((r.extra or {}).items()):

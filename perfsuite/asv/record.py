@@ -24,7 +24,7 @@ from .. import bench
 from .. import fingerprint as _fingerprint
 from ..errors import ConfigError, FormatError, PerfsuiteError
 from ..formats import SuiteRun
-from ..model import Sample
+from ..model import Sample, time_sliced
 from .layout import AsvLayout, AsvMetric, metrics_for, round_samples
 from .project import LOCK_TIMEOUT_S, RecordTarget, commit_date_ms, load_project, resolve_commit
 
@@ -220,6 +220,11 @@ def record(samples: Iterable[Sample], to: RecordTarget, fp: Mapping[str, Any] | 
     for s in samples:
         if not s.valid:
             left_out.append(f"{s.case.name} (wrong result)")
+            continue
+        if time_sliced(s.info):
+            # Ranks that took turns on one GPU: asv's graph would show it as a point of the GPUs
+            # the case names (its parameters have no axis for sharing), so it is left out.
+            left_out.append(f"{s.case.name} ({time_sliced(s.info)})")
             continue
         if s.info.get("contended"):
             # Every round waited for a CPU (rounds.pool_rounds kept them all only so the sample

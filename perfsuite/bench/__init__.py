@@ -21,7 +21,7 @@ from typing import Any
 
 from ..asv.layout import AsvLayout, generic_layout
 from ..errors import ConfigError
-from ..model import Case, Opt, Result, Sample, WorldSpec
+from ..model import Case, Opt, Result, Sample, WorldSpec, time_sliced
 
 BUILTIN = ("perfsuite.bench.allreduce", "perfsuite.bench.tf_epoch", "perfsuite.bench.stalls")
 ENV = "PERFSUITE_BENCHMARKS"
@@ -36,6 +36,13 @@ class Selection:
     transports: tuple[str, ...] | None = None  # None = every transport the benchmark runs over
     world_sizes: tuple[int, ...] = (2,)
     values: dict[str, Any] = field(default_factory=dict)  # the benchmark's own options, parsed
+    #: Transports whose default world sizes were fitted to this node's GPUs, and the lines
+    #: that say so (options.selection): a user's own --world-sizes is never changed.
+    fitted: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def world_sizes_of(self, transport: str) -> tuple[int, ...]:
+        return self.fitted.get(transport, self.world_sizes)
 
 
 @dataclass(frozen=True)
@@ -136,8 +143,9 @@ def declared_judged(case_name: str) -> tuple[str, ...] | None:
 def heading(result: Result, *facts: str, late: str = "") -> str:
     """'# allreduce  transport=mpi  world_size=2  <facts>  world start 0.18 s<late>': the first
     line of a world's table."""
+    sliced = time_sliced(result.extra or {})
     head = "  ".join([f"# {result.benchmark}", f"transport={result.transport}",
-                      f"world_size={result.world_size}", *facts])
+                      f"world_size={result.world_size}", *([sliced] if sliced else []), *facts])
     if result.world_start_s is not None:
         head += f"  world start {result.world_start_s:.2f} s"
     return head + late

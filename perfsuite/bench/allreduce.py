@@ -77,9 +77,9 @@ def allreduce_cases(transports: Sequence[str], world_sizes: Sequence[int],
 
 def cases(sel: Selection) -> list[Case]:
     v = sel.values
-    return allreduce_cases(sel.transports or (), sel.world_sizes,
-                           v.get("sizes") or parse_sizes(DEFAULT_SIZES),
-                           v.get("dtypes") or (DEFAULT_DTYPE,))
+    return [c for t in sel.transports or ()
+            for c in allreduce_cases((t,), sel.world_sizes_of(t), v.get("sizes") or parse_sizes(DEFAULT_SIZES),
+                                     v.get("dtypes") or (DEFAULT_DTYPE,))]
 
 
 def allreduce_wire_bytes(size_bytes: int, world_size: int, calls: int) -> int:

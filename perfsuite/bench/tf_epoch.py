@@ -52,8 +52,9 @@ def tf_cases(transports: Sequence[str], world_sizes: Sequence[int],
 
 def cases(sel: Selection) -> list[Case]:
     v = sel.values
-    return tf_cases(sel.transports or (), sel.world_sizes, v.get("models") or DEFAULT_MODELS,
-                    v.get("batches") or DEFAULT_BATCHES)
+    return [c for t in sel.transports or ()
+            for c in tf_cases((t,), sel.world_sizes_of(t), v.get("models") or DEFAULT_MODELS,
+                              v.get("batches") or DEFAULT_BATCHES)]
 
 
 def wire_bytes(sample: Sample) -> int:

@@ -36,6 +36,8 @@ def run_cases_from_args(args: argparse.Namespace) -> tuple[list, suite.SuiteConf
         if b not in bench.names():
             raise ConfigError(f"benchmark {b!r} is unknown; choose from {', '.join(bench.names())}")
         sel = options.selection(values, b)
+        for note in sel.notes:
+            say(f"# {note}")
         if not sel.transports:
             raise ConfigError(f"none of the transports {args.transports!r} runs {b}; "
                               f"{b} runs {', '.join(transports.names(bench.get(b).transports))}")

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from ..model import DTYPES, Case, Metric, Sample
+from ..model import DTYPES, Case, Metric, Sample, time_sliced_label
 from ..transports import load as load_transport
 from .context import RankContext
 from .contention import Probe, world_view
@@ -253,6 +253,7 @@ def run(ctx: RankContext) -> dict:
 
     comm = ctx.comm
     transport = load_transport(ctx.transport)(comm, ctx.options)
+    sliced = time_sliced_label(transport.describe())  # ranks that share one GPU take turns on it
     inplace = bool(ctx.options.get("inplace", False))
     validate = bool(ctx.options.get("validate", True))
     slow = slowdown_fraction()
@@ -321,6 +322,8 @@ def run(ctx: RankContext) -> dict:
                 timing["timing_why"] = transport.timing_why
             if validate:
                 timing.update(valid_timed=bool(checked[0]), valid_fresh=bool(checked[1]))
+            if sliced:
+                timing["time_sliced"] = sliced
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1), ok, iters, warmup,
                                inplace, copy_GBps=copy_gbps,
                                machine={**world_view([g[1] for g in gathered]), **timing})
@@ -328,6 +331,8 @@ def run(ctx: RankContext) -> dict:
         del send, recv
     extra = {"transport_facts": transport.describe(), "inplace": inplace,
              "slowdown_injected": slow}
+    if sliced:
+        extra["time_sliced"] = sliced
     if ctx.options.get("copy_bw", True) and ctx.is_root:
         extra["host_copy_GBps"] = copy_bandwidth()
     if copy_gbps is not None:

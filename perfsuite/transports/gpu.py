@@ -63,6 +63,28 @@ def visible_devices_hidden(env: Mapping[str, str] | None = None) -> bool:
     return value is not None and value.strip() in ("", "-1")
 
 
+def visible_gpus(env: Mapping[str, str] | None = None) -> int:
+    """GPUs a world on this node can use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES."""
+    env = os.environ if env is None else env
+    count, _ = nvml_gpu_count()
+    if visible_devices_hidden(env):
+        return 0
+    listed = env.get("CUDA_VISIBLE_DEVICES")
+    return count if listed is None else min(count, len([d for d in listed.split(",") if d.strip()]))
+
+
+def fit_world_sizes(world_sizes: tuple[int, ...], gpus: int) -> tuple[tuple[int, ...], str | None]:
+    """Default world sizes for a GPU transport on one node of ``gpus`` GPUs: none larger than
+    the GPUs (a larger world would time-slice its ranks on one GPU, and NCCL refuses it), and
+    the line that says so; unchanged (and no line) where they fit or no GPU is seen at all."""
+    if gpus < 1 or max(world_sizes) <= gpus:
+        return world_sizes, None
+    fitted = tuple(dict.fromkeys(min(n, gpus) for n in world_sizes))
+    big = max(world_sizes)
+    return fitted, (f"{big} ranks need {big} GPUs, {gpus} here: --world-sizes "
+                    f"{','.join(map(str, fitted))} (name --world-sizes to run ranks time-sliced on shared GPUs)")
+
+
 def need_gpu() -> str | None:
     """None when GPU transports can be tried here, else the skip reason (cheap, no CUDA)."""
     count, how = nvml_gpu_count()
