@@ -66,7 +66,7 @@ def detect_flavor(program: str) -> str:
     """'mpich' or 'openmpi', from what ``mpiexec --version`` says of itself."""
     if shutil.which(program) is None:
         raise LaunchError(f"MPI launcher {program!r} not found on PATH; install an MPI "
-                          "(pip install mpich) or name one with --perf-launcher/--launcher-program")
+                          f"(pip install mpich; {OFFLINE}) or name one with --perf-launcher/--launcher-program")
     out = run_command([program, "--version"], timeout=20, check=False)
     text = (out.stdout + out.stderr).lower()
     if "open mpi" in text or "openrte" in text or "prte" in text:
@@ -75,6 +75,10 @@ def detect_flavor(program: str) -> str:
         return "mpich"
     raise LaunchError(f"cannot tell which MPI {program!r} belongs to from --version; "
                       "name it with --mpi-flavor mpich|openmpi (pytest: --perf-mpi-flavor)")
+
+
+#: Where no index can be reached (a lent GPU machine), pip install is what cannot happen.
+OFFLINE = "without a package index: bash scripts/gpu-bringup.sh with the mpich wheel carried in, docs/gpu.md"
 
 
 def default_program(name: str) -> str:
@@ -104,7 +108,7 @@ def resolve(cfg: LaunchConfig, named: bool = False) -> LaunchConfig:
         return replace(cfg, flavor=detect_flavor(cfg.program or "mpiexec"))
     if shutil.which(cfg.program or "mpiexec") is None:
         raise LaunchError(f"MPI launcher {cfg.program or 'mpiexec'!r} not found on PATH; "
-                          "install an MPI (pip install mpich)")
+                          f"install an MPI (pip install mpich; {OFFLINE})")
     return cfg
 
 

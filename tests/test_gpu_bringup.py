@@ -1,0 +1,109 @@
+"""scripts/gpu-bringup.sh and scripts/gpu-wheels.sh, on this CPU machine, from a Python that
+imitates the lent GPU machine's: mpi4py and perfsuite's other dependencies, but no MPI library and
+no mpiexec (a venv over this one: it sees this venv's packages, while its own prefix, where mpi4py
+looks for libmpi, holds none). Without wheels the bring-up says in one line what is missing and
+what to carry; with the mpich wheel carried in a folder, the venv it makes runs real worlds."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BRINGUP = REPO / "scripts" / "gpu-bringup.sh"
+WHEELS = REPO / "scripts" / "gpu-wheels.sh"
+# No venv's bin on PATH: the imitated machine has no mpiexec anywhere.
+BARE_PATH = os.pathsep.join(p for p in ("/usr/local/bin", "/usr/bin", "/bin") if os.path.isdir(p))
+
+
+def machine_python(where: Path) -> Path:
+    """A Python with this venv's packages and no MPI library of its own."""
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    site = subprocess.run([str(where / "bin" / "python"), "-c",
+                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "_test_venv.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    return where / "bin" / "python"
+
+
+def bringup(python: Path, venv: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(BRINGUP), *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PATH": BARE_PATH, "PYTHON": str(python), "VENV": str(venv)})
+
+
+@pytest.fixture(scope="module")
+def carried(tmp_path_factory) -> Path:
+    """The wheels scripts/gpu-wheels.sh fetches, for CPython 3.12 as on the GPU machine."""
+    out = tmp_path_factory.mktemp("wheels")
+    done = subprocess.run(["bash", str(WHEELS), str(out)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHON": sys.executable})
+    if done.returncode != 0:
+        pytest.skip(f"scripts/gpu-wheels.sh could not download the wheels (no package index?): "
+                    f"{done.stderr.strip().splitlines()[-1:]}")
+    return out
+
+
+def test_scripts_parse():
+    for script in (BRINGUP, WHEELS):
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+        assert os.access(script, os.X_OK)
+
+
+def test_the_wheels_to_carry_are_listed_with_their_sizes(carried):
+    (whl,) = carried.glob("mpich-*.whl")
+    assert "manylinux" in whl.name
+    assert whl.stat().st_size < 64 << 20
+
+
+def test_with_no_mpi_library_it_says_what_to_carry_in_one_line(tmp_path):
+    python = machine_python(tmp_path / "machine")
+    probe = subprocess.run([str(python), "-c", "from mpi4py import MPI"], capture_output=True, text=True)
+    assert probe.returncode != 0 and "cannot load MPI library" in probe.stderr  # the imitation holds
+    (tmp_path / "none").mkdir()
+    done = bringup(python, tmp_path / "venv", str(tmp_path / "none"))
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "Traceback" not in out
+    missing = [line for line in done.stdout.splitlines() if line.startswith("NO ")]
+    assert missing and all(line.startswith("NO MPI: mpi4py ") for line in missing), out
+    assert "finds no MPI library" in missing[0] and "scripts/gpu-wheels.sh" in missing[0]
+    assert done.stdout.rstrip().splitlines()[-1].startswith("gpu-bringup: not ready: no wheels in")
+
+
+def test_a_missing_wheel_folder_is_bad_input(tmp_path):
+    done = bringup(Path(sys.executable), tmp_path / "venv", str(tmp_path / "nowhere"))
+    assert done.returncode == 2
+    assert done.stdout.strip() == (f"gpu-bringup: wheel folder '{tmp_path / 'nowhere'}' does not exist; "
+                                   "name the folder the carried wheels are in")
+
+
+@pytest.mark.world
+def test_with_the_mpich_wheel_carried_its_venv_runs_host_worlds(tmp_path, carried, no_leftover_ranks):
+    python = machine_python(tmp_path / "machine")
+    venv = tmp_path / "venv"
+    done = bringup(python, venv, str(carried))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"installed {next(carried.glob('mpich-*.whl')).name}" in done.stdout
+    assert f"ok mpiexec: {venv}/bin/mpiexec" in done.stdout
+    assert done.stdout.rstrip().splitlines()[-1].startswith(f"gpu-bringup: ready: {venv}/bin/perfsuite")
+    # The machine's own packages are used as they are, not installed a second time.
+    assert not list(Path(venv, "lib").glob("python*/site-packages/numpy"))
+    run = subprocess.run([str(venv / "bin" / "perfsuite"), "run", "--transports", "mpi,ring", "--sizes", "4,1MiB",
+                          "--json", str(tmp_path / "r.json")],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PATH": BARE_PATH})
+    assert run.returncode == 0, run.stdout + run.stderr
+    from perfsuite.formats import load_run
+
+    result = load_run(tmp_path / "r.json")
+    assert sorted((s.case.transport, s.case.size_bytes) for s in result.samples()) == [
+        ("mpi", 4), ("mpi", 1 << 20), ("ring", 4), ("ring", 1 << 20)]
+    assert all(s.valid for s in result.samples())
+    mpi = result.results[0].extra["imports"]["mpi"]
+    assert mpi["file"].startswith(str(venv)) and "MPICH" in mpi["version"]
+    # A second bring-up reuses the venv and keeps the installed MPI.
+    again = bringup(python, venv, str(carried))
+    assert again.returncode == 0 and "kept the MPI library mpi4py already loads" in again.stdout
