@@ -68,8 +68,30 @@ theirs = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))
           and Path(p).is_dir() and not Path(p).resolve().is_relative_to(venv)]
 lines = ["# the machine's packages, after this venv's own (scripts/gpu-bringup.sh)"]
 lines += [f"import site; site.addsitedir({p!r})" for p in theirs]
-(Path(ours) / "_machine_packages.pth").write_text("\n".join(lines) + "\n")
 print(f"sees the machine's packages in {', '.join(theirs)} (after its own in {ours})")
+# An MPI the machine's mpi4py loads from its own prefix (an MPI wheel in its venv) is where the
+# venv's mpi4py does not look (sys.exec_prefix/lib): name its library, as mpi4py reads it, and
+# put its launcher and compiler wrapper beside the venv's Python, where perfsuite looks.
+try:
+    import mpi4py
+
+    mpi4py.rc.initialize = False
+    from mpi4py import MPI  # noqa: F401
+except Exception:  # noqa: BLE001 - no MPI library: the carried wheel's job
+    libmpi = None
+else:
+    with open("/proc/self/maps") as maps:
+        libmpi = next((f for f in (line.split()[-1] for line in maps if line.strip())
+                       if "/libmpi" in f and ".so" in f), None)
+if libmpi and Path(libmpi).resolve().is_relative_to(Path(sys.prefix).resolve()):
+    lines.append(f"import os; os.environ.setdefault('MPI4PY_LIBMPI', {libmpi!r})")
+    for name in ("mpiexec", "mpirun", "mpicc", "mpicxx"):
+        program, wrapper = Path(sys.executable).parent / name, venv / "bin" / name
+        if program.is_file() and not wrapper.exists():
+            wrapper.write_text(f'#!/bin/sh\nexec {str(program)!r} "$@"\n')
+            wrapper.chmod(0o755)
+    print(f"uses the machine's MPI library {libmpi} and its launcher {Path(sys.executable).parent / 'mpiexec'}")
+(Path(ours) / "_machine_packages.pth").write_text("\n".join(lines) + "\n")
 EOF
 vpy="$venv/bin/python"
 pip_install() {

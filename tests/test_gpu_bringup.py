@@ -107,3 +107,24 @@ def test_with_the_mpich_wheel_carried_its_venv_runs_host_worlds(tmp_path, carrie
     # A second bring-up reuses the venv and keeps the installed MPI.
     again = bringup(python, venv, str(carried))
     assert again.returncode == 0 and "kept the MPI library mpi4py already loads" in again.stdout
+
+
+FIRST_CONTACT = REPO / "scripts" / "gpu-first-contact.sh"
+
+
+def test_first_contact_brings_up_then_says_there_is_no_gpu(tmp_path):
+    """The stages a lent GPU machine runs: here, with no GPU, the bring-up runs and one line ends it."""
+    assert subprocess.run(["bash", "-n", str(FIRST_CONTACT)]).returncode == 0
+    (tmp_path / "none").mkdir()
+    env = {**os.environ, "PATH": BARE_PATH, "PYTHON": sys.executable, "VENV": str(tmp_path / "venv"),
+           "WHEELS": str(tmp_path / "none"), "OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", str(FIRST_CONTACT), "measure"], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.rstrip().splitlines()[-1] == ("gpu-first-contact: no GPU here: nvidia-smi lists none; "
+                                                     "the bring-up above is all this machine can show")
+    assert "gpu-bringup: ready" in done.stdout
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["bringup.log"]
+    bad = subprocess.run(["bash", str(FIRST_CONTACT), "all"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2
+    assert bad.stdout.strip() == "gpu-first-contact: stage 'all' is unknown; run it with smoke, measure or pytest"
