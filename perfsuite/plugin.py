@@ -355,7 +355,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             facts = r.extra.get("transport_facts") or {}
             timed = f", timing {facts['timing']}" if facts.get("timing") in ("native", "python") else ""
             why = f" (not native: {facts['timing_why']})" if facts.get("timing_why") else ""
-            tr.write_line(f"{spec.label}: {len(r.samples)} cases, world start {r.world_start_s:.2f} s, "
+            sliced = f", {r.extra['time_sliced']}" if r.extra.get("time_sliced") else ""
+            tr.write_line(f"{spec.label}: {len(r.samples)} cases{sliced}, world start {r.world_start_s:.2f} s, "
                           f"wall {r.wall_s:.1f} s{timed}{why}")
     _verdict_summary(state, tr)
     for line, bad in state.report_lines:

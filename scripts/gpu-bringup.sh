@@ -116,6 +116,14 @@ for whl in "${carried[@]}"; do
             else
                 install+=("$whl")
             fi ;;
+        cupy*)
+            # The machine's CuPy is used where it is new enough (perfsuite.machine.CUPY_MIN).
+            if "$vpy" -c "import importlib.metadata as m, sys; sys.exit(int(m.version(sys.argv[1]).split('.')[0]) < 14)" \
+                    "${dist//_/-}" >/dev/null 2>&1; then
+                echo "kept the machine's $dist (>= 14); $name not installed"
+            else
+                install+=("$whl")
+            fi ;;
         *)
             if "$vpy" -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$dist" >/dev/null 2>&1; then
                 echo "kept the machine's $dist; $name not installed"
