@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from .fingerprint import nccl_version_string
+from .fingerprint import gpus, nccl_version_string
+from .launch.world import OFFLINE, default_program
 from .transports import has_module
 from .transports.cuda_aware import libmpi_paths
+from .transports.gpu import CupyOps, compile_reason, nvml_gpu_count
 
 #: The oldest CuPy perfsuite's device code is written for (the ``[gpu]`` extras ask for it).
 CUPY_MIN = (14,)
-OFFLINE_HINT = ("carry the mpich wheel in (bash scripts/gpu-wheels.sh DIR on a connected machine) "
-                "and run bash scripts/gpu-bringup.sh DIR; with an index: pip install mpich")
+HINT = f"{OFFLINE}; with an index: pip install mpich"
 
 
 @dataclass(frozen=True)
@@ -49,58 +50,53 @@ def _dist(*names: str) -> tuple[str, str] | None:
     return None
 
 
-def _release(version: str) -> tuple[int, ...]:
-    out = []
+def cupy_new_enough(version: str) -> bool:
+    """Whether a CuPy of this version is used as it is (scripts/gpu-bringup.sh asks too)."""
+    release = []
     for part in version.split("+")[0].split("."):
         if not part.isdigit():
             break
-        out.append(int(part))
-    return tuple(out)
+        release.append(int(part))
+    return tuple(release) >= CUPY_MIN
 
 
 def gpu_lines() -> list[Line]:
-    try:
-        import pynvml
-    except ImportError:
-        return [Line("GPU", "nvidia-ml-py is not installed, so GPUs cannot be counted", ok=False, needed=False)]
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return [Line("GPU", f"none: no NVIDIA driver here (NVML: {exc})", ok=False, needed=False)]
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-        names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-        driver = pynvml.nvmlSystemGetDriverVersion()
-    except pynvml.NVMLError as exc:
-        return [Line("GPU", f"NVML could not list GPUs ({exc})", ok=False, needed=False)]
-    finally:
-        pynvml.nvmlShutdown()
-    kinds = ", ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names)) or "none"
-    return [Line("GPU", f"{count}: {kinds} (NVML)", ok=count > 0, needed=False),
-            Line("driver", f"{driver}, CUDA {cuda // 1000}.{cuda % 1000 // 10} (what the driver supports)")]
+    found = gpus()
+    if not found:
+        _, how = nvml_gpu_count()
+        return [Line("GPU", f"none: {how if how != 'NVML' else 'NVML counts 0 devices'}", ok=False, needed=False)]
+    names = [g["name"] for g in found]
+    kinds = ", ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
+    return [Line("GPU", f"{len(found)}: {kinds} (NVML)"),
+            Line("driver", f"{found[0]['driver']}, CUDA {found[0]['cuda_driver']} (what the driver supports)")]
 
 
-def cupy_lines() -> list[Line]:
+def cupy_lines(needed: bool = False) -> list[Line]:
+    """CuPy, the CUDA runtime it loads, a kernel it compiles and the NCCL it finds; ``needed``
+    where there is a GPU, whose transports need all four."""
     dist = _dist("cupy-cuda13x", "cupy-cuda12x", "cupy")
     if dist is None or not has_module("cupy"):
         return [Line("CuPy", "not installed: the GPU transports skip (carry cupy-cuda13x[ctk] or "
-                     "cupy-cuda12x[ctk] >= 14 for the driver's CUDA)", ok=False, needed=False)]
+                     "cupy-cuda12x[ctk] >= 14 for the driver's CUDA)", ok=False, needed=needed)]
     name, version = dist
     where = Path(metadata.distribution(name).locate_file("")).resolve()
-    if _release(version) < CUPY_MIN:
+    if not cupy_new_enough(version):
         return [Line("CuPy", f"{version} ({name}, in {where}) is older than "
-                     f"{'.'.join(map(str, CUPY_MIN))}: carry a newer {name} wheel", ok=False, needed=False)]
+                     f"{'.'.join(map(str, CUPY_MIN))}: carry a newer {name} wheel", ok=False, needed=needed)]
     out = [Line("CuPy", f"{version} ({name}, in {where}): new enough, used as it is (not reinstalled)")]
     try:
         import cupy
 
         v = cupy.cuda.runtime.runtimeGetVersion()
         out.append(Line("CUDA runtime", f"{v // 1000}.{v % 1000 // 10} (as CuPy loads it)"))
+        # Without NVRTC CuPy imports fine and every world is skipped at its first fill or add.
+        why = compile_reason(CupyOps(cupy, 0))
     except Exception as exc:  # noqa: BLE001 - CUDARuntimeError, ImportError of a broken build
         out.append(Line("CUDA runtime", f"CuPy cannot reach CUDA ({type(exc).__name__}: {exc})",
-                        ok=False, needed=False))
+                        ok=False, needed=needed))
         return out
+    out.append(Line("kernel compile", why or "ok (NVRTC built and ran a CuPy kernel)", ok=why is None,
+                    needed=needed))
     # CuPy turns a missing libnccl into a warning and nccl.available = False: keep its words.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -116,14 +112,12 @@ def cupy_lines() -> list[Line]:
     else:
         why = "; ".join(str(w.message) for w in caught) or "cupy.cuda.nccl.available is False"
         out.append(Line("NCCL", f"CuPy finds none ({why}): carry nvidia-nccl-cu13 (or -cu12)",
-                        ok=False, needed=False))
+                        ok=False, needed=needed))
     return out
 
 
-def mpi_lines(python: str | None = None) -> list[Line]:
-    """mpi4py, the MPI library it loads, and the launcher beside ``python`` or on PATH."""
-    from .launch.world import default_program
-
+def mpi_lines() -> list[Line]:
+    """mpi4py, the MPI library it loads, and the launcher beside this Python or on PATH."""
     dist = _dist("mpi4py")
     if dist is None:
         return [Line("mpi4py", "not installed: every world needs it (pip install mpi4py, or carry its wheel)",
@@ -133,11 +127,11 @@ def mpi_lines(python: str | None = None) -> list[Line]:
 
         mpi4py.rc.initialize = False  # load the library, start nothing
         from mpi4py import MPI
-    except RuntimeError as exc:  # "cannot load MPI library", with every name it tried
+    except (RuntimeError, ImportError, OSError) as exc:  # 4.x: "cannot load MPI library", each name tried
         tried = sorted({Path(line.split(":")[0]).name for line in str(exc).splitlines()[1:]
                         if line.split(":")[0].strip()})
         looked = f" (it looked for {', '.join(tried)})" if tried else ""
-        return [Line("MPI", f"mpi4py {dist[1]} finds no MPI library{looked}: {OFFLINE_HINT}", ok=False)]
+        return [Line("MPI", f"mpi4py {dist[1]} finds no MPI library{looked}: {HINT}", ok=False)]
     lib = " ".join(MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].split())
     files = libmpi_paths()
     out = [Line("MPI", f"mpi4py {dist[1]} loads {lib}" + (f" ({files[0]})" if files else ""))]
@@ -145,8 +139,7 @@ def mpi_lines(python: str | None = None) -> list[Line]:
     if Path(launcher).is_absolute():
         out.append(Line("mpiexec", launcher))
     else:
-        out.append(Line("mpiexec", f"none beside {python or sys.executable} or on PATH: {OFFLINE_HINT}",
-                        ok=False))
+        out.append(Line("mpiexec", f"none beside {sys.executable} or on PATH: {HINT}", ok=False))
     return out
 
 
@@ -174,14 +167,15 @@ def framework_lines() -> list[Line]:
     return out
 
 
-def report(python: str | None = None) -> list[Line]:
+def report() -> list[Line]:
     import platform
 
-    me = Line("Python", f"{platform.python_version()} ({python or sys.executable}, prefix {sys.prefix})")
-    return [me, *gpu_lines(), *cupy_lines(), *mpi_lines(python), *framework_lines()]
+    me = Line("Python", f"{platform.python_version()} ({sys.executable}, prefix {sys.prefix})")
+    gpu = gpu_lines()
+    return [me, *gpu, *cupy_lines(needed=gpu[0].ok), *mpi_lines(), *framework_lines()]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> int:
     """Print the report; exit 1 where a needed component is missing, so a script can stop there."""
     lines = report()
     for line in lines:

@@ -117,10 +117,11 @@ for whl in "${carried[@]}"; do
                 install+=("$whl")
             fi ;;
         cupy*)
-            # The machine's CuPy is used where it is new enough (perfsuite.machine.CUPY_MIN).
-            if "$vpy" -c "import importlib.metadata as m, sys; sys.exit(int(m.version(sys.argv[1]).split('.')[0]) < 14)" \
-                    "${dist//_/-}" >/dev/null 2>&1; then
-                echo "kept the machine's $dist (>= 14); $name not installed"
+            # The machine's CuPy is used where it is new enough.
+            if PYTHONPATH="$checkout" "$vpy" -c "import importlib.metadata as m, sys
+from perfsuite.machine import cupy_new_enough
+sys.exit(not cupy_new_enough(m.version(sys.argv[1])))" "${dist//_/-}" >/dev/null 2>&1; then
+                echo "kept the machine's $dist (new enough); $name not installed"
             else
                 install+=("$whl")
             fi ;;

@@ -11,7 +11,7 @@
 #   bash scripts/gpu-first-contact.sh pytest         # there: the GPU test cases and benchmarks
 #
 # Both stages start with scripts/gpu-bringup.sh .whl (seconds; a fresh machine has nothing of the
-# last one). `smoke` runs scripts/gpu-smoke.sh (470 s at most). `measure` runs, each under its own limit:
+# last one). `smoke` runs scripts/gpu-smoke.sh (460 s at most). `measure` runs, each under its own limit:
 #   perfsuite run --transports nccl,mpi-staged,gpu-ring,mpi-cuda --world-sizes 1,2 --sizes 4:256MiB
 #   perfsuite run --transports nccl --world-sizes 1 --device-timing graph --sizes 4:256MiB
 #   all_reduce_perf -b 4 -e 256M -f 4 -g 1 (and -G 100, CUDA graphs), built from .nccl-tests with

@@ -128,3 +128,10 @@ def test_first_contact_brings_up_then_says_there_is_no_gpu(tmp_path):
     bad = subprocess.run(["bash", str(FIRST_CONTACT), "all"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2
     assert bad.stdout.strip() == "gpu-first-contact: stage 'all' is unknown; run it with smoke, measure or pytest"
+
+
+def test_a_cupy_is_kept_from_version_14():
+    from perfsuite.machine import cupy_new_enough
+
+    assert cupy_new_enough("14.2.0") and cupy_new_enough("15.0.0rc1")
+    assert not cupy_new_enough("13.6.0") and not cupy_new_enough("9.0")

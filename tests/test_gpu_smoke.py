@@ -46,7 +46,7 @@ def worst_case(stdout: str) -> int:
     minutes, seconds, parts, total = int(m[1]), int(m[2]), m[3], int(m[4])
     assert minutes * 60 + seconds == total
     summed = 0
-    for part in parts.split(", "):  # "4 transports x 75 s", "nccl(graph) 45 s", "5 probes x 25 s"
+    for part in parts.split(", "):  # "4 transports x 75 s", "nccl(graph) 45 s", "3 probes x 25 s", "machine 40 s"
         times = re.fullmatch(r"(\d+) \w+ x (\d+) s", part)
         one = re.fullmatch(r"\S+ (\d+) s", part)
         assert times or one, part

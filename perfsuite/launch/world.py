@@ -61,6 +61,11 @@ def run_command(argv: list[str], timeout: float = 60.0, env: dict | None = None,
     return proc
 
 
+#: Where no index can be reached (a lent GPU machine), pip install is what cannot happen.
+OFFLINE = ("without a package index, carry the mpich wheel in (bash scripts/gpu-wheels.sh DIR on a "
+           "connected machine) and run bash scripts/gpu-bringup.sh DIR (docs/gpu.md)")
+
+
 @functools.lru_cache(maxsize=8)
 def detect_flavor(program: str) -> str:
     """'mpich' or 'openmpi', from what ``mpiexec --version`` says of itself."""
@@ -75,10 +80,6 @@ def detect_flavor(program: str) -> str:
         return "mpich"
     raise LaunchError(f"cannot tell which MPI {program!r} belongs to from --version; "
                       "name it with --mpi-flavor mpich|openmpi (pytest: --perf-mpi-flavor)")
-
-
-#: Where no index can be reached (a lent GPU machine), pip install is what cannot happen.
-OFFLINE = "without a package index: bash scripts/gpu-bringup.sh with the mpich wheel carried in, docs/gpu.md"
 
 
 def default_program(name: str) -> str:
