@@ -6,9 +6,13 @@ import argparse
 from .. import options, regress
 from .. import verdict_text as vt
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-#: ``--strict``: some comparison could not be decided (UNKNOWN), nothing failed.
-EXIT_UNKNOWN = 3
+#: Exit statuses, the same for every command (docs/running.md's table).
+EXIT_OK = 0          # nothing wrong
+EXIT_REGRESSION = 1  # a comparison said DIFFERENT (a regression, or a gate tripped)
+EXIT_USAGE = 2       # bad input, refused before any world starts
+EXIT_UNKNOWN = 3     # --strict: some comparison could not be decided (UNKNOWN), nothing failed
+EXIT_WORLD = 4       # a world failed or a case was invalid: infrastructure, not performance
+EXIT_FAIL = EXIT_REGRESSION  # until every command tells the two apart
 
 
 def say(text: str = "") -> None:
