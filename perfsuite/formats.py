@@ -17,6 +17,7 @@ register a migration in ``MIGRATIONS`` when the old one can still be read):
   across machine modes, as before.
 - ``perfsuite-dataset`` v1: the manifest of a generated JPEG dataset (see ``dataset``).
 - ``perfsuite-ab`` v1: ``perfsuite ab --json``: arms, tolerance, looks, verdicts, per-arm values.
+- ``perfsuite-commit-env`` v1: the stamp of a commit's environment (``launch/envs``), written last.
 - ``perfsuite-detection`` v1: ``perfsuite detection-power --json``: the config, every world of
   the stream in time order (per case: metrics, canary, contention, pressure), the canary study
   and every window's verdicts.
@@ -47,6 +48,7 @@ DETECTION = "perfsuite-detection"
 VALIDITY = "perfsuite-validity"
 STUDY_PLAN, STUDY = "perfsuite-study-plan", "perfsuite-study"
 NATIVE = "perfsuite-native-loop"  # the stamp of a cached native-loop build (launch/native.py)
+COMMIT_ENV = "perfsuite-commit-env"  # the stamp of a commit's built environment (launch/envs.py)
 JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "perfsuite-run",
                                        "perfsuite-baseline", "perfsuite-dataset")
 #: BASELINE 2: each entry says which loop timed it ("timing"), so none is compared across loops.
@@ -55,7 +57,8 @@ JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "per
 #: includes the drift between sessions.
 #: AB 2: a verdict holds a reason code and its numbers ("reason", "facts"), not prose ("note"),
 #: and one verdict per case (the judged metric; its reciprocal in "facts").
-VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 3, DATASET: 1, AB: 2, DETECTION: 1, NATIVE: 1,
+#: AB 3: each arm names the commit it ran ("ref": "HEAD~1 (abc1234def)"; null for this checkout).
+VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 3, DATASET: 1, AB: 3, DETECTION: 1, NATIVE: 1, COMMIT_ENV: 1,
             STUDY_PLAN: 1, STUDY: 1, VALIDITY: 1}
 
 #: Allreduce transports timed on the host: before BASELINE 2 every one ran the mpi4py loop.
@@ -92,9 +95,16 @@ def _ab_1_to_2(d: dict) -> dict:
     return d
 
 
+def _ab_2_to_3(d: dict) -> dict:
+    for arm in (d.get("arms") or {}).values():
+        if isinstance(arm, dict):
+            arm.setdefault("ref", None)
+    return d
+
+
 #: (format, old version) -> function turning such a dict into the next version's.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {
-    (BASELINE, 1): _baseline_1_to_2, (BASELINE, 2): _baseline_2_to_3, (AB, 1): _ab_1_to_2}
+    (BASELINE, 1): _baseline_1_to_2, (BASELINE, 2): _baseline_2_to_3, (AB, 1): _ab_1_to_2, (AB, 2): _ab_2_to_3}
 
 RERUN = "re-run the suite with this perfsuite to regenerate it"
 REFRESH_BASELINE = ("re-record it with `perfsuite baseline update --from results.json` "
@@ -113,6 +123,7 @@ _HINTS = {
     DATASET: ("delete the folder and let the suite rewrite it",
               "delete the folder and let the suite rewrite it"),
     NATIVE: ("delete its folder: the suite builds it again", "delete its folder: the suite builds it again"),
+    COMMIT_ENV: ("delete its folder: perfsuite builds it again", "delete its folder: perfsuite builds it again"),
     STUDY_PLAN: ('begin it with format = "perfsuite-study-plan" and version = 1', "see studies/seed-tf.toml"),
     STUDY: ("pass the --out folder of a perfsuite study", "start the study again with a fresh --out"),
 }
@@ -200,11 +211,16 @@ def write_native_stamp(path: str | os.PathLike, body: dict) -> Path:
 
 
 def read_native_stamp(path: str | os.PathLike) -> dict:
+    return read_stamp(path, NATIVE)
+
+
+def read_stamp(path: str | os.PathLike, fmt: str) -> dict:
+    """A small stamp file of ``fmt`` (a cached build's), checked."""
     try:
         d = json.loads(Path(path).read_text())
     except (ValueError, UnicodeDecodeError) as exc:
         raise FormatError(f"{path}: not valid JSON ({exc})") from None
-    return check_format(d, NATIVE, str(path))
+    return check_format(d, fmt, str(path))
 
 
 def _probe_folder(folder: Path, what: str, value: str) -> None:

@@ -16,11 +16,11 @@ import sys
 
 from .. import interrupts
 from ..errors import ConfigError, FormatError, PerfsuiteError
-from . import ab, experiments, run, show, study
+from . import ab, bisect, experiments, run, show, study
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
 COMMANDS = {**run.COMMANDS, **show.COMMANDS, **experiments.COMMANDS, **ab.COMMANDS,
-            **study.COMMANDS}
+            **bisect.COMMANDS, **study.COMMANDS}
 __all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
 

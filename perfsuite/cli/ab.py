@@ -7,10 +7,11 @@ from dataclasses import replace
 
 from .. import bench, formats, options, regress, suite
 from ..errors import ConfigError
+from ..launch import envs
 from ..launch.launchers import parse_env
 from ..experiments.ab import DEFAULT_MAX_PAIRS
 from ..model import whole_number
-from .common import EXIT_FAIL, EXIT_OK, say
+from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, say
 
 COMMANDS = {}
 SHARED = ("transports", "world-sizes", "sizes", "dtypes", "models", "batches", "image-size", "launcher",
@@ -29,14 +30,36 @@ def add_ab(p: argparse.ArgumentParser) -> None:
                        help=f"a variable set for arm {up}'s ranks (repeatable)")
         p.add_argument(f"--{arm}-python", metavar="PATH", help=f"arm {up}'s Python (another venv; "
                        "its mpiexec is used when one lies beside it)")
+        p.add_argument(f"--{arm}-ref", metavar="REF", help=f"arm {up} runs this commit of the repository "
+                       "perfsuite runs in (HEAD~1, main, a sha): its environment is built from the commit's "
+                       "tree before the first pair, and kept")
         p.add_argument(f"--{arm}-launcher-args", metavar="ARGS", help=f"extra launcher arguments for arm {up}")
-    p.add_argument("--max-pairs", default=str(DEFAULT_MAX_PAIRS), metavar="N",
-                   help=f"pairs at most [default: {DEFAULT_MAX_PAIRS}]")
-    p.add_argument("--budget", metavar="S", help="seconds at most (stops after the pair running then)")
-    p.add_argument("--tolerance", metavar="TOL", help="0.02 or LOWER:UPPER [default: 0.02]")
-    p.add_argument("--alpha", metavar="P", help="false-alarm rate over every look [default: 0.01]")
-    p.add_argument("--seed", metavar="N", help="seed of the pairs' order [default: random]")
+    add_judging(p)
     p.add_argument("--json", metavar="PATH", help="write the versioned A/B file here")
+    p.add_argument("--strict", action="store_true", help="exit 3 when a case stays UNKNOWN (a gate "
+                   "that must decide)")
+    add_env_options(p)
+
+
+def add_env_options(p: argparse.ArgumentParser) -> None:
+    """Where commits' environments are built, and with what: ab's refs and bisect's steps."""
+    p.add_argument("--env-dir", metavar="DIR", help=f"where commits' environments are built and kept "
+                   f"[default: ${envs.ENV_DIR_ENV}, else .perfsuite/envs in the repository]")
+    p.add_argument("--extras", metavar="LIST", help="perfsuite extras installed from each commit "
+                   "(test,tf) [default: those installed here]")
+
+
+def commit_envs(args: argparse.Namespace, refs: dict[str, str]) -> dict[str, envs.CommitEnv]:
+    """Each ref's environment, built (or found built) before anything is measured."""
+    if not refs:
+        return {}
+    extras = envs.check_extras(args.extras)
+    repo = envs.repo_root()
+    built = {}
+    for name, ref in refs.items():
+        built[name] = envs.build(repo, ref, extras=extras, env_dir=args.env_dir,
+                                 progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
+    return built
 
 
 def do_ab(args: argparse.Namespace) -> int:
@@ -53,35 +76,67 @@ def do_ab(args: argparse.Namespace) -> int:
             raise ConfigError(f"arm {arm.upper()} transport {transport!r} must name one transport; "
                               f"give --{arm}-transport NAME")
         python = values[f"{arm}_python"]
+        if python and values[f"{arm}_ref"]:
+            raise ConfigError(f"--{arm}-python {python} and --{arm}-ref {values[f'{arm}_ref']} both name "
+                              f"arm {arm.upper()}'s Python; give one")
         if python:
             ab.check_python(python)
         arms.append(ab.Arm(arm.upper(), transport, tuple(parse_env(values[f"{arm}_env"]).items()),
                            python, options.launcher_args(values[f"{arm}_launcher_args"])))
-    cases = []
-    for arm in arms:
-        sel = options.selection({**values, "transports": arm.transport}, name)
-        if not sel.transports:
-            raise ConfigError(f"transport {arm.transport!r} does not run {name}")
-        cases.append(tuple(suite.select_cases(sel)))
-    tol = regress.parse_tolerance(args.tolerance) if args.tolerance else ab.DEFAULT_TOLERANCE
-    budget = options.seconds(args.budget, "budget") if args.budget is not None else None
-    cfg = ab.ABConfig(arms[0], arms[1], cases[0], cases[1],
-                      max_pairs=whole_number(args.max_pairs, "max pairs", low=2), budget_s=budget,
-                      tolerance=tol, alpha=regress.parse_alpha(args.alpha),
-                      max_contention=options.contention_limit(values.get("max_contention") or "0.05"),
-                      canary_shift=options.canary_limit(values.get("max_canary_shift") or "0.15"),
-                      seed=whole_number(args.seed, "seed", low=0), judged=bench.get(name).judged)
-    suite_cfg = options.suite_config({**values, "transports": arms[0].transport})
-    say(f"# A/B: {len(cases[0])} case(s), up to {cfg.max_pairs} pairs ...")
+    cfg, suite_cfg = ab_config(values, name, arms[0], arms[1])
+    built = commit_envs(args, {a.name: values[f"{a.name.lower()}_ref"] for a in arms if values[f"{a.name.lower()}_ref"]})
+    if built:
+        cfg = replace(cfg, **{a.name.lower(): a.from_commit(built[a.name]) for a in arms if a.name in built})
+    say(f"# A/B: {len(cfg.cases_a)} case(s), up to {cfg.max_pairs} pairs ...")
     rep = ab.run(cfg, ab.world_runner(replace(suite_cfg, rounds=None)),
                  progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
     say(ab.format_report(rep))
     if args.json:
         formats.write_json(args.json, formats.stamp(formats.AB, rep.to_dict()))
         say(f"# A/B written to {args.json}")
-    # A failed world fails its pair, and the run: as `perfsuite run` does for a failed world.
-    if rep.failures or any(v.kind == "DIFFERENT" for v in rep.verdicts):
-        return EXIT_FAIL
+    return ab_status(rep, args.strict)
+
+
+def ab_config(values: dict, name: str, a, b):
+    """(ABConfig, SuiteConfig) of benchmark ``name`` for arms ``a`` and ``b`` from the options."""
+    from ..experiments import ab
+
+    cases = []
+    for arm in (a, b):
+        sel = options.selection({**values, "transports": arm.transport}, name)
+        if not sel.transports:
+            raise ConfigError(f"transport {arm.transport!r} does not run {name}")
+        cases.append(tuple(suite.select_cases(sel)))
+    tol = regress.parse_tolerance(values["tolerance"]) if values.get("tolerance") else ab.DEFAULT_TOLERANCE
+    budget = options.seconds(values["budget"], "budget") if values.get("budget") is not None else None
+    cfg = ab.ABConfig(a, b, cases[0], cases[1],
+                      max_pairs=whole_number(values["max_pairs"], "max pairs", low=2), budget_s=budget,
+                      tolerance=tol, alpha=regress.parse_alpha(values.get("alpha")),
+                      max_contention=options.contention_limit(values.get("max_contention") or "0.05"),
+                      canary_shift=options.canary_limit(values.get("max_canary_shift") or "0.15"),
+                      seed=whole_number(values.get("seed"), "seed", low=0), judged=bench.get(name).judged)
+    return cfg, options.suite_config({**values, "transports": a.transport})
+
+
+def add_judging(p: argparse.ArgumentParser) -> None:
+    """How long pairs run and what they must resolve: ab's and each bisect step's."""
+    p.add_argument("--max-pairs", default=str(DEFAULT_MAX_PAIRS), metavar="N",
+                   help=f"pairs at most [default: {DEFAULT_MAX_PAIRS}]")
+    p.add_argument("--budget", metavar="S", help="seconds at most (stops after the pair running then)")
+    p.add_argument("--tolerance", metavar="TOL", help="0.02 or LOWER:UPPER [default: 0.02]")
+    p.add_argument("--alpha", metavar="P", help="false-alarm rate over every look [default: 0.01]")
+    p.add_argument("--seed", metavar="N", help="seed of the pairs' order [default: random]")
+
+
+def ab_status(rep, strict: bool) -> int:
+    """A failed world first (its pairs are missing: the comparison is not to be trusted), then a
+    regression, then, under --strict, a case left UNKNOWN. An improvement is no failure."""
+    if rep.failures:
+        return EXIT_WORLD
+    if any(v.is_failure for v in rep.verdicts):
+        return EXIT_REGRESSION
+    if strict and any(v.kind == "UNKNOWN" for v in rep.verdicts):
+        return EXIT_UNKNOWN
     return EXIT_OK
 
 

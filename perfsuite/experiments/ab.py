@@ -56,6 +56,11 @@ class Arm:
     env: tuple[tuple[str, str], ...] = ()
     python: str | None = None
     launcher_args: tuple[str, ...] = ()
+    ref: str | None = None  # the commit the arm's Python runs, as the user named it ("HEAD~1 (abc1234)")
+
+    def from_commit(self, env) -> "Arm":
+        """This arm, run by ``env`` (a ``launch.envs.CommitEnv``): a commit's environment."""
+        return replace(self, python=env.python, ref=env.describe())
 
     def fields(self) -> tuple:
         return (self.transport, self.env, self.python, self.launcher_args)
@@ -73,7 +78,9 @@ class Arm:
     def describe(self) -> str:
         bits = [f"transport {self.transport}"]
         bits += [f"{k}={v}" for k, v in self.env]
-        if self.python:
+        if self.ref:
+            bits.append(f"commit {self.ref}")
+        elif self.python:
             bits.append(f"python {self.python}")
         if self.launcher_args:
             bits.append(f"launcher args {' '.join(self.launcher_args)}")
@@ -157,7 +164,8 @@ class ABReport:
     def to_dict(self) -> dict:
         c = self.config
         arm = lambda x: {"name": x.name, "transport": x.transport, "env": dict(x.env),  # noqa: E731
-                         "python": x.python, "launcher_args": list(x.launcher_args)}
+                         "python": x.python, "launcher_args": list(x.launcher_args),
+                         "ref": x.ref}
         return {"arms": {"a": arm(c.a), "b": arm(c.b)}, "identical_arms": c.identical,
                 "tolerance": c.tolerance.to_dict(), "alpha": c.alpha, "looks": list(c.looks),
                 "max_pairs": c.max_pairs, "canary_shift": c.canary_shift, "pairs": self.pairs, "wall_s": self.wall_s,

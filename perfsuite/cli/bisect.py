@@ -1,0 +1,118 @@
+"""``perfsuite bisect``: the first commit between a good and a bad one that made a case slower."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+
+from .. import bench, options
+from .. import verdict_text as vt
+from ..errors import ConfigError
+from ..launch import envs
+from ..launch.launchers import parse_env
+from .ab import SHARED, ab_config, add_env_options, add_judging
+from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, say
+
+COMMANDS = {}
+
+
+def add_bisect(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--good", required=True, metavar="REF", help="a commit known to be fast (the reference)")
+    p.add_argument("--bad", required=True, metavar="REF", help="a later commit known to be slower")
+    p.add_argument("--benchmarks", default="allreduce", metavar="NAME",
+                   help=f"the benchmark each step runs: {', '.join(bench.names())} [default: allreduce]")
+    options.add_options(p.add_argument, names=SHARED)
+    add_judging(p)
+    add_env_options(p)
+
+
+def do_bisect(args: argparse.Namespace) -> int:
+    from ..experiments import ab
+    from ..experiments import bisect as b
+
+    values = vars(args)
+    name = args.benchmarks.strip()
+    if name not in bench.names():
+        raise ConfigError(f"benchmark {name!r} is unknown; choose from {', '.join(bench.names())}")
+    transport = args.transports or "mpi"
+    if "," in transport or transport == "all":
+        raise ConfigError(f"transport {transport!r} must name one transport; give --transports NAME")
+    arm = ab.Arm("A", transport, tuple(parse_env(values["env"] or []).items()))
+    cfg, suite_cfg = ab_config(values, name, arm, replace(arm, name="B"))
+    extras = envs.check_extras(args.extras)
+    repo = envs.repo_root()
+    good, bad = envs.resolve(repo, args.good), envs.resolve(repo, args.bad)
+    commits = envs.commits_between(repo, good, bad)
+    if not commits:
+        raise ConfigError(f"--good {args.good} and --bad {args.bad} are the same commit; give an older --good")
+    note = lambda m: print(f"# {m}", file=sys.stderr, flush=True)  # noqa: E731
+    build = lambda ref: envs.build(repo, ref, extras=extras, env_dir=args.env_dir, progress=note)  # noqa: E731
+    a = cfg.a.from_commit(build(good))
+    runner = ab.world_runner(replace(suite_cfg, rounds=None))
+    started = time.monotonic()
+    say(f"# bisect: {len(commits)} commits after {good[:10]} up to {bad[:10]}, {len(cfg.cases_a)} case(s), "
+        f"up to {cfg.max_pairs} pairs a step")
+
+    def probe(commit: str, cases) -> b.Step:
+        keep = [i for i, c in enumerate(cfg.cases_a) if cases is None or c.name in cases]
+        step_cfg = replace(cfg, a=a, b=cfg.b.from_commit(build(commit)),
+                           cases_a=tuple(cfg.cases_a[i] for i in keep), cases_b=tuple(cfg.cases_b[i] for i in keep))
+        say(f"# step: {a.ref} (A) vs {step_cfg.b.ref} (B)")
+        rep = ab.run(step_cfg, runner, progress=note)
+        say(ab.format_report(rep))
+        return b.Step(commit, b.classify(rep.verdicts, rep.failures, cases), rep.verdicts, rep.failures,
+                      rep.pairs, rep.wall_s)
+
+    found = b.search(commits, probe, progress=note)
+    say(format_bisection(found, repo, cfg.alpha, time.monotonic() - started))
+    return bisect_status(found)
+
+
+def _subject(repo, commit: str) -> str:
+    return envs.commit_subject(repo, commit)
+
+
+def format_bisection(found, repo, alpha: float, seconds: float) -> str:
+    from ..experiments import bisect as b
+
+    lines = [f"# {len(found.steps)} steps, {seconds:.0f} s; each step's verdicts at alpha {alpha:g} "
+             f"(a wrong turn somewhere: at most {len(found.steps) * alpha:.2g})"]
+    if found.first_bad:
+        c = found.first_bad.commit
+        lines.append(f"first bad commit: {c[:10]} {_subject(repo, c)}")
+        lines += [f"  {v.case} {vt.short(v.metric)}: B/A {vt.ratio(v.change)} {vt.interval(v, as_ratio=True)}"
+                  for v in found.first_bad.regressed]
+        return "\n".join(lines)
+    stop = found.stopped
+    if stop is None:
+        return "\n".join(lines + ["nothing to search"])
+    if stop is found.steps[0] and stop.outcome == b.GOOD:
+        lines.append(f"no regression: the bad end {stop.commit[:10]} is not slower than the good end "
+                     "(every case SAME or better)")
+    else:
+        why = "; ".join(stop.failures) if stop.failures else ", ".join(
+            f"{v.case} {v.kind}" for v in stop.verdicts if v.kind != "SAME") or "no case was judged"
+        lines.append(f"could not decide at {stop.commit[:10]} ({why}); the first bad commit is one of: "
+                     + " ".join(c[:10] for c in found.candidates))
+        lines.append("# more pairs (--max-pairs, --budget) or a quieter machine may decide it")
+    return "\n".join(lines)
+
+
+def bisect_status(found) -> int:
+    """1: a commit named (a regression found); 0: the bad end is no slower; 3: a step could not
+    be decided; 4: a world failed."""
+    from ..experiments import bisect as b
+
+    if found.first_bad:
+        return EXIT_REGRESSION
+    stop = found.stopped
+    if stop is not None and stop.outcome == b.FAILED:
+        return EXIT_WORLD
+    if stop is not None and stop.outcome == b.GOOD:
+        return EXIT_OK
+    return EXIT_UNKNOWN
+
+
+COMMANDS["bisect"] = (add_bisect, do_bisect, "find the commit between --good and --bad that made a case "
+                      "slower: A/B of the good end against each midpoint, in commits' own environments")

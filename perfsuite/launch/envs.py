@@ -1,0 +1,290 @@
+"""Environments built from commits: the venv an A/B arm or a bisect step runs a commit in,
+built once and kept, as asv keeps one environment per commit.
+
+A commit's venv sees the running Python's packages after its own (``overlay``: a .pth of
+``site.addsitedir`` lines, so their own .pth files, editable installs and path hooks, are read
+too) and the commit's tree is ``pip install``ed into it with the extras named. What the commit
+requires and the running environment already has is satisfied without a download, so a build
+takes seconds and works offline; what the commit changed (its perfsuite, a requirement it
+raised) is installed into the venv and comes first on its ``sys.path``. The venv is keyed by
+the commit, the extras and the environment it stands on (prefix, Python, the distributions
+it holds): a change to any of them builds a new one. A stamp written last says a build is
+complete; a folder without one (a build interrupted) is rebuilt.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import site
+import re
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from .. import formats
+from ..errors import ConfigError, FormatError, LaunchError
+from .world import run_command
+
+ENV_DIR_ENV = "PERFSUITE_ENV_DIR"
+STAMP = "perfsuite-env.json"
+PIP_TIMEOUT_S = 900.0  # a commit that raised a requirement may download and build it
+#: The wheel an MPI library comes in: where it lies in the running environment, a commit's venv
+#: is given its library and launcher (mpi4py looks for it under its own sys.prefix).
+LAUNCHER_PROGRAMS = ("mpiexec", "mpirun", "mpicc", "mpicxx")
+
+
+@dataclass(frozen=True)
+class CommitEnv:
+    """A built environment: ``python`` runs ``commit`` (named ``ref`` by the user)."""
+    ref: str
+    commit: str
+    path: str
+    cached: bool
+    seconds: float
+
+    @property
+    def python(self) -> str:
+        return str(Path(self.path) / "bin" / "python")
+
+    def describe(self) -> str:
+        return f"{self.ref} ({self.commit[:10]})"
+
+
+def _git(repo: str | os.PathLike, *args: str, what: str) -> str:
+    try:
+        return run_command(["git", "-C", str(repo), *args], timeout=60).stdout.strip()
+    except LaunchError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+
+
+def repo_root(where: str | os.PathLike = ".") -> Path:
+    """The git repository ``where`` lies in: refs are commits of it."""
+    return Path(_git(where, "rev-parse", "--show-toplevel",
+                     what=f"{os.path.abspath(where)} is not inside a git repository (a ref names a commit "
+                          "of the repository perfsuite runs in: run it in a clone)"))
+
+
+def resolve(repo: str | os.PathLike, ref: str) -> str:
+    """The full commit ``ref`` names, or one line saying it names none."""
+    if not ref or ref.startswith("-"):
+        raise ConfigError(f"ref {ref!r} is not a git ref; give a commit, branch or tag (HEAD~1, main, v1.2)")
+    found = run_command(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                         f"{ref}^{{commit}}"], timeout=60, check=False)
+    if found.returncode != 0 or not found.stdout.strip():
+        raise ConfigError(f"ref {ref!r} names no commit of {repo}; give a commit, branch or tag "
+                          "(git log --oneline lists them)")
+    return found.stdout.strip()
+
+
+def commits_between(repo: str | os.PathLike, good: str, bad: str) -> list[str]:
+    """The commits after ``good`` up to and including ``bad``, oldest first, on the path between
+    them (git bisect's candidates for a first-parent-free history)."""
+    if _git(repo, "merge-base", good, bad, what="merge-base") != good:
+        raise ConfigError(f"good commit {good[:10]} is not an ancestor of bad commit {bad[:10]}; "
+                          "give --good an older commit on the bad one's history")
+    out = _git(repo, "rev-list", "--reverse", "--ancestry-path", f"{good}..{bad}", what="rev-list")
+    return out.split()
+
+
+def commit_subject(repo: str | os.PathLike, commit: str) -> str:
+    return _git(repo, "log", "-1", "--format=%s", commit, what="git log")
+
+
+def default_env_dir(repo: str | os.PathLike) -> Path:
+    return Path(os.environ.get(ENV_DIR_ENV) or Path(repo) / ".perfsuite" / "envs")
+
+
+def installed_extras(dist: str = "perfsuite") -> tuple[str, ...]:
+    """The extras of ``dist`` whose every requirement is installed here: what a commit's venv
+    installs by default, so both arms hold what this environment holds."""
+    try:
+        d = metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        return ()
+    have = {}
+    for extra in d.metadata.get_all("Provides-Extra") or []:
+        # 'tensorflow>=2.16; extra == "tf"': a requirement of that extra (a platform marker
+        # beside it may leave it out here: then it is not needed here either)
+        needs = [_NAME.match(r).group(0) for r in d.requires or []
+                 if re.search(rf"""extra\s*==\s*['"]{re.escape(extra)}['"]""", r)]
+        have[extra] = bool(needs) and all(_installed(n) for n in needs)
+    return tuple(sorted(e for e, ok in have.items() if ok))
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def check_extras(text: str | None) -> tuple[str, ...]:
+    """``--extras tf,test``: names of perfsuite's extras (checked when the commit is built)."""
+    if text is None:
+        return installed_extras()
+    names = tuple(sorted({e.strip() for e in text.split(",") if e.strip()}))
+    bad = [e for e in names if not e.replace("-", "").replace("_", "").isalnum()]
+    if bad:
+        raise ConfigError(f"extras {text!r}: {bad[0]!r} is not an extra's name; give names such as test,tf")
+    return names
+
+
+def site_dirs() -> list[str]:
+    """The running environment's site folders, as ``overlay`` adds them."""
+    dirs = [*site.getsitepackages(), site.getusersitepackages()] if hasattr(site, "getsitepackages") else []
+    dirs += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    return [d for d in dict.fromkeys(os.path.realpath(d) for d in dirs) if os.path.isdir(d)]
+
+
+def _key(commit: str, extras: Iterable[str]) -> str:
+    dists = sorted(n for d in site_dirs() for n in os.listdir(d) if n.endswith((".dist-info", ".egg-info")))
+    basis = json.dumps([commit, sorted(extras), os.path.realpath(sys.prefix), sys.version, dists])
+    return f"{commit[:12]}-{hashlib.sha256(basis.encode()).hexdigest()[:8]}"
+
+
+def loaded_libmpi() -> str | None:
+    """The MPI library this environment's mpi4py loads (without ``MPI_Init``), or None."""
+    try:
+        import mpi4py
+
+        mpi4py.rc.initialize = False
+        from mpi4py import MPI  # noqa: F401
+    except Exception:  # noqa: BLE001 - no mpi4py or no MPI library: nothing to hand on
+        return None
+    with open("/proc/self/maps") as maps:
+        return next((f for f in (line.split()[-1] for line in maps if line.strip())
+                     if "/libmpi" in f and ".so" in f), None)
+
+
+def overlay(venv: str | os.PathLike) -> list[str]:
+    """Let ``venv`` see this environment's packages after its own, and the MPI library this
+    environment's mpi4py loads from its own prefix (an MPI wheel in a venv), with its launcher
+    and compiler wrappers beside the venv's Python, where perfsuite looks for them. Returns what
+    it did, a line each."""
+    venv = Path(venv).resolve()
+    ours = Path(run_command([str(venv / "bin" / "python"), "-P", "-c",
+                             "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    theirs = [d for d in site_dirs() if not Path(d).is_relative_to(venv)]
+    lines = ["# this environment's packages, after the venv's own (perfsuite.launch.envs.overlay)"]
+    lines += [f"import site; site.addsitedir({d!r})" for d in theirs]
+    said = [f"sees the packages of {', '.join(theirs)} after its own in {ours}"]
+    libmpi = loaded_libmpi()
+    if libmpi and Path(libmpi).resolve().is_relative_to(Path(sys.prefix).resolve()):
+        lines.append(f"import os; os.environ.setdefault('MPI4PY_LIBMPI', {libmpi!r})")
+        for name in LAUNCHER_PROGRAMS:
+            program, wrapper = Path(sys.executable).parent / name, venv / "bin" / name
+            if program.is_file() and not wrapper.exists():
+                formats.atomic_write(wrapper, f'#!/bin/sh\nexec {str(program)!r} "$@"\n')
+                wrapper.chmod(0o755)
+        said.append(f"uses the MPI library {libmpi} and its launcher {Path(sys.executable).parent / 'mpiexec'}")
+    formats.atomic_write(ours / "_perfsuite_overlay.pth", "\n".join(lines) + "\n")
+    return said
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One builder per environment: a second waits for the first and finds its build."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _complete(folder: Path, commit: str) -> bool:
+    try:
+        stamp = formats.read_stamp(folder / STAMP, formats.COMMIT_ENV)
+    except (OSError, FormatError):
+        return False
+    return stamp.get("commit") == commit and (folder / "bin" / "python").exists()
+
+
+def _pip_error(exc: LaunchError) -> str:
+    """The line of pip's output that says what went wrong."""
+    text = str(exc)
+    errors = [p.strip() for p in text.split(" | ") if p.strip().startswith("ERROR")]
+    return errors[-1] if errors else text.split(" | ")[-1].strip()
+
+
+def build(repo: str | os.PathLike, ref: str, *, extras: Iterable[str] = (), env_dir: str | os.PathLike | None = None,
+          progress: Callable[[str], None] | None = None) -> CommitEnv:
+    """The environment that runs ``ref`` of ``repo``, built now or found built. A ref that names
+    no commit, or whose tree does not install, is one line (ConfigError: bad input)."""
+    say = progress or (lambda m: None)
+    commit = resolve(repo, ref)
+    extras = tuple(sorted(extras))
+    folder = Path(env_dir or default_env_dir(repo)).resolve() / _key(commit, extras)
+    started = time.monotonic()
+    with _locked(folder.parent / f".{folder.name}.lock"):
+        if _complete(folder, commit):
+            say(f"{ref} ({commit[:10]}): environment {folder} (built before)")
+            return CommitEnv(ref, commit, str(folder), True, time.monotonic() - started)
+        say(f"{ref} ({commit[:10]}): building its environment in {folder} ...")
+        if folder.exists():  # an interrupted build: start again
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        try:
+            _build_into(folder, repo, ref, commit, extras)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        seconds = time.monotonic() - started
+        formats.write_json(folder / STAMP, formats.stamp(formats.COMMIT_ENV, {
+            "ref": ref, "commit": commit, "extras": list(extras), "base_prefix": os.path.realpath(sys.prefix),
+            "python": sys.version.split()[0], "built_s": round(seconds, 1)}))
+        say(f"{ref} ({commit[:10]}): built in {seconds:.0f} s")
+        return CommitEnv(ref, commit, str(folder), False, seconds)
+
+
+def _build_into(folder: Path, repo, ref: str, commit: str, extras: tuple[str, ...]) -> None:
+    tar = folder / "src.tar"
+    _git(repo, "archive", "--format=tar", "-o", str(tar), commit, what=f"ref {ref!r}: git archive")
+    src = folder / "src"
+    with tarfile.open(tar) as t:
+        t.extractall(src, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    tar.unlink()
+    run_command([sys.executable, "-m", "venv", "--without-pip", str(folder)], timeout=120)
+    # The overlay is this environment's view, computed where it is: in this environment's Python.
+    run_command([sys.executable, "-P", "-m", "perfsuite.launch.envs", "overlay", str(folder)], timeout=120)
+    python = str(folder / "bin" / "python")
+    target = f"{src}[{','.join(extras)}]" if extras else str(src)
+    try:
+        # pip is the running environment's, seen through the overlay; no build isolation: the
+        # build backend it already has builds the tree without an index.
+        run_command([python, "-P", "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+                     "--no-build-isolation", "--no-warn-script-location", target], timeout=PIP_TIMEOUT_S)
+    except LaunchError as exc:
+        raise ConfigError(f"ref {ref!r} ({commit[:10]}) does not install: {_pip_error(exc)}") from None
+    where = run_command([python, "-P", "-c", "import perfsuite; print(perfsuite.__file__)"],
+                        timeout=120, check=False)
+    if where.returncode != 0 or not Path(where.stdout.strip()).resolve().is_relative_to(folder):
+        raise ConfigError(f"ref {ref!r} ({commit[:10]}): its environment {folder} imports perfsuite from "
+                          f"{where.stdout.strip() or where.stderr.strip()[-200:]}, not its own install")
+
+
+def main(argv: list[str]) -> int:
+    """``python -m perfsuite.launch.envs overlay VENV`` (the bring-up script and ``build``)."""
+    if len(argv) != 2 or argv[0] != "overlay":
+        print("usage: python -m perfsuite.launch.envs overlay VENV", file=sys.stderr)
+        return 2
+    for line in overlay(argv[1]):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
