@@ -22,7 +22,6 @@ import pytest
 
 from . import bench, formats, interrupts, options, regress, suite, transports
 from . import verdict_text as vt
-from .asv import project as asv_project
 from .errors import ConfigError, FormatError, PerfsuiteError, RankFailure
 from .model import Case, Sample
 from .replay import REPLAY_CLOCK
@@ -89,7 +88,7 @@ class PerfState:
         if self.asv_to is not None and self._history is None:
             from .asv.read import drift_history
 
-            self._history = drift_history(self.asv_to)
+            self._history = drift_history(self.asv_to, bench.asv_layout)
         return self._history
 
     def judging(self) -> suite.SuiteConfig:
@@ -151,7 +150,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     except ConfigError as exc:  # a bad PERFSUITE_BENCHMARKS: said once pytest can say it
         _REGISTRY_ERROR, opts = str(exc), options.COMMON
     added = options.add_options(group.addoption, prefix="perf-", opts=opts)
-    asv_project.add_options(group.addoption, prefix="perf-")
+    options.add_asv_options(group.addoption, prefix="perf-")
     for o in added:
         kind = {"flag": "bool", "list": "linelist"}.get(o.kind, "string")
         parser.addini(f"perf_{o.dest}", f"ini twin of --perf-{o.name}: {o.help}", type=kind,
@@ -177,12 +176,12 @@ def pytest_configure(config: pytest.Config) -> None:
         for name in bench.names():
             suite.select_cases(state.selection(name))
         config.stash[STASH_KEY] = state
-        to = asv_project.prepare(asv_project.target(vars(config.option), prefix="perf-"))
+        to = options.prepare_asv(options.asv_target(vars(config.option), prefix="perf-"))
         if to is not None:  # --perf-asv: record every world's samples when the session ends
             from .asv.record import SessionRecorder, check_store
 
             check_store(to)
-            config.pluginmanager.register(SessionRecorder(to, state.run), "perfsuite-asv")
+            config.pluginmanager.register(SessionRecorder(to, state.run, bench.asv_layout), "perfsuite-asv")
             state.asv_to = to  # its history measures the drift verdicts allow for
     except (ConfigError, FormatError) as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -230,28 +229,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         case = callspec.params.get("perf_case") if callspec else None
         if isinstance(case, Case):
             state.selected.setdefault(case.world_key, []).append(case)
-            _replay_marker(item, f"{case.benchmark} {case.transport} n{case.world_size}")
-        elif "perf_record" in getattr(item, "fixturenames", ()):  # the stall breakdown's parts
-            _replay_marker(item, None)
-
-
-def _replay_marker(item: pytest.Item, group: str | None) -> None:
-    """The replay clock, merged into the test's own ``@pytest.mark.benchmark(...)``.
-
-    pytest-benchmark reads only the closest ``benchmark`` marker, and a user's (say
-    ``group="mine"``) is closer than one appended here, so it would time the empty replay
-    target with its own clock. Ours goes first and carries the user's options: their group
-    wins over ours; their timer cannot (the ranks timed the iterations, the clock only replays
-    them). The others act on the empty target, so the replayed times stay the ranks' own.
-    """
-    own = item.get_closest_marker("benchmark")
-    kwargs = ({"group": group} if group else {}) | (dict(own.kwargs) if own else {})
-    if kwargs.get("timer", REPLAY_CLOCK) is not REPLAY_CLOCK:
-        item.warn(pytest.PytestWarning(f"{item.name}: perfsuite replays the ranks' own times; the "
-                                       f"benchmark marker's timer={kwargs['timer']!r} is not used"))
-    kwargs["timer"] = REPLAY_CLOCK
-    item.add_marker(pytest.mark.benchmark(*(own.args if own else ()), **kwargs), append=False)
-
+            item.add_marker(pytest.mark.benchmark(
+                timer=REPLAY_CLOCK, group=f"{case.benchmark} {case.transport} n{case.world_size}"))
 
 
 XDIST_REFUSED = ("perfsuite starts MPI worlds, which must not run under pytest-xdist (-n): workers would "

@@ -15,22 +15,32 @@ MAX_LINES = 600
 
 #: The floor of each room; a module may import rooms on its own floor or below. The first
 #: matching prefix wins, so a package's modules can sit on different floors.
+#: launch/ stands on floor 3 beside transports/ (it reads a transport's ports and node address)
+#: and below the asv store, whose project.py starts git through launch.world.run_command; the
+#: store (asv.project, .record, .read) sits below the benchmark registry (bench, floor 4), which
+#: carries each benchmark's asv layout, so callers hand the store the layouts it needs.
+#: The faces sit on the top floor: pytest's plugin, the CLI, and asv's (faces/: asv run's
+#: classes, the offline site).
 FLOORS = [
     ("perfsuite.errors", 0),
     ("perfsuite.model", 1), ("perfsuite.stats", 1), ("perfsuite.interrupts", 1), ("perfsuite.replay", 1),
     ("perfsuite.formats", 2), ("perfsuite.fingerprint", 2), ("perfsuite.history", 2),
     ("perfsuite.stalls", 2), ("perfsuite.asv.layout", 2), ("perfsuite.asv.compat", 2),
     ("perfsuite.verdict_text", 2),
-    ("perfsuite.transports", 3), ("perfsuite.kernels", 3),
-    ("perfsuite.bench", 4), ("perfsuite.dataset", 4), ("perfsuite.worker", 4), ("perfsuite.launch", 4), ("perfsuite.machine", 4),
+    ("perfsuite.transports", 3), ("perfsuite.kernels", 3), ("perfsuite.launch", 3),
+    ("perfsuite.asv.project", 3), ("perfsuite.asv.record", 3), ("perfsuite.asv.read", 3),
+    ("perfsuite.bench", 4), ("perfsuite.dataset", 4), ("perfsuite.worker", 4), ("perfsuite.machine", 4),
     ("perfsuite.regress", 5), ("perfsuite.decision", 5), ("perfsuite.rounds", 5), ("perfsuite.baselines", 5), ("perfsuite.report", 5), ("perfsuite.study_report", 5),
-    ("perfsuite.plots", 5), ("perfsuite.progress", 5), ("perfsuite.asv.project", 5),
-    ("perfsuite.asv.record", 5), ("perfsuite.asv.read", 5), ("perfsuite.asv.offline", 5),
+    ("perfsuite.plots", 5), ("perfsuite.progress", 5),
     ("perfsuite.suite", 6),
     ("perfsuite.experiments", 7), ("perfsuite.options", 7),
-    ("perfsuite.plugin", 8), ("perfsuite.cli", 8), ("perfsuite.asv.bench", 8),
+    ("perfsuite.plugin", 8), ("perfsuite.cli", 8), ("perfsuite.faces", 8),
     ("perfsuite.asv", 2), ("perfsuite", 0),  # the packages' own __init__ modules
 ]
+TOP = max(level for _, level in FLOORS)
+ASV_STORE = ("perfsuite.asv.layout", "perfsuite.asv.compat", "perfsuite.asv.project",
+             "perfsuite.asv.record", "perfsuite.asv.read")
+ASV_FACES = ("perfsuite.faces.asv_run", "perfsuite.faces.asv_offline")
 GROUND = ("perfsuite.errors", "perfsuite.model", "perfsuite.stats")
 FACES = ("perfsuite.cli", "perfsuite.plugin")
 
@@ -91,6 +101,21 @@ def test_floors_import_downward_only():
             if floor(target) > floor(me):
                 upward.append(f"{me}:{line} imports {target} (floor {floor(target)} > {floor(me)})")
     assert not upward, "\n".join(upward)
+
+
+def test_the_asv_store_sits_below_the_registry_and_its_faces_on_the_top_floor():
+    """The asv package is split by floor: the store (how cases appear, recording, reading the
+    history) below the benchmark registry that carries each benchmark's layout, so the store
+    can never look a benchmark up itself; asv run's classes and the offline site are faces,
+    beside the CLI and the plugin."""
+    for store in ASV_STORE:
+        assert (PACKAGE / Path(*store.split(".")[1:])).with_suffix(".py").exists(), store
+        assert floor(store) < floor("perfsuite.bench"), f"{store} is not below perfsuite.bench"
+    for face in ASV_FACES:
+        assert (PACKAGE / Path(*face.split(".")[1:])).with_suffix(".py").exists(), face
+        assert floor(face) == TOP == floor("perfsuite.cli") == floor("perfsuite.plugin"), face
+    # Nothing else under perfsuite/asv: a new module there must be placed on purpose.
+    assert {module_name(p) for p in sources(PACKAGE / "asv")} == {"perfsuite.asv", *ASV_STORE}
 
 
 def test_kernels_and_transports_stand_on_the_ground_alone():

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from perfsuite import bench, cli, history, rounds, stats
-from perfsuite.asv import bench as asv_bench
-from perfsuite.asv import layout, offline, record
+from perfsuite.asv import layout, record
+from perfsuite.faces import asv_offline as offline
+from perfsuite.faces import asv_run as asv_bench
 from perfsuite.asv.project import RecordTarget
 from perfsuite.errors import ConfigError
 from perfsuite.kernels.allreduce import busbw_factor, summarize
@@ -180,7 +181,7 @@ def histories(tmp_path_factory):
         for machine, drop in (("drop-box", 0.15), ("clean-box", 0.0)):
             level = 10.0 * (1 - drop if i >= 12 else 1) * (1 + 0.01 * rng.standard_normal())
             sample = synthetic(mpi_case(), level, rng)
-            record.record([sample], RecordTarget(conf, machine, c), fp={})
+            record.record([sample], RecordTarget(conf, machine, c), bench.asv_layout, fp={})
     return conf, commits, publish(conf)
 
 
@@ -231,7 +232,7 @@ def test_the_asv_history_is_where_verdicts_read_a_machines_drift(histories):
     from perfsuite.asv.read import drift_history
 
     conf, _, _ = histories
-    levels = drift_history(RecordTarget(conf, "clean-box"))
+    levels = drift_history(RecordTarget(conf, "clean-box"), bench.asv_layout)
     rng = np.random.default_rng(7)
     sample = rounds.pool_rounds([synthetic(mpi_case(), 10.0 * (1 + 0.01 * rng.standard_normal()), rng)
                                  for _ in range(6)])
@@ -246,19 +247,19 @@ def test_the_asv_history_is_where_verdicts_read_a_machines_drift(histories):
     assert alone.facts["drift_from"] == "span" and alone.status == "unknown"
     assert told.facts["drift_from"] == "sessions+asv" and told.facts["df"] == 20
     assert told.status == "regression"
-    assert drift_history(RecordTarget(conf, "nobody-here"))(sample, "busbw_GBps") == []
+    assert drift_history(RecordTarget(conf, "nobody-here"), bench.asv_layout)(sample, "busbw_GBps") == []
 
 
 def test_runners_merge_and_concurrent_recorders_lose_nothing(tmp_path):
     conf, (commit,) = make_project(tmp_path, 1)
     rng = np.random.default_rng(1)
     first = [synthetic(mpi_case(4), 1e-3, rng, iters=30), synthetic(mpi_case(), 5.0, rng, iters=30)]
-    record.record(first, RecordTarget(conf, "box", commit), fp={})
+    record.record(first, RecordTarget(conf, "box", commit), bench.asv_layout, fp={})
     # two runners at once: one re-measures mpi 1MiB, the other measures ring
     again = [synthetic(mpi_case(), 5.0, rng, iters=20)]
     ring = [synthetic(mpi_case(MIB, "ring"), 6.0, rng, iters=25)]
     threads = [threading.Thread(target=record.record,
-                                args=(s, RecordTarget(conf, "box", commit), {}))
+                                args=(s, RecordTarget(conf, "box", commit), bench.asv_layout, {}))
                for s in (again, ring)]
     for t in threads:
         t.start()
@@ -269,9 +270,9 @@ def test_runners_merge_and_concurrent_recorders_lose_nothing(tmp_path):
     files = list((tmp_path / "results" / "box").glob(f"{commit[:8]}-*.json"))
     assert len(files) == 1
     res = Results.load(str(files[0]))
-    bench = json.loads((tmp_path / "results" / "benchmarks.json").read_text())
+    described = json.loads((tmp_path / "results" / "benchmarks.json").read_text())
     name = "allreduce.Allreduce.track_inv_busbw"
-    params = bench[name]["params"]
+    params = described[name]["params"]
     assert params[0] == ["'mpi'", "'ring'"] and params[2] == ["'4B'", "'1MiB'"]
     stats = res.get_result_stats(name, params)
     combos = [tuple(c) for c in itertools.product(*params)]
@@ -289,7 +290,7 @@ def test_wrong_results_are_left_out(tmp_path):
     good = synthetic(mpi_case(), 5.0, rng)
     bad = synthetic(mpi_case(4), 1e-3, rng)
     bad = type(bad)(bad.case, bad.metrics, False, bad.times_s, bad.info)
-    summary = record.record([good, bad], RecordTarget(conf, "box", commit), fp={})
+    summary = record.record([good, bad], RecordTarget(conf, "box", commit), bench.asv_layout, fp={})
     assert summary.entries == 2 and summary.left_out == ["allreduce[mpi-n2-4B] (wrong result)"]
 
 
@@ -329,7 +330,7 @@ def test_asv_stores_one_value_per_round(tmp_path):
     conf, (commit,) = make_project(tmp_path, 1)
     pooled, each = five_rounds(np.random.default_rng(5))
     assert len(pooled.metrics["busbw_GBps"].samples) == 1000  # what was recorded before
-    record.record([pooled], RecordTarget(conf, "box", commit), fp={})
+    record.record([pooled], RecordTarget(conf, "box", commit), bench.asv_layout, fp={})
     got = stored(conf, commit)
     samples, value, st = got["allreduce.Allreduce.track_inv_busbw"][KEY]
     busbw = [s.metrics["busbw_GBps"].value for s in each]
@@ -348,12 +349,12 @@ def test_plain_sample_stores_one_value_and_runs_of_a_commit_append_rounds(tmp_pa
     conf, (commit,) = make_project(tmp_path, 1)
     rng = np.random.default_rng(6)
     plain = synthetic(mpi_case(), 10.0, rng, iters=200)
-    record.record([plain], RecordTarget(conf, "box", commit), fp={})
+    record.record([plain], RecordTarget(conf, "box", commit), bench.asv_layout, fp={})
     samples, value, st = stored(conf, commit)["allreduce.Allreduce.track_inv_busbw"][KEY]
     assert samples == [pytest.approx(1 / plain.metrics["busbw_GBps"].value)] and value == samples[0]
     assert st["ci_99_b"] == float("inf")  # one round: no interval, so history weighs it as the median point
     pooled, _ = five_rounds(rng)
-    record.record([pooled], RecordTarget(conf, "box", commit), fp={})
+    record.record([pooled], RecordTarget(conf, "box", commit), bench.asv_layout, fp={})
     samples, _, st = stored(conf, commit)["allreduce.Allreduce.track_inv_busbw"][KEY]
     assert st["repeat"] == 6 and samples[0] == pytest.approx(1 / plain.metrics["busbw_GBps"].value)
 
@@ -369,14 +370,14 @@ def test_contended_rounds_are_not_recorded(tmp_path):
     everyone = type(everyone)(Case("allreduce", "ring", 2, MIB), everyone.metrics, True,
                               everyone.times_s, everyone.info)
     assert everyone.info["contended"]
-    summary = record.record([some, everyone], RecordTarget(conf, "box", commit), fp={})
+    summary = record.record([some, everyone], RecordTarget(conf, "box", commit), bench.asv_layout, fp={})
     assert summary.entries == 2  # mpi's two metrics; nothing of ring
     assert summary.left_out == ["allreduce[ring-n2-1MiB] (machine contended in every round)"]
     samples, _, _ = stored(conf, commit)["allreduce.Allreduce.track_inv_busbw"][KEY]
     assert samples == pytest.approx([1 / each[i].metrics["busbw_GBps"].value for i in (0, 2, 3)])
 
 
-def test_old_per_iteration_entries_are_replaced_not_pooled(tmp_path, monkeypatch):
+def test_old_per_iteration_entries_are_replaced_not_pooled(tmp_path):
     """A results file of this commit written under the previous layout version (samples were
     iterations then) is not appended to: asv keeps rounds and iterations apart by version."""
     import dataclasses
@@ -385,11 +386,9 @@ def test_old_per_iteration_entries_are_replaced_not_pooled(tmp_path, monkeypatch
     rng = np.random.default_rng(8)
     real = bench.asv_layout("allreduce")
     old = dataclasses.replace(real, version="perfsuite-allreduce-2")
-    monkeypatch.setattr(record.bench, "asv_layout", lambda name: old)
-    record.record([five_rounds(rng)[0]], RecordTarget(conf, "box", commit), fp={})
-    monkeypatch.setattr(record.bench, "asv_layout", lambda name: real)
+    record.record([five_rounds(rng)[0]], RecordTarget(conf, "box", commit), lambda name: old, fp={})
     plain = synthetic(mpi_case(), 10.0, rng, iters=200)
-    record.record([plain], RecordTarget(conf, "box", commit), fp={})
+    record.record([plain], RecordTarget(conf, "box", commit), lambda name: real, fp={})
     samples, _, st = stored(conf, commit)["allreduce.Allreduce.track_inv_busbw"][KEY]
     assert st["repeat"] == 1 and samples == [pytest.approx(1 / plain.metrics["busbw_GBps"].value)]
     assert real.version != old.version
@@ -430,7 +429,7 @@ def test_bad_asv_options_are_usage_errors(args, needle, capsys):
 def test_corrupt_asv_store_stops_the_run_before_any_world(corrupt, tmp_path, capsys, monkeypatch):
     conf, (commit,) = make_project(tmp_path, 1)
     record.record([synthetic(mpi_case(), 5.0, np.random.default_rng(1))],
-                  RecordTarget(conf, "box", commit), fp={})
+                  RecordTarget(conf, "box", commit), bench.asv_layout, fp={})
     stored = sorted((tmp_path / "results").rglob("*.json"))
     path = tmp_path / "results" / corrupt.format(commit8=commit[:8])
     if not path.exists():  # the commit's results file: whatever asv named it

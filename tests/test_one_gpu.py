@@ -139,7 +139,7 @@ def test_a_time_sliced_world_is_no_baseline(tmp_path):
 def test_a_time_sliced_world_is_not_recorded_in_asv(tmp_path):
     conf, (commit,) = make_project(tmp_path, 1)
     r = sliced_result()
-    summary = record.record(list(r.samples), RecordTarget(conf, "box", commit), fp={})
+    summary = record.record(list(r.samples), RecordTarget(conf, "box", commit), bench.asv_layout, fp={})
     assert summary.entries == 0
     assert summary.left_out == [f"{r.samples[0].case.name} ({SLICED})"]
     assert not any(stored(conf, commit).values())

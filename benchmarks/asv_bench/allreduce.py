@@ -4,15 +4,16 @@ The parameters come from the pytest suite's case matrix (``perfsuite.suite.selec
 ``PERFSUITE_ASV_<OPTION>`` variables narrow it like the perfsuite options do (for example
 PERFSUITE_ASV_SIZES=4,1MiB PERFSUITE_ASV_TRANSPORTS=mpi,ring). ``setup_cache`` starts each world
 (one per transport and world size) once through ``perfsuite.suite.run_one``; every ``track_*``
-then reads its number from that cache. Numbers are lower-is-better for asv: latency in seconds
-and 1/busbw in s/GB (see perfsuite.asv.layout). ``timing`` is the loop that timed a case
-(native or python on the host, a device timing on a GPU): only the one measured has a number.
+then reads its number from that cache (``perfsuite.faces.asv_run``). Numbers are lower-is-better
+for asv: latency in seconds and 1/busbw in s/GB (see perfsuite.asv.layout). ``timing`` is the
+loop that timed a case (native or python on the host, a device timing on a GPU): only the one
+measured has a number.
 """
 from perfsuite import bench
-from perfsuite.asv import bench as asv_bench
+from perfsuite.faces import asv_run
 
 LAYOUT = bench.asv_layout("allreduce")
-CASES = asv_bench.bench_cases("allreduce")
+CASES = asv_run.bench_cases("allreduce")
 
 
 class Allreduce:
@@ -22,19 +23,19 @@ class Allreduce:
     timeout = 60.0
 
     def setup_cache(self):
-        return asv_bench.measure(CASES)
+        return asv_run.measure(CASES)
 
-    setup_cache.timeout = asv_bench.bench_timeout(CASES)
+    setup_cache.timeout = asv_run.bench_timeout(CASES)
 
     def setup(self, cache, transport, world_size, size, dtype, timing):
-        asv_bench.check_case(cache, "allreduce", transport, world_size, size, dtype, timing)
+        asv_run.check_case(cache, "allreduce", transport, world_size, size, dtype, timing)
 
     def track_latency(self, cache, transport, world_size, size, dtype, timing):
-        return asv_bench.tracked(cache, "track_latency", transport, world_size, size, dtype, timing)
+        return asv_run.tracked(cache, "track_latency", transport, world_size, size, dtype, timing)
 
     track_latency.unit = "seconds"
 
     def track_inv_busbw(self, cache, transport, world_size, size, dtype, timing):
-        return asv_bench.tracked(cache, "track_inv_busbw", transport, world_size, size, dtype, timing)
+        return asv_run.tracked(cache, "track_inv_busbw", transport, world_size, size, dtype, timing)
 
     track_inv_busbw.unit = "s/GB (1/busbw)"

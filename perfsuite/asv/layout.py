@@ -124,6 +124,11 @@ class AsvLayout:
         return next((m for m in self.metrics if m.method == method), None)
 
 
+#: How a benchmark's cases appear in asv, by benchmark name: the registry's ``bench.asv_layout``,
+#: handed to the store by its callers (the store sits below the registry).
+LayoutOf = Callable[[str], AsvLayout]
+
+
 def generic_layout(benchmark: str) -> AsvLayout:
     """The layout of a benchmark that registers none: transport, world size, case id."""
     module = re.sub(r"[^0-9a-zA-Z_]", "_", benchmark)

@@ -1,11 +1,12 @@
-"""The asv project perfsuite records into: asv.conf.json, its git repository, and the option
-group that names where to record (the CLI's ``--asv*``, pytest's ``--perf-asv*``)."""
+"""The asv project perfsuite records into: asv.conf.json, its git repository, and where one
+run's results go (``RecordTarget``). The options that name a target (the CLI's ``--asv*``,
+pytest's ``--perf-asv*``) live with every other option, in ``perfsuite.options``."""
 from __future__ import annotations
 
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,51 +112,3 @@ class RecordTarget:
     commit: str | None = None  # None: HEAD of the asv repo
     env_name: str = DEFAULT_ENV_NAME
     lock_timeout: float = LOCK_TIMEOUT_S
-
-
-ASV_OPTIONS = (
-    ("asv", "record this run's samples into asv's results (asv.conf.json) for the commit and machine"),
-    ("asv-machine", "asv machine name [default: from the fingerprint, e.g. amd-epyc-7b13-2c]"),
-    ("asv-commit", "commit the results belong to [default: git rev-parse HEAD]"),
-    ("asv-config", f"asv config file [default: {DEFAULT_CONFIG}]"),
-)
-
-
-def add_options(addoption: Callable[..., Any], prefix: str = "") -> None:
-    """Add ``--asv``, ``--asv-machine``, ``--asv-commit``, ``--asv-config`` (with ``prefix``)."""
-    for name, help in ASV_OPTIONS:
-        dest = (prefix + name).replace("-", "_")
-        if name == "asv":
-            addoption(f"--{prefix}{name}", action="store_true", default=False, dest=dest, help=help)
-        else:
-            addoption(f"--{prefix}{name}", default=None, dest=dest,
-                      metavar=name.split("-")[1].upper(), help=help)
-
-
-def target(values: Mapping[str, Any], prefix: str = "") -> RecordTarget | None:
-    """The checked target from option values (dest names with ``prefix``), None without --asv."""
-    p = prefix.replace("-", "_")
-    if not values.get(f"{p}asv"):
-        for name, _ in ASV_OPTIONS[1:]:
-            if values.get(p + name.replace("-", "_")):
-                raise ConfigError(f"--{prefix}{name} needs --{prefix}asv (record into asv)")
-        return None
-    machine = values.get(f"{p}asv_machine")
-    if machine is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", machine):
-        raise ConfigError(f"asv machine name {machine!r} must be letters, digits, '.', '_' or '-' "
-                          "(it names a folder), e.g. dgx-a100")
-    return RecordTarget(config=values.get(f"{p}asv_config") or DEFAULT_CONFIG, machine=machine,
-                        commit=values.get(f"{p}asv_commit") or None)
-
-
-def prepare(to: RecordTarget | None) -> RecordTarget | None:
-    """Check the target before anything is measured: the config loads and the commit resolves
-    (HEAD is read now, so a checkout changing during a long run does not move the results)."""
-    if to is None:
-        return None
-    from ..formats import check_output_dir
-
-    project = load_project(to.config)
-    check_output_dir(project.results_dir, "asv results folder")
-    return RecordTarget(to.config, to.machine, resolve_commit(project, to.commit), to.env_name,
-                        to.lock_timeout)

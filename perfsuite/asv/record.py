@@ -3,6 +3,9 @@
 
 One of the rooms that write files: every file lands under a lock, written into a temporary
 folder by asv and renamed into place, so a reader never sees half of one.
+
+The store sits below the benchmark registry (``perfsuite/bench``): how a case appears in asv is
+asked of the ``layout_of`` its caller hands in (``bench.asv_layout``), never looked up here.
 """
 from __future__ import annotations
 
@@ -20,12 +23,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import bench
 from .. import fingerprint as _fingerprint
 from ..errors import ConfigError, FormatError, PerfsuiteError
 from ..formats import SuiteRun
 from ..model import Sample, time_sliced
-from .layout import AsvLayout, AsvMetric, metrics_for, round_samples
+from .layout import AsvLayout, AsvMetric, LayoutOf, metrics_for, round_samples
 from .project import LOCK_TIMEOUT_S, RecordTarget, commit_date_ms, load_project, resolve_commit
 
 LOCK_NAME = ".perfsuite-asv.lock"  # not *.json, so asv's result walker never reads it
@@ -190,9 +192,10 @@ def check_store(to: RecordTarget) -> None:
                 commit_date_ms(project, commit), python_param(), to.env_name)
 
 
-def record(samples: Iterable[Sample], to: RecordTarget, fp: Mapping[str, Any] | None = None,
-           started_at: _dt.datetime | None = None) -> RecordSummary:
-    """Merge ``samples`` into asv's results for ``to.commit`` on ``to.machine``.
+def record(samples: Iterable[Sample], to: RecordTarget, layout_of: LayoutOf,
+           fp: Mapping[str, Any] | None = None, started_at: _dt.datetime | None = None) -> RecordSummary:
+    """Merge ``samples`` into asv's results for ``to.commit`` on ``to.machine``, each laid out
+    as ``layout_of(benchmark)`` says.
 
     Each case is recorded as its round values (``round_samples``), its value their median.
     Under the results lock: read what is there (benchmarks.json and this commit's results file,
@@ -234,7 +237,7 @@ def record(samples: Iterable[Sample], to: RecordTarget, fp: Mapping[str, Any] | 
             # (the run file keeps it), and said in the summary line like a wrong result.
             left_out.append(f"{s.case.name} (machine contended in every round)")
             continue
-        layout = bench.asv_layout(s.case.benchmark)
+        layout = layout_of(s.case.benchmark)
         for m in metrics_for(layout, s):
             values = round_samples(s, m)
             if not values:
@@ -302,9 +305,9 @@ class _Conf:
     benchmark_dir: str
 
 
-def record_run(run: SuiteRun, to: RecordTarget) -> RecordSummary:
+def record_run(run: SuiteRun, to: RecordTarget, layout_of: LayoutOf) -> RecordSummary:
     """Record a ``SuiteRun`` (every world's samples, partial ones of failed worlds included)."""
-    return record(run.samples(), to, run.machine)
+    return record(run.samples(), to, layout_of, run.machine)
 
 
 # --- pytest: record the session at its end -------------------------------------------------
@@ -313,9 +316,10 @@ class SessionRecorder:
     """Registered by the plugin under ``--perf-asv``; records every world's samples when the
     session ends (hooks are found by name, so this room never imports pytest)."""
 
-    def __init__(self, to: RecordTarget, run: Callable[[], SuiteRun]):
+    def __init__(self, to: RecordTarget, run: Callable[[], SuiteRun], layout_of: LayoutOf):
         self.to = to
         self.run = run
+        self.layout_of = layout_of
         self.summary: RecordSummary | None = None
         self.error: str | None = None
 
@@ -324,7 +328,7 @@ class SessionRecorder:
         if not run.samples():
             return
         try:
-            self.summary = record_run(run, self.to)
+            self.summary = record_run(run, self.to, self.layout_of)
         except PerfsuiteError as exc:
             self.error = str(exc)
             session.exitstatus = session.exitstatus or 1  # a lost history is a failed run

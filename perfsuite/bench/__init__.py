@@ -134,6 +134,11 @@ def asv_layout(benchmark: str) -> AsvLayout:
     return spec.asv if spec is not None and spec.asv is not None else generic_layout(benchmark)
 
 
+def asv_layouts() -> list[AsvLayout]:
+    """The layouts the registered benchmarks declare (for the asv store to name a series' metric)."""
+    return [s.asv for s in all_specs() if s.asv is not None]
+
+
 def declared_judged(case_name: str) -> tuple[str, ...] | None:
     """The judged metrics of the benchmark a case name ('allreduce[mpi-n2-4B]') belongs to."""
     spec = find(case_name.split("[", 1)[0])

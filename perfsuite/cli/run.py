@@ -7,7 +7,6 @@ import signal
 from pathlib import Path
 
 from .. import bench, formats, interrupts, options, regress, report, suite, transports
-from ..asv import project as asv_project
 from ..errors import ConfigError
 from ..model import split_list
 from .common import (EXIT_FAIL, EXIT_OK, add_canary_shift, canary_shift, gate_settings, print_verdicts,
@@ -26,7 +25,7 @@ def add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", action="store_true", help="judge every case against the baselines "
                    "of this system and exit 1 on any regression (see --baseline-dir, --system)")
     p.add_argument("--keep-worlds", action="store_true", help="keep each world's scratch folder (debugging)")
-    asv_project.add_options(p.add_argument)
+    options.add_asv_options(p.add_argument)
 
 
 def run_cases_from_args(args: argparse.Namespace) -> tuple[list, suite.SuiteConfig]:
@@ -52,7 +51,7 @@ def do_run(args: argparse.Namespace) -> int:
 
     cases, cfg = run_cases_from_args(args)  # main() has checked every output location
     cfg = judging(cfg, args, cases)
-    asv_to = asv_project.prepare(asv_project.target(vars(args)))  # bad --asv* is a usage error now
+    asv_to = options.prepare_asv(options.asv_target(vars(args)))  # bad --asv* is a usage error now
     if asv_to is not None:
         check_store(asv_to)
     with interrupts.handled() as signals:
@@ -66,7 +65,7 @@ def do_run(args: argparse.Namespace) -> int:
             say(f"# interrupted by {stop}: not judged, not recorded in asv or as baselines")
             return 128 + signal.Signals[stop].value
         if asv_to is not None:
-            say(record_run(run, asv_to).line())
+            say(record_run(run, asv_to, bench.asv_layout).line())
         gate = gate_run(run, args)
     return EXIT_OK if run.ok and kept and gate == EXIT_OK else EXIT_FAIL
 
@@ -130,12 +129,12 @@ def judging(cfg: suite.SuiteConfig, args: argparse.Namespace, cases: list) -> su
 def _asv_history(args: argparse.Namespace):
     """With --asv, this machine's asv history: each case's level in earlier runs, from which
     verdicts measure the drift between runs (``regress.session_drift``)."""
-    to = asv_project.target(vars(args))
+    to = options.asv_target(vars(args))
     if to is None:
         return None
     from ..asv.read import drift_history
 
-    return drift_history(to)
+    return drift_history(to, bench.asv_layout)
 
 
 def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import regress, report, suite, transports
+from .. import bench, regress, report, suite, transports
 from .. import verdict_text as vt
 from ..asv import project as asv_project
 from ..errors import ConfigError
@@ -138,7 +138,7 @@ def do_history(args: argparse.Namespace) -> int:
         if not 0 <= t < 10:
             raise ConfigError(f"threshold {args.threshold!r} must be a fraction >= 0, e.g. 0.05 for 5%")
         thresholds = {".*": t}
-    series, order = read_history(project, args.asv_machine, args.pattern)
+    series, order = read_history(project, bench.asv_layouts(), args.asv_machine, args.pattern)
     try:
         since = history.resolve_since(order, args.since)
     except ValueError as exc:
@@ -159,7 +159,7 @@ def add_asv_offline(p: argparse.ArgumentParser) -> None:
 
 
 def do_asv_offline(args: argparse.Namespace) -> int:
-    from ..asv.offline import make_offline
+    from ..faces.asv_offline import make_offline
 
     html_dir = args.html_dir or asv_project.load_project(args.asv_config).html_dir
     names = make_offline(html_dir)

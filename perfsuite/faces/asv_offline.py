@@ -1,5 +1,6 @@
 """An asv site that works without internet: the published ``index.html`` loads its scripts
-and styles from local copies instead of CDNs."""
+and styles from local copies instead of CDNs (``perfsuite asv-offline``). A face: it reads no
+history and writes only the published page's own folder."""
 from __future__ import annotations
 
 import os
@@ -45,7 +46,7 @@ def make_offline(html_dir: str, table: Mapping[str, tuple[str | None, str]] = OF
     unknown = sorted({url for _, url in tags if url.rsplit("/", 1)[-1] not in table})
     if unknown:
         raise ConfigError(f"{index} loads {', '.join(unknown)}, which has no local copy known to "
-                          "perfsuite (a newer asv?); add it to perfsuite.asv.offline.OFFLINE_JS")
+                          "perfsuite (a newer asv?); add it to perfsuite.faces.asv_offline.OFFLINE_JS")
     missing = sorted({pkg for _, url in tags
                       for src, pkg in [table[url.rsplit("/", 1)[-1]]] if src and not os.path.isfile(src)})
     if missing:

@@ -2,8 +2,8 @@
 ``PERFSUITE_ASV_<OPTION>`` variables, each world measured once in ``setup_cache``, and the
 number of each ``track_*`` method read back from that cache.
 
-A face, like the CLI and the pytest plugin: it turns environment variables into options and
-calls the suite.
+A face on the top floor, like the CLI and the pytest plugin: it turns environment variables
+into options and calls the suite; ``benchmarks/asv_bench/*.py`` are its thin asv classes.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import bench, options, suite
+from ..asv.layout import metrics_for, round_samples
 from ..model import Case
-from .layout import metrics_for, round_samples
 
 ENV_PREFIX = "PERFSUITE_ASV_"  # PERFSUITE_ASV_SIZES=4,1MiB narrows what `asv run` measures
 
