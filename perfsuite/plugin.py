@@ -229,8 +229,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         case = callspec.params.get("perf_case") if callspec else None
         if isinstance(case, Case):
             state.selected.setdefault(case.world_key, []).append(case)
-            item.add_marker(pytest.mark.benchmark(
-                timer=REPLAY_CLOCK, group=f"{case.benchmark} {case.transport} n{case.world_size}"))
+            _replay_marker(item, f"{case.benchmark} {case.transport} n{case.world_size}")
+        elif "perf_record" in getattr(item, "fixturenames", ()):  # the stall breakdown's parts
+            _replay_marker(item, None)
+
+
+def _replay_marker(item: pytest.Item, group: str | None) -> None:
+    """The replay clock, merged into the test's own ``@pytest.mark.benchmark(...)``.
+
+    pytest-benchmark reads only the closest ``benchmark`` marker, and a user's (say
+    ``group="mine"``) is closer than one appended here, so it would time the empty replay
+    target with its own clock. Ours goes first and carries the user's options: their group
+    wins over ours; their timer cannot (the ranks timed the iterations, the clock only replays
+    them). The others act on the empty target, so the replayed times stay the ranks' own.
+    """
+    own = item.get_closest_marker("benchmark")
+    kwargs = ({"group": group} if group else {}) | (dict(own.kwargs) if own else {})
+    if kwargs.get("timer", REPLAY_CLOCK) is not REPLAY_CLOCK:
+        item.warn(pytest.PytestWarning(f"{item.name}: perfsuite replays the ranks' own times; the "
+                                       f"benchmark marker's timer={kwargs['timer']!r} is not used"))
+    kwargs["timer"] = REPLAY_CLOCK
+    item.add_marker(pytest.mark.benchmark(*(own.args if own else ()), **kwargs), append=False)
 
 
 XDIST_REFUSED = ("perfsuite starts MPI worlds, which must not run under pytest-xdist (-n): workers would "
