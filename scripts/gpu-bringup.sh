@@ -46,53 +46,16 @@ fi
 
 echo "== the machine ($PYTHON)"
 # Read from the checkout before anything is installed: the report imports nothing perfsuite lacks.
-machine_rc=0
-PYTHONPATH="$checkout" "$PYTHON" -m perfsuite.machine || machine_rc=$?
+# What it finds missing is installed below or named again at the end: no stop here.
+PYTHONPATH="$checkout" "$PYTHON" -m perfsuite.machine || true
 
 echo "== venv $venv"
 if [[ ! -x "$venv/bin/python" ]]; then
     "$PYTHON" -m venv --without-pip "$venv"
 fi
-# The machine's site folders, written as addsitedir lines so that their own .pth files (editable
-# installs, NVIDIA's path hooks) are read too; our venv's site folder comes first on sys.path.
-"$PYTHON" - "$venv" <<'EOF'
-import site
-import subprocess
-import sys
-from pathlib import Path
-
-venv = Path(sys.argv[1]).resolve()
-ours = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                      capture_output=True, text=True, check=True).stdout.strip()
-theirs = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))
-          and Path(p).is_dir() and not Path(p).resolve().is_relative_to(venv)]
-lines = ["# the machine's packages, after this venv's own (scripts/gpu-bringup.sh)"]
-lines += [f"import site; site.addsitedir({p!r})" for p in theirs]
-print(f"sees the machine's packages in {', '.join(theirs)} (after its own in {ours})")
-# An MPI the machine's mpi4py loads from its own prefix (an MPI wheel in its venv) is where the
-# venv's mpi4py does not look (sys.exec_prefix/lib): name its library, as mpi4py reads it, and
-# put its launcher and compiler wrapper beside the venv's Python, where perfsuite looks.
-try:
-    import mpi4py
-
-    mpi4py.rc.initialize = False
-    from mpi4py import MPI  # noqa: F401
-except Exception:  # noqa: BLE001 - no MPI library: the carried wheel's job
-    libmpi = None
-else:
-    with open("/proc/self/maps") as maps:
-        libmpi = next((f for f in (line.split()[-1] for line in maps if line.strip())
-                       if "/libmpi" in f and ".so" in f), None)
-if libmpi and Path(libmpi).resolve().is_relative_to(Path(sys.prefix).resolve()):
-    lines.append(f"import os; os.environ.setdefault('MPI4PY_LIBMPI', {libmpi!r})")
-    for name in ("mpiexec", "mpirun", "mpicc", "mpicxx"):
-        program, wrapper = Path(sys.executable).parent / name, venv / "bin" / name
-        if program.is_file() and not wrapper.exists():
-            wrapper.write_text(f'#!/bin/sh\nexec {str(program)!r} "$@"\n')
-            wrapper.chmod(0o755)
-    print(f"uses the machine's MPI library {libmpi} and its launcher {Path(sys.executable).parent / 'mpiexec'}")
-(Path(ours) / "_machine_packages.pth").write_text("\n".join(lines) + "\n")
-EOF
+# The machine's packages after the venv's own, and an MPI that the machine's own venv holds
+# (its library and launcher), as a commit's environment gets them (perfsuite/launch/envs.py).
+PYTHONPATH="$checkout" "$PYTHON" -P -m perfsuite.launch.envs overlay "$venv"
 vpy="$venv/bin/python"
 pip_install() {
     "$vpy" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --no-compile \

@@ -1,0 +1,135 @@
+"""Arms from commits, for real: a clone of this repository gets a history whose one bad commit
+makes MPICH run its generic ring algorithm for small allreduces (x6 or more at 4 B here:
+docs/measurements.md), set in the ranks' own code, beside harmless commits. ``ab --a-ref
+--b-ref`` builds both commits' environments and flags it; ``bisect`` names it; a commit that
+does not install is one line and exit 2; environments are built once and kept."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfsuite.experiments import bisect as b
+from perfsuite.launch import envs
+from perfsuite.model import Verdict
+
+REPO = Path(__file__).resolve().parents[1]
+WORLD = ["--transports", "mpi", "--sizes", "4", "--world-sizes", "2", "--timeout", "120", "--max-pairs", "60"]
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+#: The bad commit: the ranks ask MPICH for its generic ring, before MPI starts.
+SLOW_WORKER = ('\nos.environ.setdefault("MPIR_CVAR_DEVICE_COLLECTIVES", "none")\n'
+               'os.environ.setdefault("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", "ring")\n')
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env={**os.environ, **GIT_ENV}).stdout.strip()
+
+
+def commit(repo: Path, path: str, change, message: str) -> str:
+    f = repo / path
+    f.write_text(change(f.read_text()))
+    git(repo, "commit", "-q", "-am", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MPIR_CVAR_", "PERFSUITE_INJECT"))}
+    return subprocess.run([sys.executable, "-P", "-m", "perfsuite.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    """A clone: base, two harmless commits, the bad one, one harmless more (oldest first)."""
+    root = tmp_path_factory.mktemp("history")
+    repo = root / "repo"
+    subprocess.run(["git", "clone", "-q", "--no-local", str(REPO), str(repo)], check=True)
+    shas = {"base": git(repo, "rev-parse", "HEAD")}
+    note = lambda n: (lambda text: text + f"\n<!-- harmless {n} -->\n")  # noqa: E731
+    shas["h1"] = commit(repo, "docs/design.md", note(1), "docs: a harmless change")
+    shas["h2"] = commit(repo, "docs/running.md", note(2), "docs: another")
+    shas["bad"] = commit(repo, "perfsuite/worker.py",
+                         lambda t: t.replace("\nimport traceback\n", "\nimport traceback\n" + SLOW_WORKER, 1),
+                         "worker: MPICH's generic ring for every allreduce")
+    shas["h3"] = commit(repo, "docs/design.md", note(3), "docs: after the bad one")
+    return repo, root / "envs", shas
+
+
+def test_the_search_finds_every_position_and_stops_where_it_cannot_decide():
+    def verdict(kind):
+        status = {"bad": "regression", "good": "same"}[kind]
+        return Verdict("allreduce[mpi-n2-4B]", "latency_us", status)
+
+    for culprit in range(6):
+        commits = [f"c{i}" for i in range(6)]
+        seen = []
+
+        def probe(c, cases, culprit=culprit):
+            seen.append(c)
+            kind = "bad" if int(c[1:]) >= culprit else "good"
+            return b.Step(c, b.classify([verdict(kind)], [], cases), [verdict(kind)])
+
+        found = b.search(commits, probe)
+        assert found.first_bad.commit == f"c{culprit}" and found.cases == ("allreduce[mpi-n2-4B]",)
+        assert len(seen) <= 4  # the bad end and log2(6) midpoints
+    unknown = b.search(["c0", "c1", "c2", "c3"], lambda c, cases: b.Step(
+        c, b.BAD if c == "c3" else b.UNDECIDED, [verdict("bad")] if c == "c3" else []))
+    assert unknown.first_bad is None and unknown.stopped.commit == "c1" and unknown.candidates == ["c0", "c1", "c2", "c3"]
+    clean = b.search(["c0", "c1"], lambda c, cases: b.Step(c, b.GOOD, [verdict("good")]))
+    assert clean.first_bad is None and clean.stopped.outcome == b.GOOD
+
+
+def test_an_environment_is_built_once_and_an_interrupted_build_is_redone(history, capsys):
+    repo, env_dir, shas = history
+    first = envs.build(repo, shas["h1"], env_dir=env_dir)
+    again = envs.build(repo, "HEAD~3", env_dir=env_dir)  # the same commit by another name
+    assert not first.cached and again.cached and again.path == first.path
+    out = subprocess.run([again.python, "-P", "-c", "import perfsuite, mpi4py; print(perfsuite.__file__)"],
+                         capture_output=True, text=True, check=True, cwd=REPO).stdout
+    assert out.startswith(first.path)  # its own perfsuite, not the checkout's
+    (Path(first.path) / envs.STAMP).unlink()  # as a build killed before its stamp leaves it
+    redone = envs.build(repo, shas["h1"], env_dir=env_dir)
+    assert not redone.cached and (Path(redone.path) / envs.STAMP).exists()
+
+
+def test_a_ref_that_does_not_install_or_names_nothing_is_one_line_and_exit_2(history, tmp_path):
+    repo, _, shas = history
+    broken = tmp_path / "broken"
+    subprocess.run(["git", "clone", "-q", str(repo), str(broken)], check=True)
+    commit(broken, "pyproject.toml", lambda t: t.replace("[project]", "[project", 1), "a broken pyproject")
+    got = cli("ab", *WORLD, "--a-ref", "HEAD~1", "--b-ref", "HEAD", "--env-dir", str(tmp_path / "envs"), cwd=broken)
+    errors = [line for line in got.stderr.splitlines() if not line.startswith("#")]
+    assert got.returncode == 2 and len(errors) == 1, got.stderr
+    assert "ref 'HEAD'" in errors[0] and "does not install" in errors[0], errors
+    got = cli("ab", *WORLD, "--a-ref", "no-such-branch", cwd=broken)
+    assert got.returncode == 2 and "ref 'no-such-branch' names no commit" in got.stderr, got.stderr
+
+
+@pytest.mark.world
+def test_ab_by_commits_flags_the_bad_commit_and_reuses_the_environments(history, tmp_path):
+    repo, env_dir, shas = history
+    args = ["ab", *WORLD, "--a-ref", "HEAD~2", "--b-ref", "HEAD~1", "--env-dir", str(env_dir)]
+    got = cli(*args, "--json", str(tmp_path / "ab.json"), cwd=repo)
+    assert got.returncode == 1, got.stdout + got.stderr
+    rep = json.loads((tmp_path / "ab.json").read_text())
+    assert rep["arms"]["a"]["ref"].startswith(f"HEAD~2 ({shas['h2'][:10]}")
+    assert rep["arms"]["b"]["ref"].startswith(f"HEAD~1 ({shas['bad'][:10]}")
+    (v,) = rep["verdicts"]
+    assert v["status"] == "regression", v
+    again = cli(*args, "--max-pairs", "2", cwd=repo)  # only to see both found built
+    assert again.stderr.count("(built before)") == 2, again.stderr
+
+
+@pytest.mark.world
+def test_bisect_names_the_bad_commit_among_harmless_ones(history):
+    repo, env_dir, shas = history
+    got = cli("bisect", *WORLD, "--good", shas["base"], "--bad", "HEAD", "--env-dir", str(env_dir), cwd=repo)
+    assert got.returncode == 1, got.stdout + got.stderr
+    assert f"first bad commit: {shas['bad'][:10]} worker: MPICH's generic ring" in got.stdout, got.stdout
+    assert "allreduce[mpi-n2-4B]" in got.stdout.split("first bad commit")[1]
