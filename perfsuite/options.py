@@ -10,6 +10,7 @@ at this boundary; a bad value raises ConfigError naming it, which each face repo
 """
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import re
@@ -69,7 +70,8 @@ COMMON: list[Opt] = [
     Opt("mpi-flavor", "auto", f"mpiexec's MPI: {', '.join(FLAVORS)} (auto asks mpiexec --version)", metavar="NAME"),
     Opt("hostfile", None, "hostfile for multi-node worlds (MPICH -f, Open MPI --hostfile, srun SLURM_HOSTFILE)", metavar="PATH"),
     Opt("hosts", None, "comma list of hosts instead of a hostfile", metavar="LIST"),
-    Opt("ppn", None, "ranks per node", metavar="N", parse=_whole("ranks per node (ppn)")),
+    Opt("ppn", None, "ranks per node (unset: the launcher places them)", metavar="N",
+        parse=_whole("ranks per node (ppn)")),
     Opt("oversubscribe", "auto", "Open MPI --oversubscribe: auto (when ranks > cores), yes, no; yes also "
         "starts a one-host world of more than 8 ranks per core, which is refused otherwise", metavar="WHEN"),
     Opt("env", [], "NAME=VALUE passed to every rank (repeatable), e.g. NCCL_DEBUG=INFO", kind="list", metavar="NAME=VALUE"),
@@ -133,22 +135,49 @@ def all_options() -> list[Opt]:
 def add_options(addoption: Callable[..., Any], prefix: str = "",
                 names: Collection[str] | None = None, opts: Iterable[Opt] | None = None) -> list[Opt]:
     """Add every option (or only ``names``, or ``opts``) through ``addoption`` (argparse's
-    add_argument or pytest's group.addoption); returns the options added."""
+    add_argument or pytest's group.addoption); returns the options added.
+
+    Every option (``perfsuite run``'s set) leaves out those of a benchmark measured by its own
+    experiment (the stall breakdown's ``stalls``, which ``run`` cannot run): each is hidden,
+    and giving it is a usage error naming the command that runs that benchmark."""
     added = []
+    elsewhere = _run_elsewhere() if opts is None and names is None else {}
     for o in all_options() if opts is None else opts:
         if names is not None and o.name not in names:
             continue
         flag = f"--{prefix}{o.name}"
         dest = f"{prefix.replace('-', '_')}{o.dest}"
+        if o.name in elsewhere:
+            addoption(flag, default=None, dest=dest, metavar=o.metavar, help=argparse.SUPPRESS,
+                      type=elsewhere[o.name])
+            continue
         text = o.help.replace("%", "%%")  # argparse %-formats help: '95% CI' would crash --help
         if o.kind == "flag":
             addoption(flag, action="store_true", default=None, dest=dest, help=text)
         elif o.kind == "list":
             addoption(flag, action="append", default=None, dest=dest, metavar=o.metavar, help=text)
-        else:
-            addoption(flag, default=None, dest=dest, metavar=o.metavar, help=f"{text} [default: {o.default}]")
+        else:  # an option unset by default says what unset means in its help, never "None"
+            shown = "" if o.default is None or "default:" in o.help else f" [default: {o.default}]"
+            addoption(flag, default=None, dest=dest, metavar=o.metavar, help=text + shown)
         added.append(o)
     return added
+
+
+def _run_elsewhere() -> dict[str, Callable[[str], Any]]:
+    """Option name -> an argparse ``type`` that refuses it, for the options only a benchmark
+    measured by its own experiment has (a shared option stays)."""
+    def refuse(o: Opt, spec: bench.BenchmarkSpec) -> Callable[[str], Any]:
+        def refused(value: str) -> Any:
+            raise argparse.ArgumentTypeError(
+                f"the {spec.name} benchmark is measured by its own experiment, which this command does "
+                f"not run; run it with `{spec.command.format(value=value)}` (or under pytest with "
+                f"--perf-{o.name} {value})")
+        return refused
+
+    kept = {o.name for o in COMMON} | {o.name for s in bench.all_specs() if s.cases is not None
+                                       for o in s.options}
+    return {o.name: refuse(o, s) for s in bench.all_specs() if s.cases is None and s.command
+            for o in s.options if o.name not in kept}
 
 
 def with_defaults(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -63,6 +63,9 @@ class BenchmarkSpec:
     #: The metrics a verdict judges, each one test (their mirrors shown beside them); None:
     #: every metric but the mirror of a judged one. Others are recorded, not judged.
     judged: tuple[str, ...] | None = None
+    #: A benchmark measured by its own experiment: the command line that runs it outside pytest,
+    #: ``{value}`` standing for its option's value. ``perfsuite run`` refuses its option with it.
+    command: str = ""
 
     @property
     def transports(self) -> str:

@@ -2,7 +2,8 @@
 
 Measured by an experiment of five tf-epoch worlds (``perfsuite.experiments.stalls``), not
 selected case by case, so the record has no case builder; it names the kernel its worlds run,
-the pytest switch that asks for it, and lets the generic table and asv layout show its
+the pytest switch that asks for it and the command that runs it outside pytest (``perfsuite run``
+refuses the switch, naming that command), and lets the generic table and asv layout show its
 ``compute_ms`` and ``stall_<name>_ms`` metrics.
 """
 from __future__ import annotations
@@ -11,10 +12,12 @@ from ..model import Opt
 from . import BenchmarkSpec, register
 
 OPTIONS = (
-    Opt("stalls", None, "run the stall breakdown benchmark (benchmarks/test_stalls.py) for MODEL, "
-        "e.g. small-cnn; its network run uses --emulated-network; unset: skipped", metavar="MODEL"),
+    Opt("stalls", None, "pytest only: run the stall breakdown benchmark (benchmarks/test_stalls.py) for "
+        "MODEL, e.g. small-cnn; its network run uses --emulated-network; unset: skipped (the CLI's "
+        "is `perfsuite stalls --model MODEL`)", metavar="MODEL"),
 )
 
 SPEC = register(BenchmarkSpec(
     "stalls", "Stash stall breakdown of a training step: compute, interconnect, prep, fetch, network",
-    kernel="perfsuite.kernels.tf_epoch", cases=None, transport_set="tf-epoch", options=OPTIONS))
+    kernel="perfsuite.kernels.tf_epoch", cases=None, transport_set="tf-epoch", options=OPTIONS,
+    command="perfsuite stalls --model {value}"))

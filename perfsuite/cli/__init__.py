@@ -30,12 +30,25 @@ DESCRIPTION = ("perfsuite: performance regression suite for distributed deep lea
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfsuite", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (add, handler, help) in COMMANDS.items():
         p = sub.add_parser(name, help=help, description=help)
         add(p)
         p.set_defaults(handler=handler)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (the one pip reports), else the package's own."""
+    from importlib import metadata
+
+    from .. import __version__
+
+    try:
+        return metadata.version("perfsuite")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return __version__
 
 
 #: Arguments that name where a command writes: checked before it measures anything.
