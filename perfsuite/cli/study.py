@@ -68,9 +68,14 @@ def do_study(args: argparse.Namespace) -> int:
 
     plan = sp.parse(formats.read_plan(args.plan), args.plan)
     base = _base(plan)
-    sp.check_arms(plan, _probe)
+    gone = sp.unavailable_arms(plan, _probe)  # MPI environments that cannot run here: skipped
     study.preflight(plan, base)
-    records = _load(args, plan)
+    # A resumed study runs the points of an MPI environment made since it skipped them.
+    records = [r for r in _load(args, plan) if r.get("arm_unavailable") in (None, *gone)]
+    for p in plan.points.values():
+        arm = plan.arm_of(p).name
+        if p.arm and arm in gone and not any(r["point"] == p.key and r.get("skipped") for r in records):
+            records.append(study.arm_skip(plan, p, gone[arm]))
     todo = study.pending(plan, records)
     timed: dict[str, list[float]] = {}
     for r in records:
@@ -78,6 +83,8 @@ def do_study(args: argparse.Namespace) -> int:
     # A transport this venv lacks is skipped before its world starts: it costs nothing.
     cannot = {k: why for k, p in plan.points.items()
               if not p.arm and (why := transports.unavailable_reason(p.transport, p.benchmark))}
+    cannot |= {k: f"MPI environment {plan.arm_of(p).name} (above)" for k, p in plan.points.items()
+               if p.arm and plan.arm_of(p).name in gone}
     guess = {k: 0.0 if k in cannot else sp.expected_world_s(p, plan.steps, plan.warmup)
              for k, p in plan.points.items()}
     progress = StudyProgress([(k, guess[k]) for _, k in todo], timed)
@@ -85,6 +92,8 @@ def do_study(args: argparse.Namespace) -> int:
     say(f"# study {plan.name} ({args.plan}, digest {plan.digest}): {len(plan.points)} points x {plan.rounds} "
         f"rounds = {total} worlds, {len(todo)} to run ({len(cannot)} point(s) cannot run here); expected "
         f"duration ~{progress.remaining_s() / 60:.1f} min (a first guess until worlds are timed)")
+    for why in gone.values():
+        say(f"# skipped: {why}")
     if args.dry_run:
         for k, p in plan.points.items():
             say(f"#   {sp.describe(p)}: " + (f"cannot run here: {cannot[k]}" if k in cannot else

@@ -5,7 +5,8 @@ starts, so a burst of load or a change of machine mode falls on every point alik
 ratio is taken between neighbours (the study's intervals pair points by round). The arms of
 one MPI-library case run back to back, A then B in one round and B then A in the next, as
 ``perfsuite ab`` alternates them. A point that cannot run here (a transport without its
-library) is asked once and skipped with the reason; a world that fails fails its round only.
+library, or an MPI environment whose venv is not there) is skipped with the reason; a world
+that fails fails its round only.
 After every world ``keep(records)`` is called, so an interrupted study has every finished
 world on disk, and ``run`` given those records continues where they end (running again the
 worlds that failed; the last record of a point's round is the one that counts).
@@ -104,6 +105,14 @@ def run_point(plan: Plan, point: Point, rnd: int, base: suite.SuiteConfig) -> di
     else:
         rec["result"] = formats.dump_result(out.result)
     return rec
+
+
+def arm_skip(plan: Plan, point: Point, why: str) -> dict:
+    """The record of a point whose MPI environment cannot run here: a skip with the reason, and
+    the arm's name, so a resumed study runs the point once that venv has been made."""
+    arm = plan.arm_of(point)
+    return {"point": point.key, "round": 0, "wall_s": 0.0, "python": interpreter(arm), "skipped": why,
+            "arm_unavailable": arm.name}
 
 
 def run(plan: Plan, base: suite.SuiteConfig, records: list[dict], keep: Callable[[list[dict]], None],

