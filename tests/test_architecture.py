@@ -118,6 +118,40 @@ def test_the_asv_store_sits_below_the_registry_and_its_faces_on_the_top_floor():
     assert {module_name(p) for p in sources(PACKAGE / "asv")} == {"perfsuite.asv", *ASV_STORE}
 
 
+def commands_defined(path: Path) -> list[str]:
+    """The names a module registers as ``COMMANDS["name"] = ...`` (or in a COMMANDS literal)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+                        and t.value.id == "COMMANDS" and isinstance(t.slice, ast.Constant)):
+                    names.append(t.slice.value)
+                elif isinstance(t, ast.Name) and t.id == "COMMANDS" and isinstance(node.value, ast.Dict):
+                    names += [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
+    return names
+
+
+CLI_SHARED = ("__init__.py", "__main__.py", "common.py")
+
+
+@pytest.mark.parametrize("path", [p for p in sorted((PACKAGE / "cli").glob("*.py")) if p.name not in CLI_SHARED],
+                         ids=lambda p: p.name)
+def test_each_cli_module_is_one_command(path):
+    """asv's ``commands/``: one module per command, named as the command (``asv_offline.py`` is
+    ``perfsuite asv-offline``); what commands share lives in ``common.py``."""
+    assert commands_defined(path) == [path.stem.replace("_", "-")]
+
+
+def test_every_command_comes_from_its_own_module():
+    from perfsuite import cli
+
+    modules = {p.stem.replace("_", "-") for p in (PACKAGE / "cli").glob("*.py") if p.name not in CLI_SHARED}
+    assert set(cli.COMMANDS) == modules
+    for name in CLI_SHARED:
+        assert commands_defined(PACKAGE / "cli" / name) == [], name
+
+
 def test_kernels_and_transports_stand_on_the_ground_alone():
     bad = []
     for path in sources(PACKAGE / "kernels") + sources(PACKAGE / "transports"):

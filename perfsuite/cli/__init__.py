@@ -1,7 +1,7 @@
 """``perfsuite``: the command-line face. Thin: parse, call the suite or an experiment, print
 what ``report`` formats.
 
-Each command is a pair in a module's ``COMMANDS``: ``add_<name>(parser)`` declares its
+Each command is one module (``cli/run.py`` is ``perfsuite run``) and a pair in its ``COMMANDS``: ``add_<name>(parser)`` declares its
 arguments and ``do_<name>(args) -> exit status`` runs it, so tests call a command as a function
 (asv's ``commands/*.py`` habit). Exit status: 0 when everything that could run here ran and
 validated, 1 when a world failed or a result was wrong (or a gate tripped), 2 on bad usage
@@ -16,11 +16,15 @@ import sys
 
 from .. import interrupts
 from ..errors import ConfigError, FormatError, PerfsuiteError
-from . import ab, bisect, experiments, run, show, study
+from . import (ab, asv_offline, baseline, bisect, compare, detection_power, history, overhead, report,
+               run, stalls, study, transports, validity)
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
-COMMANDS = {**run.COMMANDS, **show.COMMANDS, **experiments.COMMANDS, **ab.COMMANDS,
-            **bisect.COMMANDS, **study.COMMANDS}
+#: One module per command, in the order ``perfsuite --help`` lists them: measure and judge,
+#: show, then the experiments.
+MODULES = (run, baseline, compare, transports, report, history, asv_offline, detection_power, validity,
+           overhead, stalls, ab, bisect, study)
+COMMANDS = {name: command for m in MODULES for name, command in m.COMMANDS.items()}
 __all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
 

@@ -1,10 +1,12 @@
-"""What every command shares: exit statuses, printing, the gate's settings and verdict table."""
+"""What every command shares: exit statuses, printing, checked fractions, the gate's settings and
+verdict table, and what a results file leaves out of the baselines."""
 from __future__ import annotations
 
 import argparse
 
-from .. import options, regress
+from .. import formats, options, regress
 from .. import verdict_text as vt
+from ..errors import ConfigError
 
 #: Exit statuses, the same for every command (docs/running.md's table).
 EXIT_OK = 0          # nothing wrong
@@ -17,6 +19,14 @@ EXIT_FAIL = EXIT_REGRESSION  # until every command tells the two apart
 
 def say(text: str = "") -> None:
     print(text, flush=True)
+
+
+def fraction(text: str, what: str) -> float:
+    """A number given as --WHAT (a fraction such as 0.05), refused with the option's name."""
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"--{what} {text!r} takes a fraction, e.g. 0.05") from None
 
 
 def gate_settings(args: argparse.Namespace):
@@ -48,3 +58,20 @@ def print_verdicts(verdicts: list, strict: bool) -> int:
     if bad:
         return EXIT_FAIL
     return EXIT_UNKNOWN if strict and unknown else EXIT_OK
+
+
+def not_recorded(run: formats.SuiteRun, allow_partial: bool) -> list[str]:
+    """A line for each world or case of a results file that is not recorded, and why."""
+    lines = []
+    for o in run.failures:
+        kept = len(o.samples())
+        what = (f"its {kept} measured case(s) recorded (--allow-partial)" if kept and allow_partial
+                else f"its {kept} measured case(s) left out (--allow-partial records them)" if kept
+                else "nothing measured")
+        lines.append(f"# not recorded: {o.world} failed: {o.why}; {what}")
+    for o in run.skipped:
+        lines.append(f"# not recorded: {o.world} was skipped: {o.skipped}")
+    for s in run.samples():
+        if not s.valid:
+            lines.append(f"# not recorded: {s.case.name} did not validate (wrong sum)")
+    return lines

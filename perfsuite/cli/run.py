@@ -1,4 +1,5 @@
-"""``perfsuite run`` and the commands that judge results: ``baseline`` and ``compare``."""
+"""``perfsuite run``: the suite on this machine (or a cluster), its tables, and its gate:
+``--compare`` against this system's baselines, ``--baseline-update``/``--baseline-add`` to record them."""
 from __future__ import annotations
 
 import argparse
@@ -9,13 +10,11 @@ from pathlib import Path
 from .. import bench, formats, interrupts, options, regress, report, suite, transports
 from ..errors import ConfigError
 from ..model import split_list
-from .common import (EXIT_FAIL, EXIT_OK, add_canary_shift, canary_shift, gate_settings, print_verdicts,
+from .common import (EXIT_FAIL, EXIT_OK, canary_shift, gate_settings, not_recorded, print_verdicts,
                      say)
 
 COMMANDS = {}
 
-
-# --- run --------------------------------------------------------------------------------------
 
 def add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default="allreduce", metavar="LIST",
@@ -94,7 +93,8 @@ def keep(run: formats.SuiteRun, args: argparse.Namespace) -> bool:
 COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster) and print tables")
 
 
-# --- baselines and verdicts -------------------------------------------------------------------
+
+# --- the gate: verdicts against the baselines, or recording them ----------------------------
 
 def judging(cfg: suite.SuiteConfig, args: argparse.Namespace, cases: list) -> suite.SuiteConfig:
     """The rounds a judging run needs (``suite.judging_rounds``): --baseline-update records
@@ -169,111 +169,3 @@ def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
             say(f"# not recorded: {exc}")
             return EXIT_FAIL if code == EXIT_OK else code
     return code
-
-
-def add_baseline(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=("update", "show"), help="update: record a results file as "
-                   "the baselines; show: print the stored baselines")
-    p.add_argument("--from", dest="source", metavar="RESULTS.json",
-                   help="results file written by perfsuite run --json (for update)")
-    p.add_argument("--system", metavar="NAME", help="system name [default: from the results file's "
-                   "fingerprint for update, every system for show]")
-    p.add_argument("--baseline-dir", default="baselines", metavar="DIR", help="[default: baselines]")
-    p.add_argument("--allow-partial", action="store_true", help="update: also record the cases a failed "
-                   "or interrupted world measured before it stopped (left out by default)")
-    p.add_argument("--add", action="store_true", help="update: add the file's rounds to the stored ones "
-                   "as one more session, instead of replacing them")
-
-
-def not_recorded(run: formats.SuiteRun, allow_partial: bool) -> list[str]:
-    """A line for each world or case of a results file that is not recorded, and why."""
-    lines = []
-    for o in run.failures:
-        kept = len(o.samples())
-        what = (f"its {kept} measured case(s) recorded (--allow-partial)" if kept and allow_partial
-                else f"its {kept} measured case(s) left out (--allow-partial records them)" if kept
-                else "nothing measured")
-        lines.append(f"# not recorded: {o.world} failed: {o.why}; {what}")
-    for o in run.skipped:
-        lines.append(f"# not recorded: {o.world} was skipped: {o.skipped}")
-    for s in run.samples():
-        if not s.valid:
-            lines.append(f"# not recorded: {s.case.name} did not validate (wrong sum)")
-    return lines
-
-
-def do_baseline(args: argparse.Namespace) -> int:
-    from .. import baselines
-
-    if args.action == "show":
-        say(baselines.show(args.baseline_dir, args.system))
-        return EXIT_OK
-    if not args.source:
-        raise ConfigError("baseline update needs --from RESULTS.json (written by perfsuite run --json)")
-    run = formats.load_run(args.source)
-    complete = [s for r in run.results for s in r.samples if s.valid]
-    partial = [s for o in run.failures for s in o.samples() if s.valid]
-    samples = complete + (partial if args.allow_partial else [])
-    for line in not_recorded(run, args.allow_partial):
-        say(line)
-    if not samples:
-        raise ConfigError(f"{args.source} holds only partial samples of failed or interrupted worlds; "
-                          "rerun them, or pass --allow-partial to record those" if partial else
-                          f"{args.source} holds no valid sample to record")
-    for line in baselines.update(args.baseline_dir, baselines.system_for(run.machine, args.system),
-                                 samples, run.machine, session=run.created or args.source,
-                                 add=args.add, source=args.source):
-        say(line)
-    return EXIT_OK
-
-
-COMMANDS["baseline"] = (add_baseline, do_baseline,
-                        "record a results file as this system's baselines, or show the stored ones")
-
-
-def add_compare(p: argparse.ArgumentParser) -> None:
-    p.add_argument("old", metavar="OLD.json", help="results file taken as the baseline")
-    p.add_argument("new", metavar="NEW.json", help="results file judged against it")
-    p.add_argument("--tolerance", metavar="TOL", help="0.05 or LOWER:UPPER [default: per metric]")
-    p.add_argument("--strict", action="store_true", help="also fail improvements")
-    p.add_argument("--alpha", metavar="P", help="false-alarm rate: each change's interval has confidence 1 - alpha [default: 0.01]")
-    add_canary_shift(p)
-
-
-def _holds(run: formats.SuiteRun) -> str:
-    worlds = sorted({o.world for o in run.outcomes})
-    return ", ".join(worlds[:6]) + (f" and {len(worlds) - 6} more" if len(worlds) > 6 else "") or "no world"
-
-
-def do_compare(args: argparse.Namespace) -> int:
-    old, new = formats.load_run(args.old), formats.load_run(args.new)
-    tol, alpha = gate_settings(args)
-    cases = lambda run: {c.name for o in run.outcomes for c in o.spec.cases} | {s.case.name for s in run.samples()}
-    if not cases(old) & cases(new):
-        raise ConfigError(f"{args.old} and {args.new} share no case ({args.old}: {_holds(old)}; "
-                          f"{args.new}: {_holds(new)}); compare two runs of the same benchmarks and transports")
-    ref = {(s.case.name, m): regress.baseline_from_sample(s, m)
-           for s in old.samples() if s.valid for m in s.metrics}
-    verdicts = regress.compare(new.samples(), ref, tolerance=tol, alpha=alpha, system=args.old,
-                               canary_shift=canary_shift(args), judged=suite.judged)
-    say(f"# {args.new} against {args.old}")
-    code = print_verdicts(verdicts, args.strict)
-    for o in old.failures:
-        n = len(o.samples())
-        say(f"# note: {o.world} failed in {args.old}: {o.why}; " + (
-            f"its {n} measured case(s) are the reference, its other cases have none" if n
-            else "its cases have no reference"))
-    for o in new.skipped:
-        say(f"# note: {o.world} was skipped in {args.new}: {o.skipped}")
-    # A failed world in the new run is a failure of the gate even where its partial cases compare well.
-    for o in new.failures:
-        say(f"FAILED: {o.world} failed in {args.new}: {o.why}")
-    if new.interrupted:
-        say(f"FAILED: {args.new} is a run interrupted by {new.interrupted}; it holds only what finished")
-    return EXIT_FAIL if new.failures or new.interrupted else code
-
-
-COMMANDS["compare"] = (add_compare, do_compare,
-                       "judge one results file against another with the baseline verdict logic")
-
-

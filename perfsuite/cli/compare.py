@@ -1,0 +1,57 @@
+"""``perfsuite compare OLD.json NEW.json``: one results file judged against another with the
+baseline verdict logic."""
+from __future__ import annotations
+
+import argparse
+
+from .. import formats, regress, suite
+from ..errors import ConfigError
+from .common import EXIT_FAIL, add_canary_shift, canary_shift, gate_settings, print_verdicts, say
+
+COMMANDS = {}
+
+
+def add_compare(p: argparse.ArgumentParser) -> None:
+    p.add_argument("old", metavar="OLD.json", help="results file taken as the baseline")
+    p.add_argument("new", metavar="NEW.json", help="results file judged against it")
+    p.add_argument("--tolerance", metavar="TOL", help="0.05 or LOWER:UPPER [default: per metric]")
+    p.add_argument("--strict", action="store_true", help="also fail improvements")
+    p.add_argument("--alpha", metavar="P", help="false-alarm rate: each change's interval has confidence 1 - alpha [default: 0.01]")
+    add_canary_shift(p)
+
+
+def _holds(run: formats.SuiteRun) -> str:
+    worlds = sorted({o.world for o in run.outcomes})
+    return ", ".join(worlds[:6]) + (f" and {len(worlds) - 6} more" if len(worlds) > 6 else "") or "no world"
+
+
+def do_compare(args: argparse.Namespace) -> int:
+    old, new = formats.load_run(args.old), formats.load_run(args.new)
+    tol, alpha = gate_settings(args)
+    cases = lambda run: {c.name for o in run.outcomes for c in o.spec.cases} | {s.case.name for s in run.samples()}
+    if not cases(old) & cases(new):
+        raise ConfigError(f"{args.old} and {args.new} share no case ({args.old}: {_holds(old)}; "
+                          f"{args.new}: {_holds(new)}); compare two runs of the same benchmarks and transports")
+    ref = {(s.case.name, m): regress.baseline_from_sample(s, m)
+           for s in old.samples() if s.valid for m in s.metrics}
+    verdicts = regress.compare(new.samples(), ref, tolerance=tol, alpha=alpha, system=args.old,
+                               canary_shift=canary_shift(args), judged=suite.judged)
+    say(f"# {args.new} against {args.old}")
+    code = print_verdicts(verdicts, args.strict)
+    for o in old.failures:
+        n = len(o.samples())
+        say(f"# note: {o.world} failed in {args.old}: {o.why}; " + (
+            f"its {n} measured case(s) are the reference, its other cases have none" if n
+            else "its cases have no reference"))
+    for o in new.skipped:
+        say(f"# note: {o.world} was skipped in {args.new}: {o.skipped}")
+    # A failed world in the new run is a failure of the gate even where its partial cases compare well.
+    for o in new.failures:
+        say(f"FAILED: {o.world} failed in {args.new}: {o.why}")
+    if new.interrupted:
+        say(f"FAILED: {args.new} is a run interrupted by {new.interrupted}; it holds only what finished")
+    return EXIT_FAIL if new.failures or new.interrupted else code
+
+
+COMMANDS["compare"] = (add_compare, do_compare,
+                       "judge one results file against another with the baseline verdict logic")

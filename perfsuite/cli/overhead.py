@@ -1,0 +1,41 @@
+"""``perfsuite overhead``: the mpi transport's native and mpi4py loops beside a C MPI_Allreduce
+program, with deltas."""
+from __future__ import annotations
+
+import argparse
+
+from .. import options, report
+from .common import EXIT_FAIL, EXIT_OK, say
+
+COMMANDS = {}
+
+
+OVERHEAD_OPTIONS = ("world-sizes", "sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor",
+                    "hostfile", "hosts", "ppn", "oversubscribe", "env", "timeout", "iters", "warmup", "workdir",
+                    "rounds")
+
+
+def add_overhead(p: argparse.ArgumentParser) -> None:
+    # Only what applies: the comparison is always the mpi transport, float32, out of place, once.
+    options.add_options(p.add_argument, names=OVERHEAD_OPTIONS)
+
+
+def do_overhead(args: argparse.Namespace) -> int:
+    from ..experiments.overhead import ROUNDS, SIZES, overhead
+    from ..model import whole_number
+
+    values = vars(args)
+    sel = options.selection({**values, "transports": "mpi"})
+    # --rounds here counts interleaved rounds of the three loops, not pooled rounds of one world.
+    rounds = whole_number(args.rounds, "rounds") if args.rounds is not None else ROUNDS
+    rep = overhead(options.suite_config({**values, "rounds": None}), world_size=sel.world_sizes[0],
+                   sizes=sel.values["sizes"] if args.sizes is not None else SIZES, rounds=rounds)
+    say(report.overhead_table(rep))
+    # A missed target is the harness's own regression: a script or CI step running this command
+    # must see it without reading the table.
+    return EXIT_FAIL if rep.missed() else EXIT_OK
+
+
+COMMANDS["overhead"] = (add_overhead, do_overhead,
+                        "print the mpi transport's native and mpi4py loops beside a C MPI_Allreduce program, with "
+                        "deltas; exit 1 when a target is not met")

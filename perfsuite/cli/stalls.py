@@ -1,0 +1,92 @@
+"""``perfsuite stalls``: the Stash stall breakdown of a training step (compute, interconnect,
+prep, fetch, network)."""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+from .. import formats, options, report, suite, transports
+from ..model import whole_number
+from .common import EXIT_OK, say
+
+COMMANDS = {}
+
+
+def add_stalls(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="small-cnn", help="tf-epoch model [default: small-cnn]")
+    p.add_argument("--transport", default="mpi", help="tf-epoch transport [default: mpi]")
+    p.add_argument("--world-size", default="2", metavar="N", help="workers N [default: 2]")
+    p.add_argument("--batch", default="16", metavar="B", help="images per worker per step [default: 16]")
+    p.add_argument("--steps", default="10", metavar="N", help="timed steps per run [default: 10]")
+    p.add_argument("--warmup", default="2", metavar="N", help="warm-up steps per run [default: 2]")
+    p.add_argument("--image-size", default=None, metavar="PX", help="model input size [default: the model's]")
+    p.add_argument("--emulated-network", default=None, metavar="RATE",
+                   help="bandwidth of the emulated links for T4, e.g. 1gbit, 10gbit, 25gbit "
+                        "(',delay=5ms' needs netem); unset: no network stall")
+    p.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="JPEG dataset folder (written if missing) [default: a folder under the temp dir]")
+    p.add_argument("--no-data", action="store_true", help="skip the real-data runs (no prep/fetch stall)")
+    p.add_argument("--emulated-disk", default=None, metavar="RATE",
+                   help="read bandwidth of an emulated slow disk for the file runs, e.g. 20MB/s "
+                        "(root, cgroup v1 blkio) [default: the real disk]")
+    p.add_argument("--prep-threads", default="2", metavar="N", help="tf.data threads per worker [default: 2]")
+    p.add_argument("--timeout", default="600", metavar="S", help="seconds one run may take [default: 600]")
+    p.add_argument("--json", metavar="PATH", help="write the versioned results file (stall metrics) here")
+    p.add_argument("--png", metavar="PATH", help="stacked-bar picture [default: next to --json, else stalls.png]")
+
+
+def do_stalls(args: argparse.Namespace) -> int:
+    from .. import dataset, stalls
+    from ..experiments.stalls import StallConfig, run_stalls
+    from ..kernels.tf_models import check_image_size, model_spec
+    from ..launch import netns
+    from ..launch.diskio import parse_disk_rate
+
+    spec = model_spec(args.model)
+    transports.spec(args.transport, "tf-epoch")
+    n = whole_number(args.world_size, "world size", low=2)
+    batch, steps = whole_number(args.batch, "batch"), whole_number(args.steps, "steps")
+    warmup = whole_number(args.warmup, "warm-up steps", low=0)
+    image = check_image_size(args.model, args.image_size) if args.image_size else spec.image_size
+    shaping = netns.parse_shaping(args.emulated_network) if args.emulated_network else None
+    if shaping is not None and shaping.delay:
+        say(f"# delay {shaping.delay} asked for: checking for netem ({netns.NO_NETEM} if absent)")
+    data_dir = None
+    if not args.no_data:
+        count = n * (warmup + steps) * batch
+        px = max(image + image // 4, 16)  # stored a little larger: the pipeline resizes
+        data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), f"perfsuite-jpeg-{count}x{px}")
+        m = dataset.ensure_dataset(data_dir, dataset.DatasetSpec(count=count, image_px=px))
+        say(f"# dataset {data_dir}: {m['count']} JPEG files of {px} px, {m['bytes'] / 1e6:.1f} MB")
+    sc = StallConfig(model=args.model, transport=args.transport, world_size=n, batch=batch,
+                     network=shaping, data_dir=data_dir, prep_threads=whole_number(args.prep_threads, "prep threads"),
+                     disk=parse_disk_rate(args.emulated_disk) if args.emulated_disk else None,
+                     options={"iters": steps, "warmup": warmup, "image_size": image})
+
+    def on_run(event, run, outcome):
+        if event == "start":
+            say(f"# {run.key}: {run.meaning} ...")
+        elif outcome is not None and (outcome.skipped or outcome.failure):
+            say(f"#   {run.key}: {outcome.skipped or outcome.failure}")
+
+    out = run_stalls(sc, suite.SuiteConfig(timeout=options.seconds(args.timeout)), on_run)
+    for key, why in out.skipped.items():
+        say(f"# {key} skipped: {why}")
+    title = f"{args.model} b{batch} {args.transport} n{n}" + (f" {shaping.label}" if shaping else "")
+    say(stalls.format_table(out.breakdown, title))
+    bound = out.sample.info.get("network_stall_bound_ms")
+    if bound is not None:
+        say(f"# network bound: gradients {out.sample.info['gradient_bytes']} B x 2(n-1)/n / "
+               f"{shaping.label} = {bound:.2f} ms/step")
+    if args.json:
+        formats.write_run(args.json, out.suite_run())
+        say(f"# results written to {args.json}")
+    png = args.png or (os.path.splitext(args.json)[0] + ".png" if args.json else "stalls.png")
+    report.write_stall_png(png, out.breakdown, title)
+    say(f"# stacked bar written to {png}")
+    return EXIT_OK
+
+
+COMMANDS["stalls"] = (add_stalls, do_stalls,
+                      "Stash stall breakdown of a training step: compute, interconnect, prep, fetch, network")
