@@ -23,15 +23,65 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def cpu_model() -> str:
+#: Arm cores by (implementer, part) of MIDR_EL1, named as lscpu names them (util-linux
+#: lscpu-arm.c): an aarch64 /proc/cpuinfo has no "model name", only these numbers. Neoverse-V2
+#: is NVIDIA Grace (GH200), AWS Graviton4 and Google Axion; Neoverse-N1 is Ampere Altra and
+#: Graviton2; Neoverse-V1 is Graviton3.
+ARM_CORES = {
+    (0x41, 0xd03): "Cortex-A53", (0x41, 0xd05): "Cortex-A55", (0x41, 0xd07): "Cortex-A57",
+    (0x41, 0xd08): "Cortex-A72", (0x41, 0xd0b): "Cortex-A76", (0x41, 0xd41): "Cortex-A78",
+    (0x41, 0xd0c): "Neoverse-N1", (0x41, 0xd40): "Neoverse-V1", (0x41, 0xd49): "Neoverse-N2",
+    (0x41, 0xd4a): "Neoverse-E1", (0x41, 0xd4f): "Neoverse-V2", (0x41, 0xd84): "Neoverse-V3",
+    (0x41, 0xd8e): "Neoverse-N3",
+    (0x43, 0x0af): "ThunderX2-99xx", (0x46, 0x001): "A64FX", (0x48, 0xd01): "TaiShan-v110",
+    (0x4e, 0x003): "Denver 2", (0x4e, 0x004): "Carmel", (0xc0, 0xac3): "Ampere-1", (0xc0, 0xac4): "Ampere-1a",
+}
+ARM_IMPLEMENTERS = {0x41: "ARM", 0x43: "Cavium", 0x46: "Fujitsu", 0x48: "HiSilicon", 0x4e: "NVIDIA",
+                    0x51: "Qualcomm", 0x61: "Apple", 0xc0: "Ampere"}
+MIDR = "/sys/devices/system/cpu/cpu0/regs/identification/midr_el1"
+
+
+def arm_core(implementer: int, part: int) -> str:
+    """'ARM Neoverse-V2' for (0x41, 0xd4f); an unknown core by its numbers."""
+    name = ARM_CORES.get((implementer, part))
+    if name is None:
+        return f"implementer 0x{implementer:02x} part 0x{part:03x}"
+    return f"{ARM_IMPLEMENTERS.get(implementer, f'implementer 0x{implementer:02x}')} {name}"
+
+
+def _read(path: str) -> str | None:
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith(("model name", "hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
+        with open(path) as f:
+            return f.read()
     except OSError:
+        return None
+
+
+def cpu_model(cpuinfo: str | None = None, midr: str | None = None) -> str:
+    """The CPU's name: x86's "model name"; on aarch64 the core named from "CPU implementer" and
+    "CPU part" (else cpu0's MIDR_EL1 from sysfs); else an SoC's "Hardware" line; else what
+    ``platform`` knows. ``cpuinfo`` and ``midr`` are those files' texts (read here when None)."""
+    fields: dict[str, str] = {}
+    text = (_read("/proc/cpuinfo") or "") if cpuinfo is None else cpuinfo
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip().lower(), value.strip())
+    for key in ("model name", "cpu model"):
+        if fields.get(key):
+            return fields[key]
+    try:
+        return arm_core(int(fields["cpu implementer"], 16), int(fields["cpu part"], 16))
+    except (KeyError, ValueError):
         pass
-    return platform.processor() or platform.machine()
+    register = _read(MIDR) if midr is None else midr
+    try:
+        value = int((register or "").strip(), 16)
+        if value:
+            return arm_core((value >> 24) & 0xFF, (value >> 4) & 0xFFF)
+    except ValueError:
+        pass
+    return fields.get("hardware") or platform.processor() or platform.machine()
 
 
 def memory_bytes(field: str = "MemTotal") -> int | None:
