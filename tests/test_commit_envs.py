@@ -133,3 +133,16 @@ def test_bisect_names_the_bad_commit_among_harmless_ones(history):
     assert got.returncode == 1, got.stdout + got.stderr
     assert f"first bad commit: {shas['bad'][:10]} worker: MPICH's generic ring" in got.stdout, got.stdout
     assert "allreduce[mpi-n2-4B]" in got.stdout.split("first bad commit")[1]
+
+
+def test_an_arms_own_mpiexec_launches_it_under_mpiexec_only(tmp_path):
+    from perfsuite.experiments.ab import Arm
+    from perfsuite.launch.launchers import LaunchConfig
+
+    (tmp_path / "bin").mkdir()
+    for name in ("python", "mpiexec"):
+        (tmp_path / "bin" / name).write_text("#!/bin/sh\n")
+    arm = Arm("B", "mpi", python=str(tmp_path / "bin" / "python"))
+    assert arm.launch(LaunchConfig()).program == str(tmp_path / "bin" / "mpiexec")
+    srun = arm.launch(LaunchConfig(launcher="srun", program="/usr/bin/srun"))
+    assert srun.program == "/usr/bin/srun" and srun.python == arm.python

@@ -69,10 +69,11 @@ class Arm:
         cfg = replace(base, env={**base.env, **dict(self.env)},
                       extra_args=base.extra_args + self.launcher_args)
         if self.python:
-            # Another venv has its own MPI: launch with the mpiexec beside its Python.
+            # Another venv has its own MPI: launch with the mpiexec beside its Python. Under
+            # srun the cluster's launcher starts every arm: its mpiexec is not asked.
             beside = Path(self.python).parent / "mpiexec"
-            cfg = replace(cfg, python=self.python,
-                          program=str(beside) if beside.is_file() else base.program)
+            own = base.launcher == "mpiexec" and beside.is_file()
+            cfg = replace(cfg, python=self.python, program=str(beside) if own else base.program)
         return cfg
 
     def describe(self) -> str:
