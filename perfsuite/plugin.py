@@ -379,6 +379,26 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     _verdict_summary(state, tr)
     for line, bad in state.report_lines:
         tr.write_line(line, red=bad)
+    line, bad = _finding(state)
+    tr.write_line(line, red=bad, green=not bad)
+
+
+def _finding(state: PerfState) -> tuple[str, bool]:
+    """pytest keeps its own exit codes; this one line says which of the CLI's exit statuses
+    (docs/running.md) the session's findings are, in the CLI's order: a failed world or invalid
+    case first, then a regression, then a case left UNKNOWN under --perf-strict."""
+    failures = [o.failure for o in state.outcomes.values() if o.failure is not None]
+    if any(getattr(f, "kind", "") == "interrupted" for f in failures):
+        return "perfsuite: interrupted (what finished is kept)", True
+    if failures or not all(s.valid for o in state.outcomes.values() for s in o.samples()):
+        return "perfsuite: a world failed (infrastructure, not performance)", True
+    strict = bool(state.values.get("strict"))
+    if not (state.values.get("baseline_update") or state.values.get("baseline_add")):
+        if regress.failing(state.verdicts, strict):
+            return "perfsuite: regression", True
+        if strict and any(v.status == "unknown" and not v.xfail for v in state.verdicts):
+            return "perfsuite: UNKNOWN under --perf-strict (a comparison could not be decided)", True
+    return "perfsuite: nothing wrong", False
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

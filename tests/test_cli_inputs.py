@@ -56,7 +56,7 @@ def test_files_that_share_no_case_are_refused(tmp_path, capsys):
 
 def test_a_failed_world_in_the_new_file_fails_the_comparison(tmp_path, capsys):
     mixed = write(tmp_path / "m.json", finished(MPI), failed(RING))
-    assert cli.main(["compare", mixed, mixed, "--max-canary-shift", "off"]) == 1
+    assert cli.main(["compare", mixed, mixed, "--max-canary-shift", "off"]) == cli.EXIT_WORLD
     out = capsys.readouterr().out
     assert f"FAILED: allreduce[ring-n2] failed in {mixed}: rank 1 on box died" in out
     assert (f"# note: allreduce[ring-n2] failed in {mixed}: rank 1 on box died: Killed (signal 9); "
@@ -73,7 +73,7 @@ def test_a_failure_that_does_not_name_its_world_is_still_listed_by_world(tmp_pat
                            skipped="no GPU here")
     old = write(tmp_path / "o.json", finished(MPI))
     new = write(tmp_path / "n.json", finished(MPI), no_launcher, skipped)
-    assert cli.main(["compare", old, new, "--max-canary-shift", "off"]) == 1
+    assert cli.main(["compare", old, new, "--max-canary-shift", "off"]) == cli.EXIT_WORLD
     out = capsys.readouterr().out
     assert f"FAILED: allreduce[ring-n2] failed in {new}: MPI launcher 'mpiexec' not found" in out
     assert f"# note: allreduce[nccl-n2] was skipped in {new}: no GPU here" in out
@@ -82,7 +82,7 @@ def test_a_failure_that_does_not_name_its_world_is_still_listed_by_world(tmp_pat
 def test_an_interrupted_run_fails_the_comparison(tmp_path, capsys):
     old = write(tmp_path / "o.json", finished(MPI))
     new = write(tmp_path / "n.json", finished(MPI), interrupted="SIGTERM")
-    assert cli.main(["compare", old, new, "--max-canary-shift", "off"]) == 1
+    assert cli.main(["compare", old, new, "--max-canary-shift", "off"]) == cli.EXIT_WORLD
     assert "interrupted by SIGTERM" in capsys.readouterr().out
 
 
@@ -176,7 +176,7 @@ def test_a_real_failed_world_is_neither_recorded_nor_passed_by_compare(tmp_path,
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "kill@1@1024")  # rank 1 of the 2-rank world, at 1 KiB
     # 5 rounds, what a baseline needs at least (contention is not this test's business)
     assert cli.main(["run", "--transports", "mpi", "--world-sizes", "1,2", "--sizes", "4,1024", "--rounds", "5",
-                     "--max-contention", "off", "--iters", "5", "--warmup", "1", "--json", mixed]) == 1
+                     "--max-contention", "off", "--iters", "5", "--warmup", "1", "--json", mixed]) == cli.EXIT_WORLD
     monkeypatch.delenv("PERFSUITE_TEST_FAULT")
     capsys.readouterr()
     root = tmp_path / "b"
@@ -184,5 +184,5 @@ def test_a_real_failed_world_is_neither_recorded_nor_passed_by_compare(tmp_path,
     out = capsys.readouterr().out
     assert "# not recorded: allreduce[mpi-n2] failed: rank 1 on " in out and "--allow-partial records them" in out
     assert {k[0] for k in baselines.load_all(root, "s")} == {"allreduce[mpi-n1-4B]", "allreduce[mpi-n1-1KiB]"}
-    assert cli.main(["compare", mixed, mixed, "--max-canary-shift", "off"]) == 1
+    assert cli.main(["compare", mixed, mixed, "--max-canary-shift", "off"]) == cli.EXIT_WORLD
     assert f"FAILED: allreduce[mpi-n2] failed in {mixed}: rank 1 on " in capsys.readouterr().out

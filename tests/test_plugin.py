@@ -145,6 +145,7 @@ def test_rank_failure_fails_later_cases_and_keeps_earlier(pytester, monkeypatch,
                             "*InjectedFault: injected fault on rank 1*"])
     assert r.stdout.str().count("Captured rank 1 log call") == 1
     r.stdout.fnmatch_lines(["*(every rank's log: under allreduce[[]mpi-n2-1KiB[]])*"])
+    r.stdout.fnmatch_lines(["perfsuite: a world failed (infrastructure, not performance)"])
 
 
 def test_k_selects_sizes_inside_one_world(pytester, no_leftover_ranks):
@@ -153,6 +154,7 @@ def test_k_selects_sizes_inside_one_world(pytester, no_leftover_ranks):
                                       "-k", "16B", "--benchmark-disable", *QUICK)
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines(["*allreduce?mpi-n2?: 1 cases*"])
+    r.stdout.fnmatch_lines(["perfsuite: nothing wrong"])
 
 
 def test_xdist_is_refused_before_any_world_starts(pytester, no_leftover_ranks):

@@ -112,7 +112,7 @@ def test_a_timeout_kills_a_world_that_left_the_launchers_group(tmp_path, monkeyp
     wrapper.chmod(0o755)
     code = cli.main(["run", "--transports", "mpi", "--world-sizes", "2", "--sizes", "4", "--iters", "5",
                      "--launcher-program", str(wrapper), "--mpi-flavor", "mpich", "--timeout", "4"])
-    assert code == 1
+    assert code == cli.EXIT_WORLD  # a hung world is infrastructure, not performance
     assert "killed at the 4 s timeout" in capsys.readouterr().out
     assert not gone_within(token), "left running after the timeout"
 

@@ -1,31 +1,40 @@
 """``perfsuite``: the command-line face. Thin: parse, call the suite or an experiment, print
 what ``report`` formats.
 
-Each command is one module (``cli/run.py`` is ``perfsuite run``) and a pair in its ``COMMANDS``: ``add_<name>(parser)`` declares its
-arguments and ``do_<name>(args) -> exit status`` runs it, so tests call a command as a function
-(asv's ``commands/*.py`` habit). Exit status: 0 when everything that could run here ran and
-validated, 1 when a world failed or a result was wrong (or a gate tripped), 2 on bad usage
-(checked before any world starts), 3 for ``--strict`` with a verdict left UNKNOWN, 128+N when
-signal N stopped it (130 Ctrl-C, 143 SIGTERM; ``run`` keeps what finished).
+Each command is one module (``cli/run.py`` is ``perfsuite run``) and a pair in its
+``COMMANDS``: ``add_<name>(parser)`` declares its arguments and ``do_<name>(args) -> exit
+status`` runs it, so tests call a command as a function (asv's ``commands/*.py`` habit).
+
+Exit statuses, the same for every command (``common.py`` names them; docs/running.md has the
+table): 0 nothing wrong (a transport that cannot run here is skipped, not wrong); 1 a
+regression (a verdict DIFFERENT, or a gate tripped); 2 bad input, refused before any world
+starts; 3 a verdict left UNKNOWN under ``--strict``; 4 a world failed or a case was invalid
+(wrong sum, crashed or hung rank, a launcher that could not start it, results that could not be
+kept): infrastructure, not performance; 128+N signal N stopped it (130 Ctrl-C, 143 SIGTERM;
+``run`` keeps what finished). Where one command finds several, 4 comes before 1 before 3
+(``common.exit_status``): a failed world leaves the comparison without part of its evidence.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from .. import interrupts
 from ..errors import ConfigError, FormatError, PerfsuiteError
 from . import (ab, asv_offline, baseline, bisect, compare, detection_power, history, overhead, report,
                run, stalls, study, transports, validity)
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from .common import (EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_USAGE, EXIT_WORLD,
+                     exit_status)
 
 #: One module per command, in the order ``perfsuite --help`` lists them: measure and judge,
 #: show, then the experiments.
 MODULES = (run, baseline, compare, transports, report, history, asv_offline, detection_power, validity,
            overhead, stalls, ab, bisect, study)
 COMMANDS = {name: command for m in MODULES for name, command in m.COMMANDS.items()}
-__all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+__all__ = ["COMMANDS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNKNOWN", "EXIT_USAGE",
+           "EXIT_WORLD", "build_parser", "exit_status", "main"]
 
 
 DESCRIPTION = ("perfsuite: performance regression suite for distributed deep learning (MPI worlds, "
@@ -87,14 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FormatError) as exc:  # a file the user named is as bad as an option
         print(f"perfsuite {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except PerfsuiteError as exc:
+    except PerfsuiteError as exc:  # a world that failed or could not start (RankFailure, LaunchError,
+        # Unavailable), asv results that stayed locked: infrastructure, not performance
         print(f"perfsuite {args.command}: {exc}", file=sys.stderr)
-        return EXIT_FAIL
+        return EXIT_WORLD
     except KeyboardInterrupt as exc:  # before or after the worlds ran (run keeps what finished)
         print(f"perfsuite {args.command}: interrupted", file=sys.stderr)
         return getattr(exc, "status", 130)
-    except BrokenPipeError:  # the reader (| head) went away: stop quietly, as cat would
+    except BrokenPipeError:  # the reader (| head) went away: stop quietly, with cat's status
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_FAIL
+        return EXIT_INTERRUPTED + signal.SIGPIPE
 
 

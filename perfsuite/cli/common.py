@@ -14,7 +14,22 @@ EXIT_REGRESSION = 1  # a comparison said DIFFERENT (a regression, or a gate trip
 EXIT_USAGE = 2       # bad input, refused before any world starts
 EXIT_UNKNOWN = 3     # --strict: some comparison could not be decided (UNKNOWN), nothing failed
 EXIT_WORLD = 4       # a world failed or a case was invalid: infrastructure, not performance
-EXIT_FAIL = EXIT_REGRESSION  # until every command tells the two apart
+EXIT_INTERRUPTED = 128  # + the signal's number: 130 Ctrl-C, 143 SIGTERM, 141 a closed pipe
+
+#: When one command finds several things wrong, its status names the first of these it found.
+#: A failed world (or an invalid case, or results that could not be kept) comes before a
+#: regression: the comparison then lacks part of its evidence, and a rerun must come before
+#: anyone reads its verdicts; a regression comes before an undecided case. An interrupted
+#: command says so above all (128+N), and bad input (2) stops a command before any of these.
+PRECEDENCE = (EXIT_WORLD, EXIT_REGRESSION, EXIT_UNKNOWN)
+
+
+def exit_status(*found: int) -> int:
+    """The one status for everything a command found wrong (``PRECEDENCE``); 0 for nothing."""
+    stopped = [s for s in found if s > EXIT_INTERRUPTED]
+    if stopped:
+        return stopped[0]
+    return next((s for s in PRECEDENCE if s in found), EXIT_OK)
 
 
 def say(text: str = "") -> None:
@@ -45,19 +60,25 @@ def canary_shift(args: argparse.Namespace) -> float | None:
     return options.canary_limit(getattr(args, "max_canary_shift", None) or "0.15")
 
 
+def verdict_status(verdicts: list, strict: bool) -> int:
+    """4 for an invalid result (a wrong sum is no measurement), 1 for a regression (under
+    ``strict`` an improvement too: the baseline wants refreshing), 3 under ``strict`` for a
+    case left UNKNOWN, else 0; an expected failure (xfail) is none of these."""
+    found = [EXIT_WORLD if v.status == "invalid" else EXIT_REGRESSION for v in regress.failing(verdicts, strict)]
+    if strict and any(v.status == "unknown" for v in verdicts):
+        found.append(EXIT_UNKNOWN)
+    return exit_status(*found)
+
+
 def print_verdicts(verdicts: list, strict: bool) -> int:
-    """The table, a line per failure and per UNKNOWN; exit 1 on a failure, else 3 when strict
-    and something is UNKNOWN, else 0."""
+    """The table, a line per failure and per UNKNOWN; the status ``verdict_status`` gives."""
     say(vt.table(verdicts))
-    bad = regress.failing(verdicts, strict)
-    for v in bad:
+    for v in regress.failing(verdicts, strict):
         say(f"{v.status.upper()}: {vt.line(v)}")
-    unknown = [v for v in verdicts if v.status == "unknown"]
-    for v in unknown:
-        say(f"UNKNOWN: {vt.line(v)}")
-    if bad:
-        return EXIT_FAIL
-    return EXIT_UNKNOWN if strict and unknown else EXIT_OK
+    for v in verdicts:
+        if v.status == "unknown":
+            say(f"UNKNOWN: {vt.line(v)}")
+    return verdict_status(verdicts, strict)
 
 
 def not_recorded(run: formats.SuiteRun, allow_partial: bool) -> list[str]:

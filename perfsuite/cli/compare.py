@@ -6,7 +6,8 @@ import argparse
 
 from .. import formats, regress, suite
 from ..errors import ConfigError
-from .common import EXIT_FAIL, add_canary_shift, canary_shift, gate_settings, print_verdicts, say
+from .common import (EXIT_OK, EXIT_WORLD, add_canary_shift, canary_shift, exit_status, gate_settings,
+                     print_verdicts, say)
 
 COMMANDS = {}
 
@@ -45,12 +46,13 @@ def do_compare(args: argparse.Namespace) -> int:
             else "its cases have no reference"))
     for o in new.skipped:
         say(f"# note: {o.world} was skipped in {args.new}: {o.skipped}")
-    # A failed world in the new run is a failure of the gate even where its partial cases compare well.
+    # A failed world in the new run fails the comparison (4, before any regression: part of its
+    # evidence is missing) even where its partial cases compare well; so does an interrupted run.
     for o in new.failures:
         say(f"FAILED: {o.world} failed in {args.new}: {o.why}")
     if new.interrupted:
         say(f"FAILED: {args.new} is a run interrupted by {new.interrupted}; it holds only what finished")
-    return EXIT_FAIL if new.failures or new.interrupted else code
+    return exit_status(code, EXIT_WORLD if new.failures or new.interrupted else EXIT_OK)
 
 
 COMMANDS["compare"] = (add_compare, do_compare,

@@ -7,7 +7,7 @@ import sys
 
 from .. import formats, options, suite, transports
 from ..model import parse_size, whole_number
-from .common import EXIT_OK, fraction, gate_settings, say
+from .common import EXIT_OK, EXIT_WORLD, fraction, gate_settings, say
 
 COMMANDS = {}
 
@@ -56,7 +56,7 @@ def do_detection_power(args: argparse.Namespace) -> int:
         say(f"# detection power: {len(worlds)} worlds of {args.source}, judged again")
         rep = d.judge(cfg, worlds, float(saved.get("wall_s", 0.0)), saved.get("injection"))
         say(d.format_report(rep))
-        return EXIT_OK
+        return EXIT_WORLD if rep.failures else EXIT_OK
     cfg = d.DetectionConfig(small=parse_size(args.small), large=parse_size(args.large),
                             transport=args.transport, blocks=whole_number(args.blocks, "blocks", low=0),
                             small_slowdown=fraction(args.small_slowdown, "small-slowdown"),
@@ -76,7 +76,9 @@ def do_detection_power(args: argparse.Namespace) -> int:
     if args.json:
         formats.write_json(args.json, formats.stamp(formats.DETECTION, rep.to_dict()))
         say(f"# detection stream written to {args.json}")
-    return EXIT_OK
+    # The rates are read from the worlds that ran; one that failed is reported (FAILED) and
+    # makes the stream incomplete: 4, as a failed world.
+    return EXIT_WORLD if rep.failures else EXIT_OK
 
 
 COMMANDS["detection-power"] = (add_detection_power, do_detection_power,

@@ -6,7 +6,7 @@ import argparse
 from .. import bench
 from ..asv import project as asv_project
 from ..errors import ConfigError
-from .common import EXIT_FAIL, EXIT_OK, say
+from .common import EXIT_OK, EXIT_REGRESSION, say
 
 COMMANDS = {}
 
@@ -46,7 +46,7 @@ def do_history(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     found = history.analyse(series, order, thresholds, since)
     say(history.format_report(found))
-    return EXIT_FAIL if args.fail_on_regression and found.new_regressions() else EXIT_OK
+    return EXIT_REGRESSION if args.fail_on_regression and found.new_regressions() else EXIT_OK
 
 
 COMMANDS["history"] = (add_history, do_history,

@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import regress, report, suite
 from .. import verdict_text as vt
 from ..errors import ConfigError
-from .common import EXIT_FAIL, EXIT_OK, add_canary_shift, canary_shift, say
+from .common import EXIT_OK, add_canary_shift, canary_shift, say, verdict_status
 
 COMMANDS = {}
 
@@ -29,7 +29,7 @@ def add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", metavar="NAME", help="baseline system name [default: from each "
                    "results file's fingerprint]")
     p.add_argument("--fail-on-regression", action="store_true",
-                   help="exit 1 when a verdict is a regression or an invalid result (not excused by xfail)")
+                   help="exit 1 when a verdict is a regression, 4 when a result is invalid (not excused by xfail)")
     add_canary_shift(p)
 
 
@@ -79,8 +79,8 @@ def do_report(args: argparse.Namespace) -> int:
         bad = regress.failing(verdicts)
         print(f"# {len(verdicts)} verdicts against {args.baselines}: {len(bad)} failing"
               + "".join(f"\n#   {vt.line(v)}" for v in bad), file=notes)
-        if bad and args.fail_on_regression:
-            return EXIT_FAIL
+        if args.fail_on_regression:
+            return verdict_status(verdicts, strict=False)  # 1 a regression, 4 an invalid result
     return EXIT_OK
 
 

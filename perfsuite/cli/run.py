@@ -10,8 +10,8 @@ from pathlib import Path
 from .. import bench, formats, interrupts, options, regress, report, suite, transports
 from ..errors import ConfigError
 from ..model import split_list
-from .common import (EXIT_FAIL, EXIT_OK, canary_shift, gate_settings, not_recorded, print_verdicts,
-                     say)
+from .common import (EXIT_OK, EXIT_WORLD, canary_shift, exit_status, gate_settings, not_recorded,
+                     print_verdicts, say)
 
 COMMANDS = {}
 
@@ -66,7 +66,9 @@ def do_run(args: argparse.Namespace) -> int:
         if asv_to is not None:
             say(record_run(run, asv_to, bench.asv_layout).line())
         gate = gate_run(run, args)
-    return EXIT_OK if run.ok and kept and gate == EXIT_OK else EXIT_FAIL
+    # A failed world, an invalid case or results that could not be kept: 4, before the gate's
+    # regression (1) or UNKNOWN (3), since the gate then lacks part of its evidence.
+    return exit_status(EXIT_OK if run.ok and kept else EXIT_WORLD, gate)
 
 
 def keep(run: formats.SuiteRun, args: argparse.Namespace) -> bool:
@@ -167,5 +169,5 @@ def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
                 say(line)
         except ConfigError as exc:  # the rounds were measured: keep the run's verdicts, say why not
             say(f"# not recorded: {exc}")
-            return EXIT_FAIL if code == EXIT_OK else code
+            return exit_status(code, EXIT_WORLD)
     return code

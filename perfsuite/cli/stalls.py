@@ -8,7 +8,7 @@ import tempfile
 
 from .. import formats, options, report, suite, transports
 from ..model import whole_number
-from .common import EXIT_OK, say
+from .common import EXIT_OK, EXIT_WORLD, say
 
 COMMANDS = {}
 
@@ -85,7 +85,11 @@ def do_stalls(args: argparse.Namespace) -> int:
     png = args.png or (os.path.splitext(args.json)[0] + ".png" if args.json else "stalls.png")
     report.write_stall_png(png, out.breakdown, title)
     say(f"# stacked bar written to {png}")
-    return EXIT_OK
+    # A run that could not run here (no root for the disk, no netem) is a skip; one whose world
+    # failed or measured a wrong result leaves its stall unmeasured: 4, as a failed world.
+    failed = [k for k, o in out.outcomes.items()
+              if o.failure is not None or not all(s.valid for s in o.samples())]
+    return EXIT_WORLD if failed else EXIT_OK
 
 
 COMMANDS["stalls"] = (add_stalls, do_stalls,

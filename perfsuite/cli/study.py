@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import fingerprint, formats, options, suite, transports
 from ..errors import ConfigError
-from .common import EXIT_FAIL, EXIT_OK, say
+from .common import EXIT_OK, EXIT_WORLD, say
 
 COMMANDS = {}
 RESULTS = "study.json"
@@ -158,7 +158,7 @@ def do_study(args: argparse.Namespace) -> int:
     say(f"# results in {path}; report in {Path(args.out) / 'report.html'} and report.md")
     if stopped:
         return 128 + signal.Signals[stopped].value
-    return EXIT_FAIL if failed else EXIT_OK
+    return EXIT_WORLD if failed else EXIT_OK
 
 
 COMMANDS["study"] = (add_study, do_study,

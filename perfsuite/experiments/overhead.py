@@ -59,7 +59,7 @@ class OverheadReport:
         return out
 
     def missed(self) -> list[str]:
-        """The targets not met (the command's exit status 1 when any)."""
+        """The targets not met (the command exits 1 when one was missed, 4 when one was not measured)."""
         return [what for what, _value, met in self.targets() if not met]
 
 

@@ -1,0 +1,197 @@
+"""Every row of docs/running.md's exit-status table, made to happen by a real command on real
+2-rank worlds (the mpich wheel), so each status means one thing for every command.
+
+Robust by design on a noisy 2-core machine: no row rests on a timing that could land either way.
+The regression (1) is a x21 slowdown injected into the timed loop (``PERFSUITE_INJECT_SLOWDOWN``),
+far beyond the x4 a one-session reference allows for this machine's states, with 8 rounds a
+side (test_report's recipe); MPICH's own ring algorithm (x2-x8 here, by machine state) decides
+only through ``ab``, where tests/test_gate_e2e.py holds it to exit 1. UNKNOWN (3) is a run
+compared with itself: a one-session reference cannot decide anything within x4, whatever the
+machine did. A failed world (4) is the test-only fault switch: a rank SIGKILLed, a wrong sum.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import rank_pids
+from perfsuite import cli
+from perfsuite.cli import common
+
+pytestmark = pytest.mark.world
+
+REPO = Path(__file__).resolve().parents[1]
+WORLD = ["--transports", "mpi", "--world-sizes", "2", "--sizes", "4", "--iters", "20", "--warmup", "5"]
+#: 8 rounds a side; a round that waited for a CPU is left out and run again (the default), so
+#: a neighbour's burst cannot widen the reference's spread past the slowdown. Two worlds (1 and
+#: 2 ranks), so that one can fail while the other is judged.
+JUDGED = [*WORLD[:2], "--world-sizes", "1,2", *WORLD[4:], "--rounds", "8"]
+SWITCHES = ("PERFSUITE_INJECT_SLOWDOWN", "PERFSUITE_TEST_FAULT")
+
+
+def perfsuite(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """``python -m perfsuite.cli ARGS`` as a user runs it: its exit status is the process's."""
+    clean = {k: v for k, v in os.environ.items() if k not in SWITCHES and not k.startswith("MPIR_CVAR_")}
+    return subprocess.run([sys.executable, "-m", "perfsuite.cli", *args], cwd=cwd, env={**clean, **env},
+                          capture_output=True, text=True, timeout=600)
+
+
+def said(r: subprocess.CompletedProcess) -> str:
+    return f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """A clean run and one 21x slower, 8 rounds of each world, as results files (exit 0 both: a
+    run without --compare judges nothing, and the slow one ran and validated)."""
+    where = tmp_path_factory.mktemp("exit")
+    fast = perfsuite("run", *JUDGED, "--json", "fast.json", cwd=where)
+    assert fast.returncode == cli.EXIT_OK, said(fast)
+    slow = perfsuite("run", *JUDGED, "--json", "slow.json", cwd=where, PERFSUITE_INJECT_SLOWDOWN="20.0")
+    assert slow.returncode == cli.EXIT_OK, said(slow)
+    return where
+
+
+def table_statuses() -> list[str]:
+    text = (REPO / "docs" / "running.md").read_text()
+    table = text[text.index("## Exit statuses"):].split("\n\n")[2]
+    return [line.split("|")[1].strip() for line in table.splitlines()[2:]]
+
+
+def test_the_table_is_the_constants():
+    """docs/running.md has one table, and its rows are the statuses cli/common.py names."""
+    assert table_statuses() == ["0", "1", "2", "3", "4", "128+N"]
+    assert (common.EXIT_OK, common.EXIT_REGRESSION, common.EXIT_USAGE, common.EXIT_UNKNOWN,
+            common.EXIT_WORLD, common.EXIT_INTERRUPTED) == (0, 1, 2, 3, 4, 128)
+    assert not hasattr(common, "EXIT_FAIL")  # one name per meaning
+
+
+def test_precedence_is_world_then_regression_then_unknown():
+    s = common.exit_status
+    assert s() == s(0, 0) == 0
+    assert s(1, 4) == s(4, 3, 1) == s(3, 4) == 4
+    assert s(3, 1) == s(1, 0) == 1 and s(3, 0) == 3
+    assert s(4, 143) == s(143, 1) == 143
+
+
+# --- one real command per row --------------------------------------------------------------------
+
+def test_0_nothing_wrong(runs):
+    r = perfsuite("compare", "fast.json", "fast.json", cwd=runs)
+    assert r.returncode == 0, said(r)  # UNKNOWN, listed, is no failure without --strict
+    assert "UNKNOWN: allreduce[mpi-n2-4B]" in r.stdout and "REGRESSION" not in r.stdout
+
+
+def test_1_a_regression(runs):
+    r = perfsuite("compare", "fast.json", "slow.json", "--max-canary-shift", "off", cwd=runs)
+    assert r.returncode == 1, said(r)
+    # The 1-rank world has no rank to wait for: x21 is far beyond its reference's spread. The
+    # 2-rank world's reference may catch this VM in both of its states (x3 apart), which can
+    # widen what it allows: it is a regression, or UNKNOWN saying why, never anything else.
+    assert re.search(r"^REGRESSION: allreduce\[mpi-n1-4B\] latency .*beyond x4", r.stdout, re.M), said(r)
+    assert re.search(r"^(REGRESSION|unknown) +allreduce\[mpi-n2-4B\] ", r.stdout, re.M), said(r)
+
+
+def test_2_bad_input_before_any_world(tmp_path):
+    r = perfsuite("run", *WORLD[:2], "--world-sizes", "0", cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, said(r)
+    assert "world size '0'" in r.stderr and not r.stdout
+    r = perfsuite("compare", "missing.json", "missing.json", cwd=tmp_path)
+    assert r.returncode == 2 and "missing.json" in r.stderr, said(r)
+
+
+def test_3_unknown_under_strict(runs):
+    """A run against itself: a one-session reference decides only changes beyond x4."""
+    r = perfsuite("compare", "fast.json", "fast.json", "--strict", cwd=runs)
+    assert r.returncode == 3, said(r)
+    assert "REGRESSION" not in r.stdout
+    assert re.search(r"^UNKNOWN: .*beyond x4", r.stdout, re.M), said(r)
+
+
+@pytest.mark.parametrize("fault, says", [("kill@1", "rank 1 on .* died"),
+                                         ("corrupt@1", r"FAILED validation \(wrong sum\)")])
+def test_4_a_world_failed_or_a_case_was_invalid(tmp_path, fault, says, no_leftover_ranks):
+    r = perfsuite("run", *WORLD, cwd=tmp_path, PERFSUITE_TEST_FAULT=fault)
+    assert r.returncode == 4, said(r)
+    assert re.search(says, r.stdout + r.stderr), said(r)
+
+
+def test_4_through_the_failure_a_command_raises(tmp_path, no_leftover_ranks):
+    """overhead's world fails with a RankFailure that reaches main(): a failed world, not 1."""
+    r = perfsuite("overhead", "--sizes", "4", "--iters", "20", "--warmup", "2", "--rounds", "1", cwd=tmp_path,
+                  PERFSUITE_TEST_FAULT="kill@1")
+    assert r.returncode == 4, said(r)
+    assert r.stderr.startswith("perfsuite overhead: allreduce[mpi-n2]: rank 1 on "), said(r)
+
+
+def test_4_before_1_when_a_run_has_both(runs, no_leftover_ranks):
+    """The slowed run again, its 2-rank world now failing (rank 1 killed): the 1-rank world is a
+    regression (8 rounds, beyond x4), and the failed world wins: the status is 4."""
+    r = perfsuite("run", *JUDGED, "--json", "both.json", cwd=runs, PERFSUITE_INJECT_SLOWDOWN="20.0",
+                  PERFSUITE_TEST_FAULT="kill@1")
+    assert r.returncode == 4, said(r)
+    r = perfsuite("compare", "fast.json", "both.json", "--max-canary-shift", "off", cwd=runs)
+    assert r.returncode == 4, said(r)
+    assert "REGRESSION: allreduce[mpi-n1-4B]" in r.stdout and "FAILED: allreduce[mpi-n2]" in r.stdout, said(r)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_128_plus_n_interrupted(tmp_path, sig, monkeypatch, no_leftover_ranks):
+    """Rank 1 hangs in its first timed call; the signal arrives once both ranks are up."""
+    token = os.environ["PERFSUITE_TEST_TOKEN"]  # set by no_leftover_ranks: finds this world's ranks
+    env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
+    proc = subprocess.Popen([sys.executable, "-m", "perfsuite.cli", "run", *WORLD, "--json", "t.json"],
+                            cwd=tmp_path, env={**env, "PERFSUITE_TEST_FAULT": "hang@1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(rank_pids(token)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert len(rank_pids(token)) == 2, "the world never started"
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + sig.value, out
+    assert f"interrupted by {sig.name}" in out and "Traceback" not in out
+
+
+# --- the pytest face: pytest's own codes, and one line naming the row ------------------------------
+
+def test_the_pytest_summary_names_the_row():
+    """Each finding of a session, through the plugin's own line (tests/test_plugin.py sees the
+    line at the end of real sessions: a failed world, and nothing wrong)."""
+    from types import SimpleNamespace
+
+    from perfsuite.errors import RankFailure
+    from perfsuite.formats import WorldOutcome
+    from perfsuite.model import Verdict, WorldSpec
+    from perfsuite.plugin import _finding
+
+    spec = WorldSpec("allreduce", "mpi", 2, ())
+    ok = WorldOutcome(spec)
+    regression = Verdict("allreduce[mpi-n2-4B]", "latency_us", "regression")
+    unknown = Verdict("allreduce[mpi-n2-4B]", "latency_us", "unknown")
+
+    def line(outcomes=(ok,), verdicts=(), **values):
+        state = SimpleNamespace(outcomes=dict(enumerate(outcomes)), verdicts=list(verdicts), values=values)
+        return _finding(state)[0]
+
+    assert line() == "perfsuite: nothing wrong"
+    assert line(verdicts=[unknown]) == "perfsuite: nothing wrong"
+    assert line(verdicts=[unknown], strict=True).startswith("perfsuite: UNKNOWN under --perf-strict")
+    assert line(verdicts=[regression, unknown], strict=True) == "perfsuite: regression"
+    assert line(verdicts=[regression], baseline_update=True) == "perfsuite: nothing wrong"  # recording
+    failed = WorldOutcome(spec, failure=RankFailure("allreduce[mpi-n2]: rank 1 died"))
+    assert line([ok, failed], [regression]) == "perfsuite: a world failed (infrastructure, not performance)"
+    stopped = WorldOutcome(spec, failure=RankFailure("interrupted by SIGTERM", kind="interrupted"))
+    assert line([stopped], [regression]).startswith("perfsuite: interrupted")
