@@ -13,6 +13,7 @@ same cores, and pytest-benchmark switches itself off there, so nothing would be 
 """
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -398,6 +399,9 @@ def _finding(state: PerfState) -> tuple[str, bool]:
             return "perfsuite: regression", True
         if strict and any(v.status == "unknown" and not v.xfail for v in state.verdicts):
             return "perfsuite: UNKNOWN under --perf-strict (a comparison could not be decided)", True
+        if _nothing_compared(state):
+            return (("perfsuite: UNKNOWN under --perf-strict" if strict else "perfsuite: nothing wrong")
+                    + " (nothing compared: no baseline)", strict)
     return "perfsuite: nothing wrong", False
 
 
@@ -467,6 +471,8 @@ def _gate(state: PerfState, sample: Sample, fingerprint: dict | None) -> None:
     verdicts = [x for x in state.world_verdicts[key] if x.case == sample.case.name]
     if v.get("baseline_update") or v.get("baseline_add"):
         return
+    if v.get("strict") and (nothing := _nothing_compared(state)):  # as the CLI's exit 3
+        pytest.fail(nothing, pytrace=False)
     bad = regress.failing(verdicts, strict=bool(v.get("strict")))
     if v.get("strict"):  # the CLI exits 3 on UNKNOWN; here the undecided case fails
         bad += [x for x in verdicts if x.status == "unknown" and not x.xfail]
@@ -475,6 +481,33 @@ def _gate(state: PerfState, sample: Sample, fingerprint: dict | None) -> None:
     excused = [x for x in verdicts if x.xfail and x.is_failure]
     if excused:
         pytest.xfail(vt.case_line(excused))
+
+
+def _nothing_compared(state: PerfState) -> str | None:
+    """One line when the stored baselines judge none of the session's cases (every verdict is
+    new, so a regression could not have been seen): which baseline is missing, and the pytest
+    command that records it. None when something was compared, or the session records."""
+    v = state.values
+    if state.system is None or v.get("baseline_update") or v.get("baseline_add"):
+        return None
+    selected = {c.name for cs in state.selected.values() for c in cs}
+    if any(k[0] in selected for k in state.baselines or {}):
+        return None
+    folder = Path(_baseline_root(state)) / state.system
+    why = (f"the baselines in {folder}/ hold none of this session's cases" if state.baselines
+           else f"no baseline for system {state.system} in {folder}/")
+    # The same session, recording: without --perf-strict, and without --perf-rounds (a baseline
+    # needs more rounds than a judging session may ask for; recording takes its own).
+    args, drop = [], False
+    for a in state.config.invocation_params.args:
+        if drop or a == "--perf-strict" or a.startswith("--perf-rounds="):
+            drop = False
+            continue
+        drop = a == "--perf-rounds"
+        if not drop:
+            args.append(a)
+    return (f"NOTHING COMPARED: {why}, so every case is new and no regression could be seen; "
+            f"record one with: {shlex.join(['pytest', *args, '--perf-baseline-update'])}")
 
 
 def _add_missing_verdicts(state: PerfState) -> None:
@@ -498,6 +531,8 @@ def _verdict_summary(state: PerfState, tr) -> None:
     _add_missing_verdicts(state)
     tr.section(f"perfsuite verdicts on {system}")
     tr.write_line(vt.table(state.verdicts))
+    if nothing := _nothing_compared(state):
+        tr.write_line(nothing, red=True)
     if state.values.get("baseline_update") or state.values.get("baseline_add"):
         fp = next((o.result.fingerprint for o in state.outcomes.values() if o.result is not None), None)
         # Only worlds that finished become baselines: a failed world's first cases are partial.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -182,8 +183,13 @@ def test_the_pytest_summary_names_the_row():
     regression = Verdict("allreduce[mpi-n2-4B]", "latency_us", "regression")
     unknown = Verdict("allreduce[mpi-n2-4B]", "latency_us", "unknown")
 
-    def line(outcomes=(ok,), verdicts=(), **values):
-        state = SimpleNamespace(outcomes=dict(enumerate(outcomes)), verdicts=list(verdicts), values=values)
+    def line(outcomes=(ok,), verdicts=(), baselines=None, **values):
+        """A session whose one case was judged: against ``baselines`` (None: nothing judged it)."""
+        config = SimpleNamespace(rootpath=Path("/repo"), invocation_params=SimpleNamespace(
+            args=("benchmarks", "--perf-strict", "--perf-rounds", "2", "-k", "mpi")))
+        state = SimpleNamespace(outcomes=dict(enumerate(outcomes)), verdicts=list(verdicts), values=values,
+                                system="box" if baselines is not None else None, baselines=baselines,
+                                selected={"w": [SimpleNamespace(name="allreduce[mpi-n2-4B]")]}, config=config)
         return _finding(state)[0]
 
     assert line() == "perfsuite: nothing wrong"
@@ -195,3 +201,51 @@ def test_the_pytest_summary_names_the_row():
     assert line([ok, failed], [regression]) == "perfsuite: a world failed (infrastructure, not performance)"
     stopped = WorldOutcome(spec, failure=RankFailure("interrupted by SIGTERM", kind="interrupted"))
     assert line([stopped], [regression]).startswith("perfsuite: interrupted")
+    new = Verdict("allreduce[mpi-n2-4B]", "latency_us", "new")
+    assert line(verdicts=[new], baselines={}) == "perfsuite: nothing wrong (nothing compared: no baseline)"
+    assert line(verdicts=[new], baselines={}, strict=True) == \
+        "perfsuite: UNKNOWN under --perf-strict (nothing compared: no baseline)"
+    judged = {("allreduce[mpi-n2-4B]", "latency_us"): object()}
+    assert line(verdicts=[unknown], baselines=judged) == "perfsuite: nothing wrong"
+
+
+# --- a gate with nothing to compare ------------------------------------------------------------------
+
+def nothing_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if "NOTHING COMPARED" in line]
+
+
+def test_a_gate_with_no_baseline_says_so_and_strict_makes_it_unknown(tmp_path, no_leftover_ranks):
+    """Every verdict new is no pass: one loud line names the missing baseline and the command that
+    records it (exit 0, or 3 under --strict), and that command does record it."""
+    from perfsuite import baselines
+
+    system = baselines.system_for(None)
+    r = perfsuite("run", *WORLD, "--compare", "--baseline-dir", "nob", cwd=tmp_path)
+    assert r.returncode == 0, said(r)
+    (line,) = nothing_lines(r.stdout)
+    assert line.startswith(f"NOTHING COMPARED: no baseline for system {system} in nob/{system}/"), line
+    r = perfsuite("run", *WORLD, "--compare", "--baseline-dir", "nob", "--strict", "--rounds", "1", cwd=tmp_path)
+    assert r.returncode == 3, said(r)
+    (line,) = nothing_lines(r.stdout)
+    command = line.split("record one with: ", 1)[1]
+    assert command == ("perfsuite run --transports mpi --world-sizes 2 --iters 20 --warmup 5 --sizes 4 "
+                       f"--system {system} --baseline-dir nob --baseline-update"), line
+    argv = shlex.split(command)
+    assert argv[0] == "perfsuite"
+    r = perfsuite(*argv[1:], cwd=tmp_path)  # the line's own command records the baseline
+    assert r.returncode == 0 and (tmp_path / "nob" / system / "allreduce.json").is_file(), said(r)
+    r = perfsuite("run", *WORLD, "--compare", "--baseline-dir", "nob", "--max-rounds", "2", cwd=tmp_path)
+    assert not nothing_lines(r.stdout) and r.returncode in (0, 1), said(r)  # compared now
+
+
+def test_the_pytest_gate_with_no_baseline_fails_its_cases_under_strict(tmp_path, no_leftover_ranks):
+    args = [sys.executable, "-m", "pytest", str(REPO / "benchmarks" / "test_allreduce.py"), "--benchmark-disable",
+            "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "--perf-transports", "mpi", "--perf-sizes", "4",
+            "--perf-world-sizes", "2", "--perf-iters", "20", "--perf-warmup", "5", "--perf-baseline-dir", "nob"]
+    env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
+    r = subprocess.run([*args, "--perf-strict"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, said(r)  # pytest's own code: a test failed
+    assert re.search(r"^FAILED .*test_allreduce\[mpi-n2-4B\] - Failed: NOTHING COMPARED", r.stdout, re.M), said(r)
+    assert "perfsuite: UNKNOWN under --perf-strict (nothing compared: no baseline)" in r.stdout, said(r)
+    assert "--perf-baseline-update" in nothing_lines(r.stdout)[0] and "--perf-strict" not in nothing_lines(r.stdout)[0]

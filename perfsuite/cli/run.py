@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+import shlex
 import signal
 from pathlib import Path
 
 from .. import bench, formats, interrupts, options, regress, report, suite, transports
 from ..errors import ConfigError
 from ..model import split_list
-from .common import (EXIT_OK, EXIT_WORLD, canary_shift, exit_status, gate_settings, not_recorded,
-                     print_verdicts, say)
+from .common import (EXIT_OK, EXIT_UNKNOWN, EXIT_WORLD, canary_shift, exit_status, gate_settings,
+                     not_recorded, print_verdicts, say)
 
 COMMANDS = {}
 
@@ -152,13 +153,20 @@ def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
         tol, alpha = gate_settings(args)
         judged = {c.name for o in run.outcomes for c in o.spec.cases if not o.skipped}
         say(f"# verdicts on {system} against {root}/{system}/")
-        verdicts = regress.compare(run.samples(), baselines.load_all(root, system), tolerance=tol,
+        stored = baselines.load_all(root, system)
+        verdicts = regress.compare(run.samples(), stored, tolerance=tol,
                                    alpha=alpha, system=system, cases=judged,
                                    looks=getattr(args, "looks", 1), canary_shift=canary_shift(args),
                                    judged=suite.judged, family=getattr(args, "family", None),
                                    session_sd=options.session_drift(args.session_drift),
                                    history=getattr(args, "drift_history", None))
         code = print_verdicts(verdicts, bool(args.strict))
+        if verdicts and all(v.status == "new" for v in verdicts):
+            # A gate that judged nothing must not pass quietly: every case is new, so the run
+            # proves nothing about a regression. One line, loud; under --strict it is UNKNOWN (3).
+            say(nothing_compared(args, system, root, bool(stored)))
+            if args.strict:
+                code = exit_status(code, EXIT_UNKNOWN)
     if args.baseline_update or args.baseline_add:
         for line in not_recorded(run, allow_partial=False):
             say(line)
@@ -171,3 +179,37 @@ def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
             say(f"# not recorded: {exc}")
             return exit_status(code, EXIT_WORLD)
     return code
+
+
+#: What ``record_command`` leaves out of the run that found no baseline: how that run judged
+#: (a recording neither judges nor may take fewer rounds than a baseline needs) and where it
+#: wrote its own results.
+NOT_RECORDING = ("rounds", "max-rounds", "precision", "round-budget", "tolerance", "alpha", "session-drift",
+                 "strict", "report", "baseline-update", "baseline-add", "system", "baseline-dir")
+
+
+def record_command(args: argparse.Namespace, system: str, root: str) -> str:
+    """The ``perfsuite run`` that records this run's cases as the baselines of ``system``: the
+    options this run was given that choose its cases and worlds, then --baseline-update."""
+    words = ["perfsuite", "run"]
+    if args.benchmarks != "allreduce":
+        words += ["--benchmarks", args.benchmarks]
+    for o in options.all_options():
+        value = getattr(args, o.dest, None)
+        if o.name in NOT_RECORDING or value in (None, [], False):
+            continue
+        if o.kind == "flag":
+            words.append(f"--{o.name}")
+        else:
+            for each in value if o.kind == "list" else [value]:
+                words += [f"--{o.name}", str(each)]
+    return shlex.join([*words, "--system", system, "--baseline-dir", root, "--baseline-update"])
+
+
+def nothing_compared(args: argparse.Namespace, system: str, root: str, any_stored: bool) -> str:
+    """The one line of a --compare whose every verdict is new: which baseline is missing, and
+    the command that records it."""
+    why = (f"the baselines in {root}/{system}/ hold none of this run's cases" if any_stored
+           else f"no baseline for system {system} in {root}/{system}/")
+    return (f"NOTHING COMPARED: {why}, so every case is new and no regression could be seen; "
+            f"record one with: {record_command(args, system, root)}")
