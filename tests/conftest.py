@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from pathlib import Path
 
@@ -84,4 +85,23 @@ def no_leftover_ranks(monkeypatch):
     monkeypatch.setenv("PERFSUITE_TEST_TOKEN", token)
     yield
     left = worker_pids(token)
+    reap(left)
     assert not left, f"processes left behind: {sorted(left)}"
+
+
+def reap(pids: list[int]) -> None:
+    """SIGKILL what a failed test left behind, after it is reported: a rank left spinning in
+    MPI's progress loop would hold a core for the rest of the session and fail the tests after
+    it for being slow."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child a test will send SIGINT: a runner started from a script's
+    background job (``nohup ... &``) ignores SIGINT, its children inherit that, and Python keeps
+    an ignored SIGINT ignored, so the signal under test would never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

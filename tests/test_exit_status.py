@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import rank_pids
+from conftest import default_sigint, rank_pids
 from perfsuite import cli
 from perfsuite.cli import common
 
@@ -150,7 +150,8 @@ def test_128_plus_n_interrupted(tmp_path, sig, monkeypatch, no_leftover_ranks):
     env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
     proc = subprocess.Popen([sys.executable, "-m", "perfsuite.cli", "run", *WORLD, "--json", "t.json"],
                             cwd=tmp_path, env={**env, "PERFSUITE_TEST_FAULT": "hang@1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 120
         while len(rank_pids(token)) < 2 and time.monotonic() < deadline and proc.poll() is None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import default_sigint, reap
 from perfsuite import cli, formats, interrupts
 from perfsuite.errors import Interrupted
 from perfsuite.launch import proctree
@@ -59,7 +60,7 @@ def test_a_signal_stops_the_world_and_keeps_what_finished(tmp_path, sig, status)
                              # after the second world, which hangs until the signal
                              "--max-contention", "off"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=tmp_path)
+                            cwd=tmp_path, preexec_fn=default_sigint)
     lines = []
     try:
         for line in proc.stdout:
@@ -79,9 +80,11 @@ def test_a_signal_stops_the_world_and_keeps_what_finished(tmp_path, sig, status)
             proc.kill()
             proc.wait()
     text = "".join(lines) + rest
+    left = gone_within(token)
+    reap([int(line.split()[0]) for line in left])
     assert proc.returncode == status, text
     assert "Traceback" not in text
-    assert not gone_within(token), f"left running after {sig.name}"
+    assert not left, f"left running after {sig.name}"
     assert f"interrupted by {sig.name}" in text
     run = formats.load_run(out)  # what finished is there, marked
     assert run.interrupted == sig.name
