@@ -58,7 +58,9 @@ JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "per
 #: AB 2: a verdict holds a reason code and its numbers ("reason", "facts"), not prose ("note"),
 #: and one verdict per case (the judged metric; its reciprocal in "facts").
 #: AB 3: each arm names the commit it ran ("ref": "HEAD~1 (abc1234def)"; null for this checkout).
-VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 3, DATASET: 1, AB: 3, DETECTION: 1, NATIVE: 1, COMMIT_ENV: 1,
+#: AB 4: "stop_on_regression": whether the run stopped at the first DIFFERENT regression, so a
+#: case UNKNOWN there may only have been cut short.
+VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 3, DATASET: 1, AB: 4, DETECTION: 1, NATIVE: 1, COMMIT_ENV: 1,
             STUDY_PLAN: 1, STUDY: 1, VALIDITY: 1}
 
 #: Allreduce transports timed on the host: before BASELINE 2 every one ran the mpi4py loop.
@@ -102,9 +104,15 @@ def _ab_2_to_3(d: dict) -> dict:
     return d
 
 
+def _ab_3_to_4(d: dict) -> dict:
+    d.setdefault("stop_on_regression", False)
+    return d
+
+
 #: (format, old version) -> function turning such a dict into the next version's.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {
-    (BASELINE, 1): _baseline_1_to_2, (BASELINE, 2): _baseline_2_to_3, (AB, 1): _ab_1_to_2, (AB, 2): _ab_2_to_3}
+    (BASELINE, 1): _baseline_1_to_2, (BASELINE, 2): _baseline_2_to_3, (AB, 1): _ab_1_to_2, (AB, 2): _ab_2_to_3,
+    (AB, 3): _ab_3_to_4}
 
 RERUN = "re-run the suite with this perfsuite to regenerate it"
 REFRESH_BASELINE = ("re-record it with `perfsuite baseline update --from results.json` "

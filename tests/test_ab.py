@@ -47,6 +47,32 @@ def test_a_ten_percent_slower_arm_is_different_and_identical_arms_never_are():
     assert ab.ABConfig(ab.Arm("A", "mpi"), ab.Arm("B", "mpi"), (CASE,), (CASE,)).identical
 
 
+def test_stop_on_regression_ends_at_the_first_look_with_a_regression():
+    """4 B is x1.5 in arm B; 1 MiB is too noisy for +-2% in 30 pairs. Without the stop the run
+    spends every pair on 1 MiB; with it, it ends where 4 B is decided, 1 MiB UNKNOWN."""
+    big = Case("allreduce", "mpi", 2, size_bytes=1 << 20)
+    rng = np.random.default_rng(3)
+
+    def runner(arm, cases):
+        out = []
+        for c in cases:
+            factor, noise = (1.5, 0.01) if c.size_bytes == 4 else (1.0, 0.3)
+            value = 3.0 * (factor if arm.name == "B" else 1.0) * (1 + noise * abs(rng.standard_normal()))
+            out.append(Sample(c, {"latency_us": Metric("latency_us", value, "us", False)},
+                              info={"contention": 0.0}))
+        return out
+
+    cases = (CASE, big)
+    a, b = ab.Arm("A", "mpi"), ab.Arm("B", "mpi", env=(("X", "1"),))
+    full = ab.run(ab.ABConfig(a, b, cases, cases, seed=0, max_pairs=30), runner)
+    stopped = ab.run(ab.ABConfig(a, b, cases, cases, seed=0, max_pairs=30, stop_on_regression=True), runner)
+    kinds = lambda rep: {v.case: v.kind for v in rep.verdicts}  # noqa: E731
+    assert full.pairs == 30 and kinds(full)["allreduce[mpi-n2-1MiB]"] == "UNKNOWN"
+    assert stopped.pairs < 30 and kinds(stopped) == {"allreduce[mpi-n2-4B]": "DIFFERENT",
+                                                     "allreduce[mpi-n2-1MiB]": "UNKNOWN"}
+    assert stopped.to_dict()["stop_on_regression"] is True
+
+
 def test_a_failed_world_fails_its_pair_only_and_a_contended_pair_is_dropped():
     rep = ab.run(config(max_pairs=8), fake(1.10, fail_at=3))
     assert rep.failures and "pair 2, arm" in rep.failures[0] and "boom" in rep.failures[0]

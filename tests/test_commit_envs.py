@@ -15,7 +15,7 @@ import pytest
 
 from perfsuite.experiments import bisect as b
 from perfsuite.launch import envs
-from perfsuite.model import Verdict
+from perfsuite.model import Tolerance, Verdict
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD = ["--transports", "mpi", "--sizes", "4", "--world-sizes", "2", "--timeout", "120", "--max-pairs", "60"]
@@ -70,19 +70,39 @@ def test_the_search_finds_every_position_and_stops_where_it_cannot_decide():
         commits = [f"c{i}" for i in range(6)]
         seen = []
 
-        def probe(c, cases, culprit=culprit):
+        def probe(c, cases, tolerance, culprit=culprit):
             seen.append(c)
+            assert (tolerance is None) == (cases is None)  # the bad end at the user's, then the midpoints'
             kind = "bad" if int(c[1:]) >= culprit else "good"
             return b.Step(c, b.classify([verdict(kind)], [], cases), [verdict(kind)])
 
-        found = b.search(commits, probe)
+        found = b.search(commits, probe, least=Tolerance(-0.02, 0.02))
         assert found.first_bad.commit == f"c{culprit}" and found.cases == ("allreduce[mpi-n2-4B]",)
         assert len(seen) <= 4  # the bad end and log2(6) midpoints
-    unknown = b.search(["c0", "c1", "c2", "c3"], lambda c, cases: b.Step(
+    unknown = b.search(["c0", "c1", "c2", "c3"], lambda c, cases, tol: b.Step(
         c, b.BAD if c == "c3" else b.UNDECIDED, [verdict("bad")] if c == "c3" else []))
     assert unknown.first_bad is None and unknown.stopped.commit == "c1" and unknown.candidates == ["c0", "c1", "c2", "c3"]
-    clean = b.search(["c0", "c1"], lambda c, cases: b.Step(c, b.GOOD, [verdict("good")]))
+    clean = b.search(["c0", "c1"], lambda c, cases, tol: b.Step(c, b.GOOD, [verdict("good")]))
     assert clean.first_bad is None and clean.stopped.outcome == b.GOOD
+
+
+def test_a_midpoint_is_judged_halfway_to_the_regression_the_bad_end_showed():
+    least = Tolerance(-0.02, 0.02)
+
+    def end(*verdicts):
+        return b.Step("bad", b.BAD, list(verdicts))
+
+    # latency x6, its interval from x2.9: a midpoint is bad beyond x1.707, good within it
+    slow = Verdict("c-4B", "latency_us", "regression", higher_is_better=False, change=4.9, low=1.914, high=7.388)
+    tol = b.step_tolerance(end(slow), least)
+    assert tol.upper == pytest.approx(2.914 ** 0.5 - 1) and tol.lower == pytest.approx(2.914 ** -0.5 - 1)
+    # busbw a quarter, sure of no more than half: the same slowdown x2, so +-x1.414
+    drop = Verdict("c-16MiB", "busbw_GBps", "regression", higher_is_better=True, change=-0.75, low=-0.9, high=-0.5)
+    assert b.step_tolerance(end(drop), least).upper == pytest.approx(2 ** 0.5 - 1)
+    # the least sure case sets it; a regression nearer no change than the least keeps the least
+    assert b.step_tolerance(end(slow, drop), least).upper == pytest.approx(2 ** 0.5 - 1)
+    small = Verdict("c-1MiB", "latency_us", "regression", higher_is_better=False, change=0.05, low=0.03, high=0.08)
+    assert b.step_tolerance(end(small), least) == least
 
 
 def test_an_environment_is_built_once_and_an_interrupted_build_is_redone(history, capsys):

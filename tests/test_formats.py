@@ -105,3 +105,15 @@ def test_atomic_write_leaves_the_old_file_or_the_new_one(tmp_path, monkeypatch):
         formats.write_json(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in path.parent.iterdir()] == ["f.json"]  # no temporary file left
+
+
+def test_an_old_ab_file_reads_as_the_current_version():
+    """An AB 3 file (no "stop_on_regression") and an AB 2 file (arms without "ref") both read as
+    the current version, saying what they never recorded as its default."""
+    three = {"format": formats.AB, "version": 3, "arms": {"a": {"ref": "HEAD~1 (abc)"}, "b": {"ref": None}},
+             "verdicts": []}
+    d = formats.check_format(json.loads(json.dumps(three)), formats.AB, "ab.json")
+    assert d["version"] == formats.VERSIONS[formats.AB] and d["stop_on_regression"] is False
+    two = {"format": formats.AB, "version": 2, "arms": {"a": {}, "b": {}}, "verdicts": []}
+    d = formats.check_format(two, formats.AB, "ab.json")
+    assert d["arms"]["a"]["ref"] is None and d["stop_on_regression"] is False

@@ -38,6 +38,8 @@ def add_ab(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write the versioned A/B file here")
     p.add_argument("--strict", action="store_true", help="exit 3 when a case stays UNKNOWN (a gate "
                    "that must decide)")
+    p.add_argument("--stop-on-regression", action="store_true", help="stop at the first look where a "
+                   "case is a DIFFERENT regression (exit 1 is settled there; other cases may stay UNKNOWN)")
     add_env_options(p)
 
 
@@ -114,7 +116,8 @@ def ab_config(values: dict, name: str, a, b):
                       tolerance=tol, alpha=regress.parse_alpha(values.get("alpha")),
                       max_contention=options.contention_limit(values.get("max_contention") or "0.05"),
                       canary_shift=options.canary_limit(values.get("max_canary_shift") or "0.15"),
-                      seed=whole_number(values.get("seed"), "seed", low=0), judged=bench.get(name).judged)
+                      seed=whole_number(values.get("seed"), "seed", low=0), judged=bench.get(name).judged,
+                      stop_on_regression=bool(values.get("stop_on_regression")))
     return cfg, options.suite_config({**values, "transports": a.transport})
 
 

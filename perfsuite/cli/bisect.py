@@ -40,6 +40,8 @@ def do_bisect(args: argparse.Namespace) -> int:
         raise ConfigError(f"transport {transport!r} must name one transport; give --transports NAME")
     arm = ab.Arm("A", transport, tuple(parse_env(values["env"] or []).items()))
     cfg, suite_cfg = ab_config(values, name, arm, replace(arm, name="B"))
+    # A step is bad once one case is a DIFFERENT regression: its other cases cannot change that.
+    cfg = replace(cfg, stop_on_regression=True)
     extras = envs.check_extras(args.extras)
     repo = envs.repo_root()
     good, bad = envs.resolve(repo, args.good), envs.resolve(repo, args.bad)
@@ -54,9 +56,9 @@ def do_bisect(args: argparse.Namespace) -> int:
     say(f"# bisect: {len(commits)} commits after {good[:10]} up to {bad[:10]}, {len(cfg.cases_a)} case(s), "
         f"up to {cfg.max_pairs} pairs a step")
 
-    def probe(commit: str, cases) -> b.Step:
+    def probe(commit: str, cases, tolerance) -> b.Step:
         keep = [i for i, c in enumerate(cfg.cases_a) if cases is None or c.name in cases]
-        step_cfg = replace(cfg, a=a, b=cfg.b.from_commit(build(commit)),
+        step_cfg = replace(cfg, a=a, b=cfg.b.from_commit(build(commit)), tolerance=tolerance or cfg.tolerance,
                            cases_a=tuple(cfg.cases_a[i] for i in keep), cases_b=tuple(cfg.cases_b[i] for i in keep))
         say(f"# step: {a.ref} (A) vs {step_cfg.b.ref} (B)")
         rep = ab.run(step_cfg, runner, progress=note)
@@ -64,7 +66,8 @@ def do_bisect(args: argparse.Namespace) -> int:
         return b.Step(commit, b.classify(rep.verdicts, rep.failures, cases), rep.verdicts, rep.failures,
                       rep.pairs, rep.wall_s)
 
-    found = b.search(commits, probe, progress=note)
+    # A tolerance the user set holds for every step; else the midpoints' grows with the regression.
+    found = b.search(commits, probe, progress=note, least=None if args.tolerance else cfg.tolerance)
     say(format_bisection(found, repo, cfg.alpha, time.monotonic() - started))
     return bisect_status(found)
 

@@ -123,6 +123,9 @@ class ABConfig:
     canary_shift: float | None = rounds.DEFAULT_CANARY_SHIFT
     seed: int | None = None
     judged: tuple[str, ...] | None = None  # the benchmark's judged metrics (None: regress's rule)
+    # Stop at the first look where a case is a DIFFERENT regression: the outcome (exit 1, a bad
+    # bisect step) is settled, and the cases still UNKNOWN there stay so.
+    stop_on_regression: bool = False
 
     def __post_init__(self):
         if self.max_pairs < 2:
@@ -169,7 +172,8 @@ class ABReport:
                          "ref": x.ref}
         return {"arms": {"a": arm(c.a), "b": arm(c.b)}, "identical_arms": c.identical,
                 "tolerance": c.tolerance.to_dict(), "alpha": c.alpha, "looks": list(c.looks),
-                "max_pairs": c.max_pairs, "canary_shift": c.canary_shift, "pairs": self.pairs, "wall_s": self.wall_s,
+                "max_pairs": c.max_pairs, "stop_on_regression": c.stop_on_regression,
+                "canary_shift": c.canary_shift, "pairs": self.pairs, "wall_s": self.wall_s,
                 "failures": self.failures, "verdicts": [v.to_dict() for v in self.verdicts],
                 "values": self.values, **provenance.section(self.imports)}
 
@@ -244,6 +248,10 @@ def run(cfg: ABConfig, runner: Runner, progress: Callable[[str], None] | None = 
         if progress:
             progress(f"{pairs} pairs: " + ", ".join(f"{v.case} {v.kind}" for v in verdicts))
         if (verdicts and all(regress.decided(v) for v in verdicts)) or over:
+            break
+        if cfg.stop_on_regression and any(v.is_failure for v in verdicts):
+            if progress:
+                progress("a regression is decided: stopping (--stop-on-regression)")
             break
     return ABReport(cfg, verdicts, pairs, failures, time.monotonic() - t0, _values(logs), imports)
 

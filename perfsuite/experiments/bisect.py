@@ -11,13 +11,21 @@ step it cannot decide, naming the commits the culprit is still among.
 
 Each step is its own test at ``ab``'s alpha: over the log2(n) steps of a search a wrong turn
 has at most (steps x alpha) chance, which the report states.
+
+A midpoint asks whether the regression the bad end showed is in: unless the user set a
+tolerance, it is judged with one that grows with that regression (``step_tolerance``), so a
+harmless commit is SAME within a few pairs when the bad end was x6, where +-2% would take a
+quiet machine hundreds of pairs. The bad end's pairs are not reused, so a step is still a test
+at alpha of fresh data.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-from ..model import Verdict
+import math
+
+from ..model import Tolerance, Verdict
 
 #: A step's outcome.
 BAD, GOOD, UNDECIDED, FAILED = "bad", "good", "undecided", "failed"
@@ -58,31 +66,56 @@ class Bisection:
     first_bad: Step | None = None
     candidates: list[str] = field(default_factory=list)  # the culprit is one of these
     stopped: Step | None = None  # the step that could not be decided, or the bad end not bad
+    tolerance: Tolerance | None = None  # the midpoints' (step_tolerance), None: the user's
 
 
-#: probe(commit, cases or None) -> the step's verdicts, failures, pairs and seconds.
-Probe = Callable[[str, Collection[str] | None], Step]
+def step_tolerance(end: Step, least: Tolerance) -> Tolerance:
+    """The tolerance a midpoint is judged with: halfway, on a log scale, between no change and
+    the bad end's least certain slowdown (the end of its intervals nearest no change, over the
+    cases it regressed in), and never tighter than ``least``. A x6 regression whose interval
+    starts at x2.9 gives +-x1.7: a commit is bad when it is surely more than x1.7 slower, good
+    when it is surely within x1.7 either way."""
+    factors = []
+    for v in end.regressed:
+        if v.low is None or v.high is None:
+            continue
+        # the slowdown the interval is sure of, as a factor > 1 in either metric's direction
+        factors.append(1.0 / (1.0 + v.high) if v.higher_is_better else 1.0 + v.low)
+    factors = [f for f in factors if f > 1.0 and math.isfinite(f)]
+    if not factors:
+        return least
+    half = math.sqrt(min(factors))
+    return Tolerance(min(least.lower, 1.0 / half - 1.0), max(least.upper, half - 1.0))
 
 
-def search(commits: Sequence[str], probe: Probe, progress: Callable[[str], None] | None = None) -> Bisection:
+#: probe(commit, cases or None, tolerance or None) -> the step's verdicts, failures, pairs and
+#: seconds; None: the bad end, every case, at the user's tolerance.
+Probe = Callable[[str, Collection[str] | None, Tolerance | None], Step]
+
+
+def search(commits: Sequence[str], probe: Probe, progress: Callable[[str], None] | None = None,
+           least: Tolerance | None = None) -> Bisection:
     """Binary search for the first bad commit of ``commits`` (oldest first; the last is the bad
-    end, the good end is their parent)."""
+    end, the good end is their parent). With ``least`` (no tolerance set by the user) the
+    midpoints are judged by ``step_tolerance``, else at the probe's own."""
     say = progress or (lambda m: None)
     out = Bisection(list(commits), [])
     if not commits:
         return out
-    end = probe(commits[-1], None)
+    end = probe(commits[-1], None, None)
     out.steps.append(end)
     if end.outcome != BAD:
         out.stopped, out.candidates = end, list(commits)
         return out
     out.cases = tuple(sorted({v.case for v in end.regressed}))
-    say(f"bad end {commits[-1][:10]} regressed in {', '.join(out.cases)}: searching {len(commits)} commits")
+    out.tolerance = step_tolerance(end, least) if least is not None else None
+    say(f"bad end {commits[-1][:10]} regressed in {', '.join(out.cases)}: searching {len(commits)} commits"
+        + (f", each judged at {out.tolerance.lower:+.1%}:{out.tolerance.upper:+.1%}" if out.tolerance else ""))
     lo, hi = -1, len(commits) - 1  # commits[lo] is good (-1: the good end), commits[hi] bad
     bad_step = end
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        step = probe(commits[mid], out.cases)
+        step = probe(commits[mid], out.cases, out.tolerance)
         out.steps.append(step)
         say(f"{commits[mid][:10]} is {step.outcome} ({hi - lo - 1} commits left)")
         if step.outcome == BAD:
