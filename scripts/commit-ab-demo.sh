@@ -2,7 +2,8 @@
 # Arms from commits, measured: a clone of this checkout gets a commit that makes the ring
 # allocate its sum (a temporary per reduction instead of an add in place) buried among six
 # harmless ones; then
-#   1. perfsuite ab --a-ref BAD~1 --b-ref BAD, cold (both environments built), then cached;
+#   1. perfsuite ab --a-ref BAD~1 --b-ref BAD, cold (both environments built), then cached, then
+#      cached with --stop-on-regression (as a gate that only needs the exit status);
 #   2. perfsuite bisect --good BASE --bad HEAD, which must name the ring commit.
 # Each step prints its exit status and wall time. Usage: bash scripts/commit-ab-demo.sh [WORKDIR]
 # (default: a new temporary folder, kept for reading). Run it with the perfsuite you want to
@@ -40,5 +41,7 @@ step() {
 }
 step "ab cold" ab "${common[@]}" --a-ref "$bad~1" --b-ref "$bad" --json "$work/ab-cold.json"
 step "ab cached" ab "${common[@]}" --a-ref "$bad~1" --b-ref "$bad" --json "$work/ab-cached.json"
+step "ab cached, --stop-on-regression" ab "${common[@]}" --a-ref "$bad~1" --b-ref "$bad" --stop-on-regression \
+    --json "$work/ab-stop.json"
 step "bisect" bisect "${common[@]}" --good "$base" --bad HEAD
 echo "== the ring commit was ${bad:0:10}; files in $work"

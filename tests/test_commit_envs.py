@@ -92,16 +92,16 @@ def test_a_midpoint_is_judged_halfway_to_the_regression_the_bad_end_showed():
     def end(*verdicts):
         return b.Step("bad", b.BAD, list(verdicts))
 
-    # latency x6, its interval from x2.9: a midpoint is bad beyond x1.707, good within it
-    slow = Verdict("c-4B", "latency_us", "regression", higher_is_better=False, change=4.9, low=1.914, high=7.388)
+    # latency x4.9: a midpoint is bad when surely beyond x2.21, good when surely within it
+    slow = Verdict("c-4B", "latency_us", "regression", higher_is_better=False, change=3.9, low=1.914, high=7.388)
     tol = b.step_tolerance(end(slow), least)
-    assert tol.upper == pytest.approx(2.914 ** 0.5 - 1) and tol.lower == pytest.approx(2.914 ** -0.5 - 1)
-    # busbw a quarter, sure of no more than half: the same slowdown x2, so +-x1.414
+    assert tol.upper == pytest.approx(4.9 ** 0.5 - 1) and tol.lower == pytest.approx(4.9 ** -0.5 - 1)
+    # busbw down to a quarter: the same as a x4 slowdown, so +-x2
     drop = Verdict("c-16MiB", "busbw_GBps", "regression", higher_is_better=True, change=-0.75, low=-0.9, high=-0.5)
-    assert b.step_tolerance(end(drop), least).upper == pytest.approx(2 ** 0.5 - 1)
-    # the least sure case sets it; a regression nearer no change than the least keeps the least
-    assert b.step_tolerance(end(slow, drop), least).upper == pytest.approx(2 ** 0.5 - 1)
-    small = Verdict("c-1MiB", "latency_us", "regression", higher_is_better=False, change=0.05, low=0.03, high=0.08)
+    assert b.step_tolerance(end(drop), least).upper == pytest.approx(1.0)
+    # the least regressed case sets it; a regression nearer no change than the least keeps the least
+    assert b.step_tolerance(end(slow, drop), least).upper == pytest.approx(1.0)
+    small = Verdict("c-1MiB", "latency_us", "regression", higher_is_better=False, change=0.03, low=0.025, high=0.04)
     assert b.step_tolerance(end(small), least) == least
 
 

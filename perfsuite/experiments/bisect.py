@@ -13,7 +13,7 @@ Each step is its own test at ``ab``'s alpha: over the log2(n) steps of a search 
 has at most (steps x alpha) chance, which the report states.
 
 A midpoint asks whether the regression the bad end showed is in: unless the user set a
-tolerance, it is judged with one that grows with that regression (``step_tolerance``), so a
+tolerance, it is judged with one halfway to that regression (``step_tolerance``), so a
 harmless commit is SAME within a few pairs when the bad end was x6, where +-2% would take a
 quiet machine hundreds of pairs. The bad end's pairs are not reused, so a step is still a test
 at alpha of fresh data.
@@ -71,16 +71,17 @@ class Bisection:
 
 def step_tolerance(end: Step, least: Tolerance) -> Tolerance:
     """The tolerance a midpoint is judged with: halfway, on a log scale, between no change and
-    the bad end's least certain slowdown (the end of its intervals nearest no change, over the
-    cases it regressed in), and never tighter than ``least``. A x6 regression whose interval
-    starts at x2.9 gives +-x1.7: a commit is bad when it is surely more than x1.7 slower, good
-    when it is surely within x1.7 either way."""
+    the slowdown the bad end measured (its estimate, the least over the cases it regressed in),
+    and never tighter than ``least``. The halfway line makes a commit that carries the regression
+    and one that does not equally quick to decide: after a x6 regression a commit is bad when it
+    is surely more than x2.4 slower, good when it is surely within x2.4 either way. The line is
+    set by the bad end's pairs alone, so each midpoint is still a test at alpha of its own."""
     factors = []
     for v in end.regressed:
-        if v.low is None or v.high is None:
+        if v.change is None or not math.isfinite(v.change):
             continue
-        # the slowdown the interval is sure of, as a factor > 1 in either metric's direction
-        factors.append(1.0 / (1.0 + v.high) if v.higher_is_better else 1.0 + v.low)
+        # the measured slowdown, as a factor > 1 in either metric's direction
+        factors.append(1.0 / (1.0 + v.change) if v.higher_is_better else 1.0 + v.change)
     factors = [f for f in factors if f > 1.0 and math.isfinite(f)]
     if not factors:
         return least
