@@ -118,7 +118,6 @@ def search(commits: Sequence[str], probe: Probe, progress: Callable[[str], None]
         mid = (lo + hi) // 2
         step = probe(commits[mid], out.cases, out.tolerance)
         out.steps.append(step)
-        say(f"{commits[mid][:10]} is {step.outcome} ({hi - lo - 1} commits left)")
         if step.outcome == BAD:
             hi, bad_step = mid, step
         elif step.outcome == GOOD:
@@ -126,5 +125,7 @@ def search(commits: Sequence[str], probe: Probe, progress: Callable[[str], None]
         else:
             out.stopped, out.candidates = step, list(commits[lo + 1:hi + 1])
             return out
+        say(f"{commits[mid][:10]} is {step.outcome}: the first bad commit is one of {hi - lo} "
+            f"({commits[lo + 1][:10]}..{commits[hi][:10]})")
     out.first_bad, out.candidates = bad_step, [commits[hi]]
     return out
