@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -105,3 +106,14 @@ def default_sigint() -> None:
     background job (``nohup ... &``) ignores SIGINT, its children inherit that, and Python keeps
     an ignored SIGINT ignored, so the signal under test would never arrive."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def signalled(proc: subprocess.Popen, sig: int, timeout: float = 60.0) -> str:
+    """Send ``sig`` to ``proc`` and return the rest of its output. One still running after
+    ``timeout`` is killed, so its status (-9) fails the test that expected 128+N."""
+    proc.send_signal(sig)
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[0]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import default_sigint, rank_pids
+from conftest import default_sigint, rank_pids, signalled
 from perfsuite import cli
 from perfsuite.cli import common
 
@@ -157,8 +157,7 @@ def test_128_plus_n_interrupted(tmp_path, sig, monkeypatch, no_leftover_ranks):
         while len(rank_pids(token)) < 2 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)
         assert len(rank_pids(token)) == 2, "the world never started"
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=60)
+        out = signalled(proc, sig)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import default_sigint, reap
+from conftest import default_sigint, reap, signalled
 from perfsuite import cli, formats, interrupts
 from perfsuite.errors import Interrupted
 from perfsuite.launch import proctree
@@ -73,8 +73,7 @@ def test_a_signal_stops_the_world_and_keeps_what_finished(tmp_path, sig, status)
         while _token_procs(token) < 2 and time.monotonic() < deadline:  # the second world is up
             time.sleep(0.1)
         time.sleep(3.0)  # its 4 B case done, rank 1 hung at 1 KiB (20 iterations take milliseconds)
-        proc.send_signal(sig)
-        rest, _ = proc.communicate(timeout=60)
+        rest = signalled(proc, sig)
     finally:
         if proc.poll() is None:
             proc.kill()
