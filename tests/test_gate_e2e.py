@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite import formats
+
 pytestmark = pytest.mark.world
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,7 +134,7 @@ def test_ab_decides_a_real_mpich_setting_through_its_own_world_runner(tmp_path):
     row = next(line for line in r.stdout.splitlines() if line.startswith("allreduce[mpi-n2-4B]"))
     assert row.endswith("DIFFERENT (regression)") and "latency|busbw" in row, r.stdout
     saved = json.loads((tmp_path / "ab.json").read_text())
-    assert saved["format"] == "perfsuite-ab" and saved["version"] == 2
+    assert saved["format"] == formats.AB and saved["version"] == formats.VERSIONS[formats.AB]
     [v] = saved["verdicts"]
     assert v["kind"] == "DIFFERENT" and v["reason"] == "decided" and v["rounds"] >= 10
     assert saved["imports"]["a"]["perfsuite"]["file"] == saved["imports"]["b"]["perfsuite"]["file"]
