@@ -6,16 +6,19 @@ does not install is one line and exit 2; environments are built once and kept.""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from perfsuite.experiments import ab
 from perfsuite.experiments import bisect as b
 from perfsuite.launch import envs
-from perfsuite.model import Tolerance, Verdict
+from perfsuite.model import Case, Metric, Sample, Tolerance, Verdict
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD = ["--transports", "mpi", "--sizes", "4", "--world-sizes", "2", "--timeout", "120", "--max-pairs", "60"]
@@ -103,6 +106,60 @@ def test_a_midpoint_is_judged_halfway_to_the_regression_the_bad_end_showed():
     assert b.step_tolerance(end(slow, drop), least).upper == pytest.approx(1.0)
     small = Verdict("c-1MiB", "latency_us", "regression", higher_is_better=False, change=0.03, low=0.025, high=0.04)
     assert b.step_tolerance(end(small), least) == least
+
+
+def simulated_bisections(slowdown: float, noise: float, searches: int, culprit: int = 3) -> tuple[int, int]:
+    """(wrong commits named, searches left undecided) of ``searches`` seeded searches over 7
+    commits, the ``culprit``-th and every later one ``slowdown`` times slower, each step the
+    real ab loop and verdicts over worlds with log-normal ``noise``, the bad end stopped at its
+    first DIFFERENT look as the command does."""
+    case = Case("allreduce", "mpi", 2, size_bytes=16 << 20)
+    wrong = undecided = 0
+    for seed in range(searches):
+        rng = np.random.default_rng(seed)
+
+        def probe(commit, cases, tolerance, rng=rng):
+            factor = slowdown if int(commit[1:]) >= culprit else 1.0
+
+            def runner(arm, cs):
+                value = 3.0 * (factor if arm.name == "B" else 1.0) * math.exp(noise * rng.standard_normal())
+                return [Sample(c, {"latency_us": Metric("latency_us", value, "us", False)},
+                               info={"contention": 0.0}) for c in cs]
+
+            cfg = ab.ABConfig(ab.Arm("A", "mpi"), ab.Arm("B", "mpi", env=(("COMMIT", commit),)), (case,), (case,),
+                              seed=int(rng.integers(1 << 30)), tolerance=tolerance or ab.DEFAULT_TOLERANCE,
+                              stop_on_regression=True)
+            rep = ab.run(cfg, runner)
+            return b.Step(commit, b.classify(rep.verdicts, rep.failures, cases), rep.verdicts, rep.failures)
+
+        found = b.search([f"c{i}" for i in range(7)], probe, least=ab.DEFAULT_TOLERANCE)
+        if found.first_bad is None:
+            undecided += 1
+        elif found.first_bad.commit != f"c{culprit}":
+            wrong += 1
+    return wrong, undecided
+
+
+SETTINGS = [(1.25, 0.15), (1.5, 0.2), (1.10, 0.05)]  # slowdown, noise: as the ring's 16 MiB here and quieter
+
+
+def test_the_midpoint_rule_keeps_wrong_turns_within_steps_times_alpha_and_decides(monkeypatch):
+    """The claim bisect prints (a wrong turn at most steps x alpha, 4 x 0.01 here) checked by
+    simulation through the real ab loop; and the check fails on a broken rule: a line at the
+    whole estimate judges a commit carrying the regression SAME whenever the bad end overshot."""
+    for slowdown, noise in SETTINGS:
+        wrong, undecided = simulated_bisections(slowdown, noise, 100)
+        assert wrong <= 4, (slowdown, noise, wrong)
+        assert undecided <= 10, (slowdown, noise, undecided)  # 3, 0 and 0 of 100 when written
+
+    def whole_estimate(end, least):
+        f = min(1.0 + v.change for v in end.regressed)
+        return Tolerance(min(least.lower, 1.0 / f - 1.0), max(least.upper, f - 1.0))
+
+    monkeypatch.setattr(b, "step_tolerance", whole_estimate)
+    for slowdown, noise in SETTINGS:
+        wrong, _ = simulated_bisections(slowdown, noise, 100)
+        assert wrong > 4, (slowdown, noise, wrong)  # 10-18 of 100 when written
 
 
 def test_an_environment_is_built_once_and_an_interrupted_build_is_redone(history, capsys):

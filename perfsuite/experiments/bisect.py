@@ -75,7 +75,12 @@ def step_tolerance(end: Step, least: Tolerance) -> Tolerance:
     and never tighter than ``least``. The halfway line makes a commit that carries the regression
     and one that does not equally quick to decide: after a x6 regression a commit is bad when it
     is surely more than x2.4 slower, good when it is surely within x2.4 either way. The line is
-    set by the bad end's pairs alone, so each midpoint is still a test at alpha of its own."""
+    set by the bad end's pairs alone, so each midpoint is still a test at alpha of its own. A
+    bad end that overshot by the square of the true slowdown would put the line above it; the
+    seeded simulation in tests/test_commit_envs.py (a bad end stopped at its first DIFFERENT
+    look, noise up to 20%) finds no wrong turn in 300 searches, where a line at the whole
+    estimate makes 14-18 in 100; capping the line at the interval's sure end made none fewer
+    and left 8-70 of 100 searches undecided instead of 0-3."""
     factors = []
     for v in end.regressed:
         if v.change is None or not math.isfinite(v.change):
