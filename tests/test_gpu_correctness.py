@@ -27,7 +27,8 @@ from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import default_program, run_command
 from perfsuite.model import Case, Result
 from perfsuite.rounds import RoundsPolicy
-from perfsuite.transports import cuda_aware, gpu, nccl, placement, tf_train, tf_train_gpu
+from perfsuite.transports import cuda_aware, gpu, nccl, placement
+from perfsuite.transports.tf import train as tf_train, train_gpu as tf_train_gpu
 from test_tf_gpu_training import FakeCupyNccl, FakeMpiComm, install_fake_cupy, train_one_step
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,7 +106,7 @@ def fake_one_gpu(tf, monkeypatch) -> list:
 def tf():
     if not HAS_TF:
         pytest.skip("TensorFlow is not installed")
-    from perfsuite.transports.tf_support import import_tf
+    from perfsuite.transports.tf.support import import_tf
 
     return import_tf()
 

@@ -233,7 +233,7 @@ def test_allreduce_crosses_the_emulated_network(no_namespaces_left, no_leftover_
 
 
 def test_a_rank_on_an_emulated_node_gives_its_interface_address_not_the_shared_host_name(monkeypatch):
-    from perfsuite.transports import tf_support
+    from perfsuite.transports.tf import support as tf_support
 
     monkeypatch.delenv(tf_support.NODE_IFACE_ENV, raising=False)
     assert tf_support.node_address() == socket.gethostname()

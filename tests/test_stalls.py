@@ -174,7 +174,7 @@ def test_breakdown_png(tmp_path):
 
 def _why_not() -> str | None:
     from perfsuite.launch import netns
-    from perfsuite.transports.tf_support import need_tf
+    from perfsuite.transports.tf.support import need_tf
 
     return need_tf() or netns.unavailable_reason()
 

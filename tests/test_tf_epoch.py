@@ -29,9 +29,9 @@ from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
 from perfsuite.model import Case, WorldSpec
 from perfsuite.rounds import RoundsPolicy
-from perfsuite.transports.tf_support import (check_ports, listen_ports, multi_worker_strategy,
+from perfsuite.transports.tf.support import (check_ports, listen_ports, multi_worker_strategy,
                                              port_is_free, set_tf_config)
-from perfsuite.transports.tf_train import aligned_empty, fusion_buckets, fusion_threshold
+from perfsuite.transports.tf.train import aligned_empty, fusion_buckets, fusion_threshold
 
 HAS_TF = importlib.util.find_spec("tensorflow") is not None  # find, not import: TF takes ~10 s
 TINY = {"iters": 4, "warmup": 1}
@@ -105,7 +105,7 @@ def test_registry_keeps_one_name_per_kernel():
     assert "tf-grpc" in transports.names("allreduce")
     # 'mpi' means the mpi4py allreduce for the allreduce kernel, Horovod-style training for tf-epoch.
     assert transports.spec("mpi").module.endswith("mpi:MpiAllreduce")
-    assert transports.spec("mpi", "tf-epoch").module.endswith("tf_train:MpiTraining")
+    assert transports.spec("mpi", "tf-epoch").module.endswith("tf.train:MpiTraining")
     assert transports.spec("grpc", "tf-epoch").needs_ports and transports.spec("tf-grpc").needs_ports
     assert not transports.spec("mpi", "tf-epoch").needs_ports
     with pytest.raises(ConfigError, match="transport 'grpc' is unknown for allreduce"):
@@ -336,7 +336,7 @@ def test_a_port_taken_after_its_check_is_port_in_use_not_a_tf_error():
     busy.bind(("127.0.0.1", 0))
     busy.listen()
     port, other = busy.getsockname()[1], free_ports(1)[0]
-    code = ("from perfsuite.transports import tf_support as t\n"
+    code = ("from perfsuite.transports.tf import support as t\n"
             f"t.set_tf_config(['127.0.0.1:{other}', '127.0.0.1:{port}'], 1)\n"
             "try:\n"
             "    t.multi_worker_strategy(t.import_tf())\n"

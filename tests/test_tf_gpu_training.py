@@ -22,10 +22,11 @@ from perfsuite import suite, transports
 from perfsuite.errors import TransportUnavailable
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.model import Case, WorldSpec
-from perfsuite.transports import gpu, mpi_cuda, tf_train_gpu
-from perfsuite.transports.tf_train import FusionPlan, aligned_empty
+from perfsuite.transports import gpu, mpi_cuda
+from perfsuite.transports.tf import train_gpu as tf_train_gpu
+from perfsuite.transports.tf.train import FusionPlan, aligned_empty
 from perfsuite.transports.placement import rank_visible_devices
-from perfsuite.transports.tf_train_gpu import MpiCudaTraining, NcclTraining
+from perfsuite.transports.tf.train_gpu import MpiCudaTraining, NcclTraining
 from test_gpu_transports import FakeCupy  # the CuPy stand-in the allreduce transports are tested with
 
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
@@ -39,8 +40,8 @@ def test_device_training_transports_are_registered_for_tf_epoch_only_as_gpu():
     for name, cls in (("nccl", "NcclTraining"), ("mpi-cuda", "MpiCudaTraining")):
         spec = transports.spec(name, "tf-epoch")
         assert transports.REGISTRY[f"tf-epoch:{name}"] is spec
-        assert spec.device == "gpu" and spec.module == f"perfsuite.transports.tf_train_gpu:{cls}"
-        assert spec.check is transports.tf_support.need_tf_gpu
+        assert spec.device == "gpu" and spec.module == f"perfsuite.transports.tf.train_gpu:{cls}"
+        assert spec.check is transports.tf.support.need_tf_gpu
         assert transports.load(name, "tf-epoch").name == name
         # the same name still means the allreduce transport for the allreduce kernel
         assert transports.spec(name).module.startswith(f"perfsuite.transports.{name.replace('-', '_')}:")
@@ -50,13 +51,13 @@ def test_without_a_gpu_both_are_skipped_with_the_reason(monkeypatch):
     monkeypatch.setattr(gpu, "nvml_gpu_count", lambda: (0, "no NVIDIA driver here (NVML: x)"))
     for name in ("nccl", "mpi-cuda"):
         reason = transports.unavailable_reason(name, "tf-epoch")
-        assert reason in ("no NVIDIA driver here (NVML: x)", transports.tf_support.TF_INSTALL)
+        assert reason in ("no NVIDIA driver here (NVML: x)", transports.tf.support.TF_INSTALL)
 
 
 def test_tensorflow_cpu_is_a_reason_even_with_a_gpu(monkeypatch):
-    monkeypatch.setattr(transports.tf_support, "need_tf", lambda: None)
+    monkeypatch.setattr(transports.tf.support, "need_tf", lambda: None)
     monkeypatch.setattr(transports, "need_gpu", lambda: None)
-    monkeypatch.setattr(transports.tf_support, "_tf_is_cpu_only", lambda: True)
+    monkeypatch.setattr(transports.tf.support, "_tf_is_cpu_only", lambda: True)
     assert "tensorflow-cpu has no CUDA" in transports.unavailable_reason("mpi-cuda", "tf-epoch")
 
 
@@ -190,7 +191,7 @@ def install_fake_cupy(monkeypatch, fake: FakeCupyNccl) -> None:
 def tf():
     if not HAS_TF:
         pytest.skip("TensorFlow is not installed")
-    from perfsuite.transports.tf_support import import_tf
+    from perfsuite.transports.tf.support import import_tf
 
     return import_tf()
 

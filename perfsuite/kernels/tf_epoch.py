@@ -30,8 +30,8 @@ import numpy as np
 from ..errors import ConfigError
 from ..model import Case, Metric, Sample
 from ..transports import load as load_transport
-from ..transports.tf_support import import_tf
-from ..transports.tf_train import plain_train_step
+from ..transports.tf.support import import_tf
+from ..transports.tf.train import plain_train_step
 from .context import RankContext, whole_option
 from .contention import Probe, world_view
 from .faults import Spin, slowdown_fraction, spin

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import Unavailable
 from ..fingerprint import is_root
 from ..model import Result, Sample
-from ..transports.tf_support import listen_ports
+from ..transports.tf.support import listen_ports
 from .launchers import LaunchConfig
 
 

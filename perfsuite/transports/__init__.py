@@ -110,29 +110,29 @@ for _name, _summary, _cls in (
 
 
 # TensorFlow: tf-grpc for the allreduce kernel, and the training transports of tf-epoch (keyed
-# "tf-epoch:NAME" because mpi and nccl are also allreduce transports). tf_support imports only
+# "tf-epoch:NAME" because mpi and nccl are also allreduce transports). tf.support imports only
 # the standard library at module level, so TensorFlow is never imported here.
-from . import tf_support as _tf  # noqa: E402
+from .tf import support as _tf  # noqa: E402
 
 register(TransportSpec("tf-grpc", "TensorFlow collective ring over gRPC (MultiWorkerMirroredStrategy RING)",
-                       ("allreduce",), "perfsuite.transports.tf_grpc:TfGrpcAllreduce",
+                       ("allreduce",), "perfsuite.transports.tf.grpc:TfGrpcAllreduce",
                        check=_tf.need_tf, needs_ports=True))
 for _name, _summary, _cls, _device, _check, _ports in (
-        ("plain", "no strategy, no gradient exchange: each worker trains alone", "tf_train:PlainTraining",
+        ("plain", "no strategy, no gradient exchange: each worker trains alone", "tf.train:PlainTraining",
          "host", _tf.need_tf, False),
-        ("grpc", "MultiWorkerMirroredStrategy, RING collectives over gRPC", "tf_train:GrpcTraining",
+        ("grpc", "MultiWorkerMirroredStrategy, RING collectives over gRPC", "tf.train:GrpcTraining",
          "host", _tf.need_tf, True),
         ("mpi", "GradientTape gradients fused and averaged with mpi4py Allreduce (Horovod-style)",
-         "tf_train:MpiTraining", "host", _tf.need_tf, False),
-        ("horovod", "hvd.DistributedGradientTape over MPI", "tf_train:HorovodTraining",
+         "tf.train:MpiTraining", "host", _tf.need_tf, False),
+        ("horovod", "hvd.DistributedGradientTape over MPI", "tf.train:HorovodTraining",
          "host", _tf.need_horovod, False),
-        ("grpc-nccl", "MultiWorkerMirroredStrategy, NCCL collectives", "tf_train:GrpcNcclTraining",
+        ("grpc-nccl", "MultiWorkerMirroredStrategy, NCCL collectives", "tf.train:GrpcNcclTraining",
          "gpu", _tf.need_tf_gpu, True),
-        ("horovod-nccl", "hvd.DistributedGradientTape over NCCL", "tf_train:HorovodNcclTraining",
+        ("horovod-nccl", "hvd.DistributedGradientTape over NCCL", "tf.train:HorovodNcclTraining",
          "gpu", _tf.need_horovod_gpu, False),
-        ("nccl", "fused gradients on the GPU, DLPack to CuPy, NCCL allreduce", "tf_train_gpu:NcclTraining",
+        ("nccl", "fused gradients on the GPU, DLPack to CuPy, NCCL allreduce", "tf.train_gpu:NcclTraining",
          "gpu", _tf.need_tf_gpu, False),
         ("mpi-cuda", "fused gradients on the GPU, DLPack to CuPy, CUDA-aware MPI Allreduce",
-         "tf_train_gpu:MpiCudaTraining", "gpu", _tf.need_tf_gpu, False)):
+         "tf.train_gpu:MpiCudaTraining", "gpu", _tf.need_tf_gpu, False)):
     register(TransportSpec(_name, _summary, ("tf-epoch",), f"perfsuite.transports.{_cls}",
                            device=_device, check=_check, needs_ports=_ports), key=f"tf-epoch:{_name}")

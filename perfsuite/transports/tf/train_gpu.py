@@ -1,6 +1,6 @@
 """Training transports whose fused gradients stay on the GPU: ``nccl`` and ``mpi-cuda``.
 
-``mpi``'s Horovod-style step (``tf_train.py``) with the fusion buffers left on the device,
+``mpi``'s Horovod-style step (``train.py``) with the fusion buffers left on the device,
 handed to CuPy by DLPack (zero copy) and summed by the allreduce kernel's own ``nccl`` /
 ``mpi-cuda`` transport (``DeviceTraining``).
 """
@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .placement import pin_rank_gpu, tf_gpu_reason
-from .tf_train import FusionPlan, TrainingTransport, aligned_empty, fused_step_fns, fusion_threshold
+from ..placement import pin_rank_gpu, tf_gpu_reason
+from .train import FusionPlan, TrainingTransport, aligned_empty, fused_step_fns, fusion_threshold
 
 
 class HostDlpack:
@@ -74,8 +74,8 @@ class DeviceTraining(TrainingTransport):
             self.visible_devices = pin_rank_gpu(self.comm)
 
     def start(self, tf: Any) -> None:
-        from . import load
-        from .gpu import agree
+        from .. import load
+        from ..gpu import agree
 
         super().start(tf)
         agree(self.comm, tf_gpu_reason(tf) if self.on_gpu else None)

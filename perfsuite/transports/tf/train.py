@@ -19,7 +19,7 @@ Transports:
 - ``horovod``: ``hvd.DistributedGradientTape`` (Horovod over MPI; needs tf_keras).
 - ``grpc-nccl``, ``horovod-nccl``: GPU variants of ``grpc`` and ``horovod``.
 - ``nccl``, ``mpi-cuda``: ``mpi``'s fused step with the fusion buffers left on the GPU
-  (``tf_train_gpu.py``).
+  (``train_gpu.py``).
 """
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, TransportUnavailable
-from ..model import parse_size
-from .tf_support import cluster_addresses, multi_worker_strategy, need_horovod, set_tf_config
+from ...errors import ConfigError, TransportUnavailable
+from ...model import parse_size
+from .support import cluster_addresses, multi_worker_strategy, need_horovod, set_tf_config
 
 #: Horovod's long-standing default fusion threshold (HOROVOD_FUSION_THRESHOLD), 64 MiB.
 DEFAULT_FUSION_THRESHOLD = 64 << 20
@@ -165,7 +165,7 @@ class TrainingTransport:
     def prepare(self, tf: Any) -> None:
         """Right after TensorFlow is imported, before it runs any op: a host transport's
         TensorFlow gets no GPU (GPU transports choose theirs before MPI starts)."""
-        from .placement import hide_gpus_from_tf
+        from ..placement import hide_gpus_from_tf
 
         if not self.on_gpu:
             hide_gpus_from_tf(tf)
@@ -275,8 +275,8 @@ class GrpcTraining(TrainingTransport):
 def start_on_gpu(transport: TrainingTransport, tf: Any) -> None:
     """Every rank skips together unless TF sees exactly this rank's one GPU (a CPU-only
     TensorFlow would otherwise time CPU training under a GPU label)."""
-    from .gpu import agree
-    from .placement import tf_gpu_reason
+    from ..gpu import agree
+    from ..placement import tf_gpu_reason
 
     reason = tf_gpu_reason(tf)
     agree(transport.comm, f"{transport.name}: {reason}" if reason else None)
@@ -291,7 +291,7 @@ class GrpcNcclTraining(GrpcTraining):
     on_gpu = True
 
     def configure(self) -> None:
-        from .placement import pin_rank_gpu
+        from ..placement import pin_rank_gpu
 
         self.visible_devices = pin_rank_gpu(self.comm)  # where the launcher gave no local rank
         super().configure()
@@ -413,7 +413,7 @@ class HorovodNcclTraining(HorovodTraining):
     on_gpu = True
 
     def configure(self) -> None:
-        from .placement import pin_rank_gpu
+        from ..placement import pin_rank_gpu
 
         self.visible_devices = pin_rank_gpu(self.comm)
         super().configure()

@@ -18,7 +18,7 @@ import socket
 from importlib import metadata
 from typing import Any
 
-from ..errors import ConfigError, PortInUse, TransportUnavailable
+from ...errors import ConfigError, PortInUse, TransportUnavailable
 
 TF_INSTALL = "TensorFlow is not installed (pip install 'perfsuite[tf]')"
 HOROVOD_INSTALL = ("Horovod is not installed; build it against this TensorFlow with "
@@ -29,13 +29,13 @@ LOOPBACK = "127.0.0.1"
 
 
 def _has(name: str) -> bool:
-    from . import has_module
+    from .. import has_module
 
     return has_module(name)
 
 
 def need_tf() -> str | None:
-    from . import need_mpi4py
+    from .. import need_mpi4py
 
     return need_mpi4py() or (None if _has("tensorflow") else TF_INSTALL)
 
@@ -61,7 +61,7 @@ def _tf_is_cpu_only() -> bool:
 
 def need_tf_gpu() -> str | None:
     """GPU training transports: a GPU (NVML, via gpu.py) and a TensorFlow built with CUDA."""
-    from . import need_gpu
+    from .. import need_gpu
 
     reason = need_tf() or need_gpu()
     if reason is None and _tf_is_cpu_only():

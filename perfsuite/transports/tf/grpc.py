@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import AllreduceTransport
-from .tf_support import cluster_addresses, import_tf, multi_worker_strategy, set_tf_config
+from ..base import AllreduceTransport
+from .support import cluster_addresses, import_tf, multi_worker_strategy, set_tf_config
 
 
 class TensorSlot:
