@@ -1,10 +1,12 @@
 """The pictures people decide from: latency and busbw against message size, scaling, img/s, stalls.
 
 Each plot function takes results tagged by the run they came from and writes one PNG, or says
-why it drew nothing (no allreduce result, no TF scaling numbers yet, no stall metrics), so the
-report can show the reason instead of a hole. matplotlib runs on the Agg backend: no display,
-no window, same bytes in CI as on a laptop. Only ``report`` calls these; each PNG is
-written whole through ``formats.atomic_write``.
+why it drew nothing (no result that sweeps message sizes, no scaling numbers yet, no stall
+metrics), so the report can show the reason instead of a hole. Which benchmarks are drawn
+against message size their records say (``BenchmarkSpec.plots_by_size``); the others are
+drawn by what their metrics are (a throughput unit, ``scaling_efficiency``, ``stall_*``).
+matplotlib runs on the Agg backend: no display, no window, same bytes in CI as on a laptop.
+Only ``report`` calls these; each PNG is written whole through ``formats.atomic_write``.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ matplotlib.use("Agg")  # before pyplot: never try to open a display (CI, ssh, Sl
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
+from . import bench  # noqa: E402
 from .formats import atomic_write  # noqa: E402
 from .model import Result, Sample, format_size  # noqa: E402
 
@@ -51,7 +54,7 @@ def series_label(result: Result, tag: str = "", sample: Sample | None = None) ->
     """'mpi n2', 'ring n4 float64 in-place · run2': what tells one line from another."""
     parts = [result.transport, f"n{result.world_size}"]
     case = sample.case if sample is not None else (result.samples[0].case if result.samples else None)
-    if case is not None and case.dtype != "float32" and result.benchmark == "allreduce":
+    if case is not None and case.dtype != "float32":  # as in the case's id (model.Case)
         parts.append(case.dtype)
     if case is not None and case.variant:
         parts.append(case.variant)
@@ -79,8 +82,19 @@ def _save(fig, path: Path) -> Path:
     return atomic_write(path, png.getvalue())
 
 
-def _allreduce(tagged: Sequence[Tagged]) -> list[Tagged]:
-    return [(t, r) for t, r in tagged if r.benchmark == "allreduce" and r.samples]
+def _by_size(tagged: Sequence[Tagged]) -> list[Tagged]:
+    """The results of benchmarks whose cases sweep message sizes (``BenchmarkSpec.plots_by_size``)."""
+    return [(t, r) for t, r in tagged if bench.plots_by_size(r.benchmark) and r.samples]
+
+
+def _by_size_title(what: str) -> str:
+    """'Allreduce latency vs message size': named after the benchmarks that sweep sizes."""
+    names = " / ".join(n.capitalize() for n in bench.sized_benchmarks()) or "Message-size"
+    return f"{names} {what} vs message size"
+
+
+def _no_sized_results() -> str:
+    return f"no {' or '.join(bench.sized_benchmarks()) or 'message-size'} results in the input"
 
 
 def _points(result: Result, metric: str) -> list[tuple[int, float]]:
@@ -90,10 +104,10 @@ def _points(result: Result, metric: str) -> list[tuple[int, float]]:
 
 
 def latency_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
-    title = "Allreduce latency vs message size"
-    rows = _allreduce(tagged)
+    title = _by_size_title("latency")
+    rows = _by_size(tagged)
     if not rows:
-        return Plot("latency", title, skipped="no allreduce results in the input")
+        return Plot("latency", title, skipped=_no_sized_results())
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for tag, r in rows:
         pts = _points(r, "latency_us")
@@ -109,10 +123,10 @@ def latency_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
 
 
 def busbw_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
-    title = "Allreduce bus bandwidth vs message size"
-    rows = _allreduce(tagged)
+    title = _by_size_title("bus bandwidth")
+    rows = _by_size(tagged)
     if not rows:
-        return Plot("busbw", title, skipped="no allreduce results in the input")
+        return Plot("busbw", title, skipped=_no_sized_results())
     by_transport: dict[str, list[Tagged]] = defaultdict(list)
     for tag, r in rows:
         by_transport[r.transport].append((tag, r))

@@ -1,7 +1,8 @@
 """Verdicts: a measured case against its baseline, or arm B against arm A -> regression or
 improvement (DIFFERENT), same (SAME), unknown (UNKNOWN), new, missing or invalid. Pure
-functions over ``model`` records and ``stats``; nothing here reads a file, starts a process or
-makes words (``verdict_text`` does).
+functions over ``model`` records and ``stats``, with what differs per benchmark (its judged
+metrics, its metrics' default tolerances) read from its record (``bench``); nothing here reads
+a file, starts a process or makes words (``verdict_text`` does).
 
 How a change is decided (two-sided: improvements are reported like regressions)
 ----------------------------------------------------------------------------------
@@ -46,7 +47,8 @@ UNKNOWN ("cannot tell yet"). A comparison that could not have seen the tolerance
   step-down over its cases; across worlds alpha is split by each world's number of cases, so a
   world's verdicts can be taken as soon as it has run (pytest fails its case then). Together:
   the chance that any verdict of the run wrongly says DIFFERENT is at most alpha.
-* **Tolerance**: the user's, else the baseline's own, else the metric's default widened to
+* **Tolerance**: the user's, else the baseline's own, else the metric's default (its
+  benchmark's ``BenchmarkSpec.tolerances``, else ``DEFAULT_TOLERANCE``) widened to
   ``NOISE_FACTOR`` x the baseline's between-round spread.
 """
 from __future__ import annotations
@@ -57,10 +59,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import stats
-from .decision import (DEFAULT_ALPHA, DEFAULT_TOLERANCE, DEFAULT_TOLERANCES,  # noqa: F401
-                       MIN_CANDIDATE_ROUNDS, Evidence, Question, at_look, band_evidence, decided,
-                       default_tolerance, either,
+from . import bench, stats
+from .decision import (DEFAULT_ALPHA, DEFAULT_TOLERANCE,  # noqa: F401
+                       MIN_CANDIDATE_ROUNDS, Evidence, Question, at_look, band_evidence, decided, either,
                        interval_status, judge, normal_evidence, paired_looks, parse_alpha,
                        parse_tolerance, rank_evidence, stored_looks)
 from .errors import ConfigError
@@ -71,8 +72,6 @@ from .rounds import (DEFAULT_CANARY_SHIFT, ROUNDS_KEY, RoundsPolicy, modal_canar
 
 #: Raw per-iteration samples kept in a baseline (evenly spaced order statistics beyond this).
 MAX_BASELINE_SAMPLES = stats.MAX_KEPT_SAMPLES
-#: The metrics judged when a benchmark does not say: the first of each mirrored pair.
-PRIMARY = ("latency_us", "img_per_s")
 
 #: How far a case's level can move between two runs of one machine with nothing changed, as
 #: a ratio, taken while a baseline holds too few sessions to measure it (and whenever the
@@ -101,7 +100,8 @@ def judged_metrics(sample: Sample, declared: Sequence[str] | None = None) -> lis
     if declared is not None:
         return [m for m in declared if m in sample.metrics]
     names = list(sample.metrics)
-    skip = {MIRRORS[m] for m in names if m in PRIMARY and MIRRORS.get(m) in sample.metrics}
+    primary = bench.primary_metrics()
+    skip = {MIRRORS[m] for m in names if m in primary and MIRRORS.get(m) in sample.metrics}
     return [m for m in names if m not in skip]
 
 
@@ -155,9 +155,15 @@ NOISE_FACTOR = 2.0
 MAX_NOISE_TOLERANCE = 0.20
 
 
-def noise_tolerance(metric: str, base_rounds: Sequence[float]) -> Tolerance:
+def default_tolerance(metric: str, case: str | None = None) -> Tolerance:
+    """The tolerance of ``metric`` when neither the user nor the baseline gives one: what the
+    benchmark of ``case`` (a case name) declares for it, else ``DEFAULT_TOLERANCE``."""
+    return bench.default_tolerance(metric, case) or DEFAULT_TOLERANCE
+
+
+def noise_tolerance(metric: str, base_rounds: Sequence[float], case: str | None = None) -> Tolerance:
     """The metric's default tolerance, widened to what the baseline's own rounds can resolve."""
-    tol = default_tolerance(metric)
+    tol = default_tolerance(metric, case)
     if len(base_rounds) < 3:
         return tol
     spread = min(NOISE_FACTOR * stats.relative_spread(base_rounds), MAX_NOISE_TOLERANCE)
@@ -309,7 +315,7 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
         return Question(replace(base, reason="contended", rounds=rounds_here, facts={
             **facts, "contention": float(sample.info.get("contention") or 0)}), group=group)
     strata, other_mode, across = mode_strata(sample, metric, baseline, canary_shift)
-    tol = tolerance or baseline.tolerance or noise_tolerance(metric, _within_mode(strata))
+    tol = tolerance or baseline.tolerance or noise_tolerance(metric, _within_mode(strata), case)
     drift = session_drift(baseline, session_sd, history)
     span = span_of(baseline, history)
     dropped = int(sample.info.get("rounds_dropped", 0))
@@ -409,10 +415,11 @@ def compare(samples: Iterable[Sample], baselines: Mapping[tuple[str, str], Basel
                                              canary_shift=canary_shift, session_sd=session_sd,
                                              history=history(s, metric) if history else ()))
     wanted = set(cases) if cases is not None else None
+    primary = bench.primary_metrics()
     for (case, metric), b in baselines.items():
         if case in seen or (wanted is not None and case not in wanted):
             continue
-        if any(MIRRORS.get(metric) == m for c, m in baselines if c == case and m in PRIMARY):
+        if any(MIRRORS.get(metric) == m for c, m in baselines if c == case and m in primary):
             continue  # the case is missing once, under its judged metric
         questions.append(stored_question(case, metric, None, b, system=system))
     return judge(questions, alpha, family)
@@ -427,11 +434,12 @@ def family_size(cases: Iterable[str], baselines: Mapping[tuple[str, str], Baseli
     for case, metric in baselines:
         stored.setdefault(case, set()).add(metric)
     total = 0
+    primary = bench.primary_metrics()
     for case in set(cases):
         have = stored.get(case, set())
         names = declared(case)
         if names is None:
-            skip = {MIRRORS[m] for m in have if m in PRIMARY}
+            skip = {MIRRORS[m] for m in have if m in primary}
             total += len(have - skip)
         else:
             total += len(have & set(names))

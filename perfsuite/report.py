@@ -18,15 +18,24 @@ from typing import Any
 
 from . import bench, formats
 from . import verdict_text as vt
-from .bench.allreduce import omb_table
 from .errors import ConfigError
 from .formats import SuiteRun
-from .model import Result, Verdict, format_size, time_sliced
+from .model import Result, Verdict, time_sliced
 
 def result_table(result: Result) -> str:
     """One world's table, as its benchmark's record lays it out."""
     return bench.table(result)
 
+
+def layout_table(result: Result, layout: str) -> str:
+    """One world's table in another layout its benchmark offers (``BenchmarkSpec.layouts``,
+    e.g. allreduce's "omb"), else as ``result_table``."""
+    return bench.layout(result, layout)
+
+
+def layout_names() -> list[str]:
+    """The other layouts some benchmark offers, for ``perfsuite report --print``."""
+    return bench.layout_names()
 
 
 def run_summary(run: SuiteRun) -> str:
@@ -176,16 +185,12 @@ def _num(x: Any, fmt: str = ".4g") -> str:
 
 # --- the report: summary.md and index.html -----------------------------------------------------
 
-_RESULT_COLS = ("size", "time(us)", "p50(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "valid")
-
-
 def _result_rows(r: Result) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
-    """Header and rows of one world's table (allreduce in nccl-tests words, others by metric)."""
-    if r.benchmark == "allreduce":
-        return _RESULT_COLS, [
-            (format_size(s.info["size_bytes"]), f"{s.info['latency_us']:.2f}", f"{s.info['p50_us']:.2f}",
-             f"{s.info['p99_us']:.2f}", f"{s.info['algbw_GBps']:.3f}", f"{s.info['busbw_GBps']:.3f}",
-             "OK" if s.valid else "WRONG") for s in r.samples]
+    """Header and rows of one world's table: its benchmark's (``BenchmarkSpec.report_rows``),
+    else one column per metric."""
+    own = bench.report_rows(r)
+    if own is not None:
+        return own
     names = sorted({n for s in r.samples for n in s.metrics})
     units = {n: m.unit for s in r.samples for n, m in s.metrics.items()}
     return (("case", *(f"{n} ({units[n]})" if units[n] else n for n in names), "valid"),
@@ -356,13 +361,14 @@ def html_page(runs: Sequence[ReportRun], plots: Sequence[Any] = (),
 
 
 def text_tables(runs: Sequence[ReportRun]) -> str:
-    """Every world in nccl-tests columns, then in OSU's layout (allreduce only)."""
+    """Every world's table, then the same world in each other layout its benchmark offers
+    (allreduce: OSU's)."""
     out = []
     for run in runs:
         for r in run.results:
             out.append(result_table(r) + (f"\n# ({r.error})" if r.error else ""))
-            if r.benchmark == "allreduce" and r.samples:
-                out.append(omb_table(r))
+            if r.samples:
+                out += [layout(r) for layout in bench.layouts(r)]
     return "\n\n".join(out) + "\n"
 
 

@@ -18,11 +18,17 @@ import sys
 import time
 import traceback
 
-MULTIPLE_THREAD_TRANSPORTS = ("horovod", "horovod-nccl")  # Horovod's background thread calls MPI
-
 
 def thread_level(job: dict) -> str:
-    return "multiple" if job.get("transport") in MULTIPLE_THREAD_TRANSPORTS else "funneled"
+    """The MPI thread level the job's transport asks for (``TransportSpec.thread_level``);
+    "funneled" for a transport the registry does not know for the job's benchmark."""
+    from .errors import ConfigError
+    from .transports import spec
+
+    try:
+        return spec(str(job.get("transport")), str(job.get("benchmark", "allreduce"))).thread_level
+    except ConfigError:
+        return "funneled"
 
 
 def _redirect_stderr(path: str):

@@ -28,6 +28,7 @@ from perfsuite.launch.world import default_program, run_command
 from perfsuite.model import Case, Result
 from perfsuite.rounds import RoundsPolicy
 from perfsuite.transports import cuda_aware, gpu, nccl, placement
+from perfsuite.transports.base import AllreduceTransport
 from perfsuite.transports.tf import train as tf_train, train_gpu as tf_train_gpu
 from test_tf_gpu_training import FakeCupyNccl, FakeMpiComm, install_fake_cupy, train_one_step
 
@@ -346,12 +347,12 @@ def test_zero_sum_fill_keeps_in_place_calls_exact(dtype, n):
 
 def test_calls_per_sample_by_timing():
     host = types.SimpleNamespace(timing="per-call")
-    assert calls_per_sample(host, 1000) == 1 and calls_per_sample(object(), 1000) == 1
+    assert calls_per_sample(host, 1000) == 1 and calls_per_sample(AllreduceTransport(None), 1000) == 1
     dev = types.SimpleNamespace(timing="batch")
     assert calls_per_sample(dev, 1000) == 100 and calls_per_sample(dev, 16) == 1
 
 
-class _CountingTransport:
+class _CountingTransport(AllreduceTransport):  # the base declares what the kernel reads
     def __init__(self):
         self.calls = 0
 

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
+from .. import verdict_text
 from ..asv.layout import AsvLayout, generic_layout
 from ..errors import ConfigError
-from ..model import Case, Opt, Result, Sample, WorldSpec, time_sliced
+from ..model import Case, Opt, Result, Sample, Tolerance, WorldSpec, time_sliced
 
 BUILTIN = ("perfsuite.bench.allreduce", "perfsuite.bench.tf_epoch", "perfsuite.bench.stalls")
 ENV = "PERFSUITE_BENCHMARKS"
@@ -66,6 +67,21 @@ class BenchmarkSpec:
     #: A benchmark measured by its own experiment: the command line that runs it outside pytest,
     #: ``{value}`` standing for its option's value. ``perfsuite run`` refuses its option with it.
     command: str = ""
+    #: The report's table of one world (Markdown and HTML): its header and rows of cells.
+    #: None: one column per metric.
+    report_rows: Callable[[Result], tuple[tuple[str, ...], list[tuple[str, ...]]]] | None = None
+    #: Other text layouts of a world's table, by name (allreduce: "omb", OSU's), so numbers diff
+    #: against another tool's output: ``tables.txt`` holds each after the table, and
+    #: ``perfsuite report --print NAME`` prints it.
+    layouts: Mapping[str, Callable[[Result], str]] = field(default_factory=dict, compare=False)
+    #: Its cases sweep message sizes: the report draws their latency and busbw against size.
+    plots_by_size: bool = False
+    #: Default tolerance per metric, where the metric's noise is not the generic 5%: the user's
+    #: and the baseline's own tolerance still come first.
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict, compare=False)
+    #: Short names of its metrics in verdict text ("busbw_GBps" -> "busbw"); one name per metric
+    #: across benchmarks.
+    short_names: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def transports(self) -> str:
@@ -77,8 +93,39 @@ _loaded = False
 
 
 def register(spec: BenchmarkSpec) -> BenchmarkSpec:
+    """Add (or replace) a benchmark. Options and metric names are shared by name between
+    benchmarks (one ``--models`` serves every training benchmark), so a name that means
+    something else in another benchmark is refused here, where the second one is declared."""
+    for other in REGISTRY.values():
+        if other.name != spec.name:
+            _check_shared(other, spec)
     REGISTRY[spec.name] = spec
     return spec
+
+
+def same_meaning(a: Opt, b: Opt) -> bool:
+    """Two declarations of one option that parse, default and reach the kernel alike (the
+    same ``Opt`` object, or an equal one with the same parser)."""
+    return a is b or (a == b and a.parse is b.parse)
+
+
+def _check_shared(first: BenchmarkSpec, second: BenchmarkSpec) -> None:
+    mine = {o.name: o for o in first.options}
+    for o in second.options:
+        if o.name in mine and not same_meaning(mine[o.name], o):
+            theirs = mine[o.name]
+            differ = [what for what, x, y in (("default", theirs.default, o.default),
+                                              ("parse", theirs.parse, o.parse), ("knob", theirs.knob, o.knob),
+                                              ("help", theirs.help, o.help), ("kind", theirs.kind, o.kind),
+                                              ("metavar", theirs.metavar, o.metavar))
+                      if x is not y and x != y]
+            raise ConfigError(f"benchmarks {first.name!r} and {second.name!r} both declare option "
+                              f"{o.name!r} with a different {', '.join(differ)}; one option name "
+                              "has one meaning: share the Opt object, or name the option apart")
+    for metric, word in second.short_names.items():
+        if first.short_names.get(metric, word) != word:
+            raise ConfigError(f"benchmarks {first.name!r} and {second.name!r} name metric {metric!r} "
+                              f"{first.short_names[metric]!r} and {word!r}; a metric has one short name")
 
 
 def _load() -> None:
@@ -124,7 +171,8 @@ def find(name: str) -> BenchmarkSpec | None:
 
 
 def options() -> list[Opt]:
-    """Every benchmark's own options, each once, in registration order."""
+    """Every benchmark's own options, each once, in registration order (``register`` has
+    refused two of one name that differ)."""
     seen: dict[str, Opt] = {}
     for s in all_specs():
         for o in s.options:
@@ -148,6 +196,32 @@ def declared_judged(case_name: str) -> tuple[str, ...] | None:
     return spec.judged if spec is not None else None
 
 
+def primary_metrics() -> tuple[str, ...]:
+    """The metrics some benchmark judges (``judged``): of a mirrored pair such as latency and
+    busbw, the one that a benchmark which does not declare its judged metrics is judged on."""
+    return tuple(dict.fromkeys(m for s in all_specs() for m in s.judged or ()))
+
+
+def default_tolerance(metric: str, case_name: str | None = None) -> Tolerance | None:
+    """The default tolerance the benchmark of ``case_name`` ('allreduce[mpi-n2-4B]') declares
+    for ``metric``; without a case (or for one of an unknown benchmark) the first any benchmark
+    declares. None: no benchmark says, the generic default applies."""
+    spec = find(case_name.split("[", 1)[0]) if case_name else None
+    if spec is not None:
+        return spec.tolerances.get(metric)
+    return next((s.tolerances[metric] for s in all_specs() if metric in s.tolerances), None)
+
+
+def short_names() -> dict[str, str]:
+    """Every benchmark's short metric names (verdict text reads them through ``use_short_names``)."""
+    return {metric: word for s in all_specs() for metric, word in s.short_names.items()}
+
+
+# The verdict text room sits below the registry: it asks through this lookup, installed as soon
+# as the registry is imported, and the lookup loads the benchmarks on first use.
+verdict_text.use_short_names(short_names)
+
+
 def heading(result: Result, *facts: str, late: str = "") -> str:
     """'# allreduce  transport=mpi  world_size=2  <facts>  world start 0.18 s<late>': the first
     line of a world's table."""
@@ -167,6 +241,42 @@ def table(result: Result) -> str:
     return "\n".join(f"{s.case.name}: " + ", ".join(f"{m.name}={m.value:.4g} {m.unit}"
                                                       for m in s.metrics.values())
                      for s in result.samples)
+
+
+def report_rows(result: Result) -> tuple[tuple[str, ...], list[tuple[str, ...]]] | None:
+    """The benchmark's own report table of one world (header, rows), or None."""
+    spec = find(result.benchmark)
+    return spec.report_rows(result) if spec is not None and spec.report_rows is not None else None
+
+
+def layout_names() -> list[str]:
+    """Every other text layout a registered benchmark offers ("omb"), each once."""
+    return list(dict.fromkeys(name for s in all_specs() for name in s.layouts))
+
+
+def layouts(result: Result) -> list[Callable[[Result], str]]:
+    """The other text layouts of this world's benchmark, in its order."""
+    spec = find(result.benchmark)
+    return list(spec.layouts.values()) if spec is not None else []
+
+
+def layout(result: Result, name: str) -> str:
+    """The world's table in its benchmark's layout ``name``, or its usual table where the
+    benchmark has no such layout."""
+    spec = find(result.benchmark)
+    if spec is not None and name in spec.layouts:
+        return spec.layouts[name](result)
+    return table(result)
+
+
+def plots_by_size(benchmark: str) -> bool:
+    spec = find(benchmark)
+    return spec is not None and spec.plots_by_size
+
+
+def sized_benchmarks() -> list[str]:
+    """The benchmarks whose cases sweep message sizes."""
+    return [s.name for s in all_specs() if s.plots_by_size]
 
 
 def comparisons(samples: Sequence[Sample]) -> list[str]:

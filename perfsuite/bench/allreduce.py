@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from ..asv.layout import AsvLayout, AsvMetric, MeasuredAxis
 from ..errors import ConfigError
-from ..model import (DTYPES, Case, Opt, Result, Sample, format_size, parse_names, parse_size, split_list,
-                     timing_of)
+from ..model import (DTYPES, Case, Opt, Result, Sample, Tolerance, format_size, parse_names, parse_size,
+                     split_list, timing_of)
 from . import BenchmarkSpec, Selection, heading, register
 
 DEFAULT_SIZES = "4:64MiB"
@@ -169,6 +169,23 @@ def omb_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+REPORT_COLUMNS = ("size", "time(us)", "p50(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "valid")
+
+
+def report_rows(result: Result) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The report's table of one world: nccl-tests' words, fewer columns than the text table."""
+    return REPORT_COLUMNS, [
+        (format_size(s.info["size_bytes"]), f"{s.info['latency_us']:.2f}", f"{s.info['p50_us']:.2f}",
+         f"{s.info['p99_us']:.2f}", f"{s.info['algbw_GBps']:.3f}", f"{s.info['busbw_GBps']:.3f}",
+         "OK" if s.valid else "WRONG") for s in result.samples]
+
+
+#: Latency and busbw get 3%, other metrics the generic 5% (docs/baselines.md, "Tolerance"); a
+#: verdict widens either to what the baseline's own rounds can resolve (regress.noise_tolerance).
+TOLERANCES = {"busbw_GBps": Tolerance(-0.03, 0.03), "latency_us": Tolerance(-0.03, 0.03)}
+SHORT_NAMES = {"busbw_GBps": "busbw", "algbw_GBps": "algbw", "latency_us": "latency"}
+
+
 def parse_device_timing(text: str) -> str:
     from ..transports.base import TIMINGS
 
@@ -240,4 +257,5 @@ OPTIONS = (
 SPEC = register(BenchmarkSpec(
     "allreduce", "allreduce latency and busbw per transport, world size, size and dtype",
     kernel="perfsuite.kernels.allreduce", cases=cases, options=OPTIONS, table=table, asv=ASV,
-    wire_bytes=wire_bytes, judged=("latency_us",)))
+    wire_bytes=wire_bytes, judged=("latency_us",), report_rows=report_rows, layouts={"omb": omb_table},
+    plots_by_size=True, tolerances=TOLERANCES, short_names=SHORT_NAMES))

@@ -3,36 +3,22 @@
 The kernel (``perfsuite.kernels.tf_epoch``) times every step on every rank; this record says how
 cases are chosen (one world per transport, world size and model sweeps its batches), how a
 world is tabled, which cross-transport ratios the seed study reads (img/s of a No-gRPC design
-over gRPC), and how many gradient bytes a step must put on the wires between emulated nodes.
+over gRPC), and how many gradient bytes a step must put on the wires between emulated nodes;
+what any training benchmark shares of that lives in ``training``, and only TensorFlow's facts
+(its version and import time in the heading, the fusion threshold) are said here.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from .. import stats
-from ..errors import ConfigError
-from ..kernels.tf_models import MODELS, check_batch
-from ..model import Case, Opt, Result, Sample, parse_names, parse_size, round_values, split_list, whole_number
-from . import BenchmarkSpec, Selection, heading, register
-from .allreduce import allreduce_wire_bytes
+from ..model import Case, Opt, Result, Sample, parse_size
+from . import BenchmarkSpec, Selection, register
+from .training import (DEFAULT_BATCHES, DEFAULT_MODELS, JUDGED, OPTIONS as TRAINING_OPTIONS,  # noqa: F401
+                       SHORT_NAMES, parse_batches, parse_models, ratio_comparisons, ratio_lines, ratio_pairs,
+                       training_cases, training_table, wire_bytes)
 
-DEFAULT_MODELS = "small-cnn"  # the CPU CI model; mobilenet and resnet50 on request
-DEFAULT_BATCHES = "32"
 #: The seed study's headline: a No-gRPC design's images/s over gRPC's.
-RATIOS = (("mpi", "grpc"), ("horovod", "grpc"))
-
-
-def parse_models(text: str | Sequence[str]) -> tuple[str, ...]:
-    return parse_names(text, MODELS, "model")
-
-
-def parse_batches(text: str | Iterable[int]) -> tuple[int, ...]:
-    """'32,64' -> (32, 64): per-worker batch sizes, whole numbers >= 1."""
-    parts = (split_list(text, "batches", "16,32") if isinstance(text, str)
-             else [p for p in text if str(p).strip()])
-    if not parts:
-        raise ConfigError(f"batches {text!r} name none; use e.g. 32 or 16,32,64")
-    return tuple(dict.fromkeys(check_batch(p) for p in parts))
+RATIOS = ratio_pairs("grpc", "mpi", "horovod")
 
 
 def parse_fusion_threshold(text: str) -> int:
@@ -43,11 +29,8 @@ def parse_fusion_threshold(text: str) -> int:
 def tf_cases(transports: Sequence[str], world_sizes: Sequence[int],
              models: str | Sequence[str] = DEFAULT_MODELS,
              batches: str | Sequence[int] = DEFAULT_BATCHES) -> list[Case]:
-    """transport x world size x model x per-worker batch (batches innermost: one world per
-    transport, world size and model sweeps its batches)."""
-    picked, sizes = parse_models(models), parse_batches(batches)
-    return [Case("tf-epoch", t, n, model=m, batch=b)
-            for t in transports for n in world_sizes for m in picked for b in sizes]
+    """transport x world size x model x per-worker batch (``training.training_cases``)."""
+    return training_cases("tf-epoch", transports, world_sizes, models, batches)
 
 
 def cases(sel: Selection) -> list[Case]:
@@ -57,76 +40,17 @@ def cases(sel: Selection) -> list[Case]:
                               v.get("batches") or DEFAULT_BATCHES)]
 
 
-def wire_bytes(sample: Sample) -> int:
-    """A step allreduces every gradient (float32) once, when Python sees it being exchanged."""
-    i = sample.info
-    if not i.get("params") or i.get("allreduce_share") is None:
-        return 0
-    return allreduce_wire_bytes(4 * int(i["params"]), sample.case.world_size,
-                                int(i.get("steps", 0)) + int(i.get("warmup", 0)))
-
-
-COLUMNS = ("model", "batch", "global", "img/s", "img/s/wkr", "p50(ms)", "p99(ms)",
-           "plain img/s", "scaling", "allreduce", "weights")
-
-
 def table(result: Result) -> str:
-    """One row per model and per-worker batch; scaling = img/s / (n x plain one-worker img/s)."""
-    extra = result.extra or {}
-    tf_import = f"  TF import {extra['tf_import_s']:.1f} s" if extra.get("tf_import_s") is not None else ""
-    head = heading(result, f"TF {extra.get('tensorflow', '?')}", late=tf_import)
-    lines = [head, "#" + "".join(f"{c:>12}" for c in COLUMNS)[1:]]
-
-    def num(v, fmt):
-        return format(v, fmt) if isinstance(v, (int, float)) else "-"
-
-    for smp in result.samples:
-        i = smp.info
-        share = i.get("allreduce_share")
-        weights = {True: "same", False: "DIFFER", None: "n/a"}[i.get("weights_identical")]
-        lines.append(f"{i['model']:>11} {i['batch']:>11} {i['global_batch']:>11} "
-                     f"{i['img_per_s']:>11.1f} {i['img_per_s_per_worker']:>11.1f} "
-                     f"{i['step_ms_p50']:>11.2f} {i['step_ms_p99']:>11.2f} "
-                     f"{num(i.get('plain_img_per_s'), '.1f'):>11} "
-                     f"{num(i.get('scaling_efficiency'), '.3f'):>11} "
-                     f"{(f'{share:.1%}' if share is not None else 'in graph'):>11} {weights:>11}")
-    return "\n".join(lines)
+    """``training.training_table`` headed with the TensorFlow version and its import time."""
+    return training_table(result, "TF", "tensorflow", "tf_import_s")
 
 
 def transport_ratios(samples: Sequence[Sample], pairs: Sequence[tuple[str, str]] = RATIOS) -> list[str]:
-    """'img/s(mpi)/img/s(grpc) = 1.80 [1.62, 2.00]' for every model, batch and world size where
-    both ran. With rounds, the suite interleaves the transports' worlds, so round k of one and
-    round k of the other ran side by side: the ratio is the geometric mean of those pairs, with
-    its 95% t interval (``stats.paired_ratio_ci``)."""
-    img = {(s.case.transport, s.case.model, s.case.batch, s.case.world_size): s
-           for s in samples if s.case.benchmark == "tf-epoch" and "img_per_s" in s.metrics}
-    out = []
-    for num, den in pairs:
-        for (t, model, batch, n), s in img.items():
-            other = img.get((den, model, batch, n))
-            if t != num or other is None:
-                continue
-            a, b = round_values(s, "img_per_s"), round_values(other, "img_per_s")
-            what = f"({model}, batch {batch}, {n} workers: {stats.median(a):.1f} vs {stats.median(b):.1f} img/s"
-            aligned = not (s.info.get("rounds_dropped") or other.info.get("rounds_dropped"))
-            if aligned and len(a) == len(b) and len(a) > 1 and min(a + b) > 0:
-                ratio, lo, hi = stats.paired_ratio_ci(a, b)
-                out.append(f"# img/s({num})/img/s({den}) = {ratio:.2f} [{lo:.2f}, {hi:.2f}] 95% over "
-                           f"{len(a)} interleaved rounds  {what})")
-            elif min(a + b) > 0:
-                out.append(f"# img/s({num})/img/s({den}) = {stats.median(a) / stats.median(b):.2f} "
-                           f"(no interval: {len(a)} vs {len(b)} rounds; use --rounds 3 or more)  {what})")
-    return out
+    """The ratio lines of tf-epoch's samples (``training.ratio_lines``)."""
+    return ratio_lines(samples, "tf-epoch", pairs)
 
 
-
-OPTIONS = (
-    Opt("models", DEFAULT_MODELS, "tf-epoch: comma list of small-cnn, mobilenet, resnet50, or 'all'",
-        metavar="LIST", parse=parse_models),
-    Opt("batches", DEFAULT_BATCHES, "tf-epoch: comma list of per-worker batch sizes, e.g. 16,32,64",
-        metavar="LIST", parse=parse_batches),
-    Opt("image-size", None, "tf-epoch: image height = width in pixels (default: the model's, 32 or 224)",
-        metavar="N", parse=lambda v: whole_number(v, "image size"), knob="image_size"),
+OPTIONS = TRAINING_OPTIONS + (
     Opt("fusion-threshold", None, "tf-epoch mpi/horovod: tensor fusion buffer in bytes, 0 = one allreduce "
         "per tensor (default 64MiB)", metavar="SIZE", parse=parse_fusion_threshold, knob="fusion_threshold"),
 )
@@ -134,4 +58,5 @@ OPTIONS = (
 SPEC = register(BenchmarkSpec(
     "tf-epoch", "short TensorFlow training epochs: images/s, step times, scaling efficiency",
     kernel="perfsuite.kernels.tf_epoch", cases=cases, options=OPTIONS, table=table,
-    wire_bytes=wire_bytes, comparisons=transport_ratios, judged=("img_per_s",)))
+    wire_bytes=wire_bytes, comparisons=ratio_comparisons("tf-epoch", RATIOS), judged=JUDGED,
+    short_names=SHORT_NAMES))

@@ -14,7 +14,10 @@ from .common import EXIT_OK, add_canary_shift, canary_shift, say, verdict_status
 COMMANDS = {}
 
 
-PRINT_FORMATS = ("nccl", "omb", "csv", "md")
+def print_formats() -> tuple[str, ...]:
+    """"nccl": each world's own table; then the other layouts benchmarks offer (allreduce's
+    "omb"); then the whole run as CSV or Markdown."""
+    return ("nccl", *report.layout_names(), "csv", "md")
 
 
 def add_report(p: argparse.ArgumentParser) -> None:
@@ -23,7 +26,7 @@ def add_report(p: argparse.ArgumentParser) -> None:
                    "and PNG plots here [default: report, unless --print is given]")
     p.add_argument("--asv-url", metavar="URL", help="link the page to the asv history site")
     p.add_argument("--print", dest="print_format", metavar="FORMAT",
-                   help=f"also print the results to stdout as one of: {', '.join(PRINT_FORMATS)}")
+                   help=f"also print the results to stdout as one of: {', '.join(print_formats())}")
     p.add_argument("--baselines", metavar="DIR", help="compare with the baselines stored here "
                    "(e.g. baselines) and put the verdicts, regressions first, at the top of the report")
     p.add_argument("--system", metavar="NAME", help="baseline system name [default: from each "
@@ -49,8 +52,9 @@ def report_verdicts(runs: list, root: str, system: str | None,
 
 
 def do_report(args: argparse.Namespace) -> int:
-    if args.print_format and args.print_format not in PRINT_FORMATS:
-        raise ConfigError(f"--print {args.print_format!r} is unknown; choose from {', '.join(PRINT_FORMATS)}")
+    formats = print_formats()
+    if args.print_format and args.print_format not in formats:
+        raise ConfigError(f"--print {args.print_format!r} is unknown; choose from {', '.join(formats)}")
     if args.fail_on_regression and not args.baselines:
         raise ConfigError("--fail-on-regression needs --baselines DIR (what to compare with)")
     runs = report.load_runs(args.results)
@@ -63,8 +67,7 @@ def do_report(args: argparse.Namespace) -> int:
     elif args.print_format:
         for run in runs:
             for r in run.results:
-                say(report.omb_table(r) if args.print_format == "omb" and r.benchmark == "allreduce"
-                       else report.result_table(r))
+                say(report.layout_table(r, args.print_format))
     notes = sys.stderr if args.print_format else sys.stdout  # stdout holds the printed results
     out = args.out or (None if args.print_format else "report")
     if out:

@@ -57,7 +57,7 @@ def calls_per_sample(transport, iters: int) -> int:
     """Calls timed together per sample: 1 for host transports and ``per-call`` timing, else
     the timed calls cut into about ``DEVICE_SAMPLES`` batches (a batch is what nccl-tests times;
     several give the verdicts a spread)."""
-    if getattr(transport, "timing", "python") in ("per-call", "python", "native"):
+    if transport.timing in ("per-call", "python", "native"):
         return 1
     return max(1, iters // DEVICE_SAMPLES)
 
@@ -128,7 +128,7 @@ def copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 10) -> float:
 def injected_turns(transport, send, recv, spinner, barrier=lambda: None, case=None,
                    world_max=lambda x: x) -> int:
     """Spin turns that make this rank's host call take the injected fraction longer, or -1
-    for device transports (timed by CUDA events: those spin after the call, ``Spin.add``).
+    for device buffers (timed by CUDA events: those spin after the call, ``Spin.add``).
 
     Calibrated on what is reported (the median over calls of the slowest rank's time, via
     ``world_max``) on the path the timed loop takes (barrier, call, inline turns). A first
@@ -137,7 +137,7 @@ def injected_turns(transport, send, recv, spinner, barrier=lambda: None, case=No
     ranks' interplay at the barrier nor a drift of the machine decides the result alone. Every
     rank ends with the same turns (the slowest rank's count).
     """
-    if getattr(transport, "xp", np) is not np:
+    if not transport.host_buffers:
         return -1
     # Medians of enough calls that one slow call cannot steer the turns: 201 small calls (~0.3
     # ms; a turn is ~1% of a 4 B call, so the ratio must be known to well under that), 31 up to
@@ -183,7 +183,7 @@ def timed_loop(transport, send, recv, iters: int, barrier, fault, case: Case,
     measured spin after the call (or batch) otherwise. A transport whose ``native`` loop fits
     the buffers runs the same loop in C (one Python call for all ``iters``); the fault switch
     then acts where the loop starts, as the Python loop's first iteration would."""
-    native = getattr(transport, "native", None)
+    native = transport.native
     if native is not None and batch == 1 and native.fits(recv):
         if fault is not None:
             fault("timed", case)
@@ -257,7 +257,7 @@ def run(ctx: RankContext) -> dict:
     inplace = bool(ctx.options.get("inplace", False))
     validate = bool(ctx.options.get("validate", True))
     slow = slowdown_fraction()
-    spinner = spin(slow, getattr(transport, "native", None))
+    spinner = spin(slow, transport.native)
     barrier = comm.Barrier
     # Skip the call in the timed loop when no fault is set.
     fault = ctx.fault if getattr(ctx.fault, "active", True) else None
@@ -265,11 +265,11 @@ def run(ctx: RankContext) -> dict:
     # rounds in one machine mode only, and the canary is what tells the modes apart.
     canary_blocks = int(ctx.options.get("canary", CANARY_BLOCKS))
     # Device transports measure their memory's copy bandwidth (D2D) once, before the cases, so
-    # every sample can state busbw as a fraction of it (rank 0's GPU; the others wait).
-    device_copy = getattr(transport, "copy_bandwidth", None)
+    # every sample can state busbw as a fraction of it (rank 0's GPU; the others wait). Host
+    # transports answer None; their ceiling is the host copy bandwidth measured after the cases.
     copy_gbps = None
-    if device_copy is not None and ctx.options.get("copy_bw", True):
-        copy_gbps = device_copy() if ctx.is_root else None
+    if ctx.options.get("copy_bw", True):
+        copy_gbps = transport.copy_bandwidth() if ctx.is_root else None
         comm.Barrier()
     for case in ctx.cases:
         count = (case.size_bytes or 0) // DTYPES[case.dtype]
@@ -317,8 +317,8 @@ def run(ctx: RankContext) -> dict:
         gathered = comm.gather((times, machine), root=0)
         if ctx.is_root:
             timing = {"timing": loop_timing(transport, recv),
-                      "clock": getattr(transport, "clock", "host"), "calls_per_sample": batch}
-            if timing["timing"] == "python" and getattr(transport, "timing_why", None):
+                      "clock": transport.clock, "calls_per_sample": batch}
+            if timing["timing"] == "python" and transport.timing_why:
                 timing["timing_why"] = transport.timing_why
             if validate:
                 timing.update(valid_timed=bool(checked[0]), valid_fresh=bool(checked[1]))
@@ -345,8 +345,7 @@ def run(ctx: RankContext) -> dict:
 def loop_timing(transport, recv) -> str:
     """How this buffer's calls were timed: the transport's own timing, but "python" where its
     native loop cannot take the buffer (timed_loop falls back)."""
-    timing = getattr(transport, "timing", "python")
-    native = getattr(transport, "native", None)
+    timing, native = transport.timing, transport.native
     return "python" if timing == "native" and (native is None or not native.fits(recv)) else timing
 
 

@@ -23,7 +23,7 @@ BLOCKS = 10
 def run(ctx: RankContext) -> dict:
     comm = ctx.comm
     transport = load_transport(ctx.transport)(comm, ctx.options)
-    spinner = spin(float(ctx.options["fraction"]), getattr(transport, "native", None))
+    spinner = spin(float(ctx.options["fraction"]), transport.native)
     blocks = int(ctx.options.get("blocks") or BLOCKS)
     for case in ctx.cases:
         count = (case.size_bytes or 0) // DTYPES[case.dtype]

@@ -40,6 +40,9 @@ class TransportSpec:
     check: Callable[[], str | None] = field(default=need_mpi4py, compare=False)
     needs_ports: bool = False  # the launching side fills options["ports"]: one free port per rank
     native: bool = False  # the launching side builds the native timed loop (launch/native.py)
+    # MPI thread level the rank asks of MPI_Init_thread: Horovod's background thread calls MPI
+    # itself, so it needs "multiple"; every other transport calls MPI from the main thread only.
+    thread_level: str = "funneled"
 
     def unavailable_reason(self) -> str | None:
         if self.module is None:
@@ -135,4 +138,5 @@ for _name, _summary, _cls, _device, _check, _ports in (
         ("mpi-cuda", "fused gradients on the GPU, DLPack to CuPy, CUDA-aware MPI Allreduce",
          "tf.train_gpu:MpiCudaTraining", "gpu", _tf.need_tf_gpu, False)):
     register(TransportSpec(_name, _summary, ("tf-epoch",), f"perfsuite.transports.{_cls}",
-                           device=_device, check=_check, needs_ports=_ports), key=f"tf-epoch:{_name}")
+                           device=_device, check=_check, needs_ports=_ports,
+                           thread_level="multiple" if _name.startswith("horovod") else "funneled"),

@@ -3,6 +3,10 @@
 The kernel owns warm-up, timing, gathering and validation; a transport supplies only buffers,
 the call itself and a way to wait for it. Host transports use numpy; GPU transports use CuPy
 and override ``time_one`` with CUDA events.
+
+Everything a kernel may ask of a transport is declared on ``AllreduceTransport`` with the host
+answer, and a kernel reads it as a plain attribute: a transport changes an answer by setting
+it, never by leaving a name out for the kernel to probe.
 """
 from __future__ import annotations
 
@@ -28,9 +32,14 @@ class AllreduceTransport:
     xp: Any = np  # the array module of this transport's buffers
     # Device transports: one of TIMINGS. Host transports time each barrier-separated call in a
     # loop: "python" (the kernel's mpi4py loop) or "native" (``native``'s C loop, ``mpi`` only).
-    timing = "python"
-    native = None  # transports/native.NativeLoop when the C loop times this transport's calls
-    clock = "host"  # what reads the time: the host clock, or CUDA events on the device
+    timing: str = "python"
+    timing_why: str = ""  # why not the native loop, where it was wanted ("" when it is used or not wanted)
+    native: Any = None  # transports/native.NativeLoop when the C loop times this transport's calls
+    clock: str = "host"  # what reads the time: the host clock, or CUDA events on the device
+    # Buffers in host memory, and a call is done when it returns: an injected slowdown spins
+    # inline, inside the timed call. False for device buffers, whose calls are timed by events
+    # on the device: the slowdown is spun after the call instead.
+    host_buffers: bool = True
 
     _clock = staticmethod(time.perf_counter)
 
@@ -67,6 +76,11 @@ class AllreduceTransport:
             self.allreduce(send, recv)
         self.sync()
         return time.perf_counter() - t0
+
+    def copy_bandwidth(self) -> float | None:
+        """This rank's buffer memory's copy bandwidth (GB/s), measured by transports whose
+        buffers live on a device; None: the kernel measures the host's itself."""
+        return None
 
     def close(self) -> None:
         """After the last case, on every rank: release what the transport holds."""

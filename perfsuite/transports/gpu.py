@@ -376,6 +376,7 @@ class GpuTransport(AllreduceTransport):
     device's copy bandwidth, and facts for ``describe``. Construction is collective."""
 
     graph_capture = False  # True where a call is device work only, so a batch can be a CUDA graph
+    host_buffers = False
 
     def __init__(self, comm, options: dict | None = None):
         super().__init__(comm, options)
@@ -383,6 +384,8 @@ class GpuTransport(AllreduceTransport):
         self.ops, self.facts = open_device(comm, self.options)
         self.xp = self.ops.xp
         self.clock = "cuda-events" if self.ops.name == "cupy" else "host"
+        # Host arrays standing in for device buffers (the suite's tests) are host buffers.
+        self.host_buffers = self.ops.name == "numpy"
         self.rank, self.n = comm.Get_rank(), comm.Get_size()
         self._timer = self.ops.timer()
         self.facts.update(timing=self.timing, clock=self.clock)
