@@ -8,7 +8,7 @@ fields plus noise, so they compress like photographs, not like flat colour), enc
 (installed with matplotlib), and described by a versioned manifest written through ``formats``.
 A folder whose manifest matches is reused, so repeated stall runs do not rewrite it.
 
-File names carry the label (``tf_input.file_name``); the tf.data pipeline reads it back.
+File names carry the label (``input_files.file_name``); the frameworks' pipelines read it back.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import formats
 from .errors import ConfigError
-from .kernels.tf_input import file_name, list_images
+from .kernels.input_files import file_name, list_images
 
 DATASET_FORMAT = formats.DATASET
 MANIFEST = "perfsuite-dataset.json"

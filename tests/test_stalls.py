@@ -17,7 +17,7 @@ from perfsuite.errors import ConfigError, FormatError
 from perfsuite.experiments import stalls as stall_runs
 from perfsuite.experiments.stalls import StallConfig, run_stalls
 from perfsuite.formats import WorldOutcome
-from perfsuite.kernels.tf_input import input_options, shard
+from perfsuite.kernels.input_files import input_options, shard
 from perfsuite.model import Case
 
 RNG = np.random.default_rng(7)

@@ -3,65 +3,30 @@
 ``options["data"] = "files"`` (with ``data_dir``, written by ``perfsuite/dataset.py``) feeds each
 step from a tf.data pipeline instead of the kernel's fixed synthetic batch: list the files, read,
 decode, augment (resize, random flip, brightness), batch, prefetch, on ``prep_threads`` threads
-of a private pool. Each rank reads its own shard (files r, r+n, ...); warm-up steps read one part
-of the shard and the timed steps another, opened only after the warm-up, so a cold-cache run is
-cold for exactly the timed steps (nothing read ahead during warm-up).
+of a private pool, from this rank's shard (``input_files``).
 
 The batch arrives in two non-trainable variables that the transport's step reads (transports
 close over ``x, y``), so every transport trains on real data unchanged; the time a step waits
 for its batch is inside the step's time: that wait *is* the data stall.
 
-``options["tf_threads"]`` caps TensorFlow's compute threads per rank, so one worker has the same
+``options["compute_threads"]`` (or its old name ``tf_threads``) caps TensorFlow's compute threads
+per rank, so one worker has the same
 cores in the 1-worker and the N-worker runs (the CPU stand-in for "one GPU per worker").
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from .context import whole_option
-
-DATA_SOURCES = ("synthetic", "files")
-DEFAULT_PREP_THREADS = 2
-DEFAULT_PREFETCH = 2
-
-
-
-
-def input_options(options: dict) -> dict[str, Any]:
-    """The input knobs, checked (same on every rank)."""
-    data = options.get("data", "synthetic")
-    if data not in DATA_SOURCES:
-        raise ConfigError(f"data source {data!r} is unknown; choose from {', '.join(DATA_SOURCES)}")
-    if data == "files" and not options.get("data_dir"):
-        raise ConfigError("data source 'files' needs data_dir (a folder written by perfsuite.dataset)")
-    return {"data": data, "data_dir": options.get("data_dir"),
-            "prep_threads": whole_option(options, "prep_threads", DEFAULT_PREP_THREADS, 1, "prep threads"),
-            "prefetch": whole_option(options, "prefetch", DEFAULT_PREFETCH, 0, "prefetch batches"),
-            "tf_threads": whole_option(options, "tf_threads", None, 1, "TensorFlow threads per rank")}
+from .input_files import DATA_SOURCES, input_options, list_images, shard  # noqa: F401
 
 
 def configure_threads(tf: Any, options: dict) -> int | None:
     """Cap TF's intra/inter-op threads; must run before TensorFlow executes its first op."""
-    n = input_options(options)["tf_threads"]
+    n = input_options(options)["compute_threads"]
     if n is not None:
         tf.config.threading.set_intra_op_parallelism_threads(n)
         tf.config.threading.set_inter_op_parallelism_threads(n)
     return n
-
-
-def shard(files: list[str], rank: int, world_size: int, warmup_steps: int, steps: int,
-          batch: int) -> tuple[list[str], list[str]]:
-    """(warm-up files, timed files) of one rank; pure, so the split is unit-tested."""
-    mine = files[rank::world_size]
-    need_w, need_t = warmup_steps * batch, steps * batch
-    if len(mine) < need_w + need_t:
-        raise ConfigError(f"dataset has {len(files)} files; {world_size} rank(s) x "
-                          f"({warmup_steps} warm-up + {steps} timed steps) x batch {batch} need "
-                          f"{world_size * (need_w + need_t)}: write a larger one")
-    return mine[:need_w], mine[need_w:need_w + need_t]
 
 
 class FileFeed:
@@ -123,20 +88,6 @@ class FileFeed:
         return {"data": "files", "prep_threads": self.prep_threads, "prefetch": self.prefetch,
                 "files_per_rank_timed": len(self.timed_files),
                 "input_wait_ms_mean": (sum(timed_wait) / len(timed_wait) * 1e3) if timed_wait else None}
-
-
-def file_name(index: int, label: int) -> str:
-    """A dataset file's name carries its label: ``img-<index>-<label>.jpg``."""
-    return f"img-{index:06d}-{label}.jpg"
-
-
-def list_images(folder: str | os.PathLike) -> list[str]:
-    """The dataset's JPEG paths in index order; a missing or empty folder is a ConfigError."""
-    root = Path(folder)
-    files = sorted(str(p) for p in root.glob("img-*.jpg")) if root.is_dir() else []
-    if not files:
-        raise ConfigError(f"no dataset in {str(folder)!r}: write one with perfsuite.dataset.ensure_dataset")
-    return files
 
 
 def input_feed(tf: Any, options: dict, rank: int, world_size: int, batch: int, image: int,

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, LaunchError
 from .launchers import LaunchConfig
-from ..transports.tf.support import NODE_IFACE_ENV  # tells a gRPC worker its node's address
+from ..transports.hosts import NODE_IFACE_ENV  # tells a framework's rank its node's address
 
 PREFIX = "psns-"
 SUBNET = "10.200.0"  # private to our own namespaces: no host route can clash with it

@@ -19,13 +19,13 @@ from importlib import metadata
 from typing import Any
 
 from ...errors import ConfigError, PortInUse, TransportUnavailable
+from ..hosts import LOOPBACK, NODE_IFACE_ENV, node_address  # noqa: F401 (NODE_IFACE_ENV: tests read it here)
 
 TF_INSTALL = "TensorFlow is not installed (pip install 'perfsuite[tf]')"
 HOROVOD_INSTALL = ("Horovod is not installed; build it against this TensorFlow with "
                    "scripts/install-horovod.sh (see docs/tensorflow.md, Horovod)")
 TF_KERAS_INSTALL = ("Horovod needs tf_keras (Keras 2) with Keras 3 installed: "
                     "pip install --no-deps tf_keras==<your TensorFlow version>")
-LOOPBACK = "127.0.0.1"
 
 
 def _has(name: str) -> bool:
@@ -131,26 +131,6 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
         return False
     finally:
         s.close()
-
-
-#: Set by the emulated network (``launch.netns``): the interface each emulated node talks on.
-NODE_IFACE_ENV = "PERFSUITE_NODE_IFACE"
-_SIOCGIFADDR = 0x8915
-
-
-def node_address() -> str:
-    """This rank's host name; on an emulated node (a network namespace of this machine, whose
-    nodes all share its host name and each have their own loopback) the IPv4 address of the
-    node's interface, which the other nodes can reach."""
-    iface = os.environ.get(NODE_IFACE_ENV)
-    if not iface:
-        return socket.gethostname()
-    import fcntl
-    import struct
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", iface[:15].encode()))
-    return socket.inet_ntoa(packed[20:24])
 
 
 def cluster_addresses(comm, options: dict) -> list[str]:

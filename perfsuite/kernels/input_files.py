@@ -1,0 +1,61 @@
+"""The real-data input both training kernels read: the dataset's JPEG files (written by
+``perfsuite/dataset.py``), each rank's shard of them, and the input knobs. The frameworks' own
+pipelines (``tf_input``: tf.data; ``torch_input``: a DataLoader) read what this module lists.
+
+Each rank reads its own shard (files r, r+n, ...); warm-up steps read one part of the shard and
+the timed steps another, opened only after the warm-up, so a cold-cache run is cold for exactly
+the timed steps (nothing read ahead during warm-up).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .context import whole_option
+
+DATA_SOURCES = ("synthetic", "files")
+DEFAULT_PREP_THREADS = 2
+DEFAULT_PREFETCH = 2
+
+
+def input_options(options: dict) -> dict[str, Any]:
+    """The input knobs, checked (same on every rank)."""
+    data = options.get("data", "synthetic")
+    if data not in DATA_SOURCES:
+        raise ConfigError(f"data source {data!r} is unknown; choose from {', '.join(DATA_SOURCES)}")
+    if data == "files" and not options.get("data_dir"):
+        raise ConfigError("data source 'files' needs data_dir (a folder written by perfsuite.dataset)")
+    return {"data": data, "data_dir": options.get("data_dir"),
+            "prep_threads": whole_option(options, "prep_threads", DEFAULT_PREP_THREADS, 1, "prep threads"),
+            "prefetch": whole_option(options, "prefetch", DEFAULT_PREFETCH, 0, "prefetch batches"),
+            # One worker's cores, the same in the 1-worker and N-worker runs (tf_threads: its old name).
+            "compute_threads": whole_option(options, "compute_threads", None, 1, "compute threads per rank")
+            or whole_option(options, "tf_threads", None, 1, "compute threads per rank")}
+
+
+def shard(files: list[str], rank: int, world_size: int, warmup_steps: int, steps: int,
+          batch: int) -> tuple[list[str], list[str]]:
+    """(warm-up files, timed files) of one rank; pure, so the split is unit-tested."""
+    mine = files[rank::world_size]
+    need_w, need_t = warmup_steps * batch, steps * batch
+    if len(mine) < need_w + need_t:
+        raise ConfigError(f"dataset has {len(files)} files; {world_size} rank(s) x "
+                          f"({warmup_steps} warm-up + {steps} timed steps) x batch {batch} need "
+                          f"{world_size * (need_w + need_t)}: write a larger one")
+    return mine[:need_w], mine[need_w:need_w + need_t]
+
+
+def file_name(index: int, label: int) -> str:
+    """A dataset file's name carries its label: ``img-<index>-<label>.jpg``."""
+    return f"img-{index:06d}-{label}.jpg"
+
+
+def list_images(folder: str | os.PathLike) -> list[str]:
+    """The dataset's JPEG paths in index order; a missing or empty folder is a ConfigError."""
+    root = Path(folder)
+    files = sorted(str(p) for p in root.glob("img-*.jpg")) if root.is_dir() else []
+    if not files:
+        raise ConfigError(f"no dataset in {str(folder)!r}: write one with perfsuite.dataset.ensure_dataset")
+    return files
