@@ -5,18 +5,20 @@ from __future__ import annotations
 import argparse
 
 from .. import options, report
+from ..errors import ConfigError
 from .common import EXIT_REGRESSION, EXIT_WORLD, exit_status, say
 
 COMMANDS = {}
 
 
-OVERHEAD_OPTIONS = ("world-sizes", "sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor",
+OVERHEAD_OPTIONS = ("transports", "world-sizes", "sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor",
                     "hostfile", "hosts", "ppn", "oversubscribe", "env", "timeout", "iters", "warmup", "workdir",
                     "rounds")
 
 
 def add_overhead(p: argparse.ArgumentParser) -> None:
-    # Only what applies: the comparison is always the mpi transport, float32, out of place, once.
+    # Only what applies: the mpi transport against C, or a transport against its framework's plain
+    # loop (kernels/plain/), float32, once.
     options.add_options(p.add_argument, names=OVERHEAD_OPTIONS)
 
 
@@ -24,10 +26,23 @@ def do_overhead(args: argparse.Namespace) -> int:
     from ..experiments.overhead import ROUNDS, SIZES, overhead
     from ..model import whole_number
 
+    from ..experiments.overhead import PLAIN_LOOPS, PLAIN_TARGET_SIZES, plain_overhead
+
     values = vars(args)
-    sel = options.selection({**values, "transports": "mpi"})
+    picked = args.transports if args.transports not in (None, "all") else "mpi"
+    if picked != "mpi" and picked not in PLAIN_LOOPS:
+        raise ConfigError(f"overhead compares transport {picked!r} with nothing; choose mpi (against a C "
+                          f"program) or {', '.join(PLAIN_LOOPS)} (against a plain loop of its framework)")
+    sel = options.selection({**values, "transports": picked})
     # --rounds here counts interleaved rounds of the three loops, not pooled rounds of one world.
     rounds = whole_number(args.rounds, "rounds") if args.rounds is not None else ROUNDS
+    if picked != "mpi":
+        rep = plain_overhead(options.suite_config({**values, "rounds": None}), picked,
+                             world_size=sel.world_sizes[0], rounds=rounds,
+                             sizes=sel.values["sizes"] if args.sizes is not None else PLAIN_TARGET_SIZES)
+        say(report.plain_overhead_table(rep))
+        return exit_status(*(EXIT_WORLD if measured is None else EXIT_REGRESSION
+                             for _what, measured, met in rep.targets() if not met))
     rep = overhead(options.suite_config({**values, "rounds": None}), world_size=sel.world_sizes[0],
                    sizes=sel.values["sizes"] if args.sizes is not None else SIZES, rounds=rounds)
     say(report.overhead_table(rep))
@@ -39,5 +54,5 @@ def do_overhead(args: argparse.Namespace) -> int:
 
 
 COMMANDS["overhead"] = (add_overhead, do_overhead,
-                        "print the mpi transport's native and mpi4py loops beside a C MPI_Allreduce program, with "
-                        "deltas; exit 1 when a target is missed, 4 when one could not be measured")
+                        "print the mpi transport's native and mpi4py loops beside a C MPI_Allreduce program (or "
+                        "torch-gloo beside a plain torch.distributed loop), with deltas; exit 1 when a target is missed, 4 when one could not be measured")

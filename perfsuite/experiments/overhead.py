@@ -138,3 +138,71 @@ def overhead(cfg: suite.SuiteConfig, world_size: int = 2, sizes: Sequence[int] =
         rep.rows.append({"size_bytes": size, "p50_us": p50, "range_us": spread, "busbw_GBps": busbw,
                          "delta_us": delta, "ratio": ratio})
     return rep
+
+
+# --- a framework's own loop as the yardstick ----------------------------------------------------
+
+#: Transports held to a plain loop of their framework's own call (kernels/plain/), with the
+#: program that runs the loop; the harness may add TARGET_PLAIN_RATIO to it.
+PLAIN_LOOPS = {"torch-gloo": ("perfsuite.kernels.plain.torch_allreduce", "gloo")}
+TARGET_PLAIN_RATIO = 1.05
+PLAIN_TARGET_SIZES = (4, 1 << 20)
+
+
+@dataclass
+class PlainOverheadReport:
+    """The harness's loop of ``transport`` against a plain loop of the framework's own call,
+    both in place (torch's allreduce is in-place, as users call it), float32, same counts."""
+
+    transport: str
+    world_size: int
+    rounds: int = 0
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    world_start_s: float | None = None
+
+    def targets(self) -> list[tuple[str, float | None, bool]]:
+        out = []
+        for r in self.rows:
+            if r["size_bytes"] in PLAIN_TARGET_SIZES:
+                ratio = r["ratio"]
+                out.append((f"{r['size_bytes']} B harness / plain <= {TARGET_PLAIN_RATIO}", ratio,
+                            ratio is not None and ratio <= TARGET_PLAIN_RATIO))
+        return out
+
+    def missed(self) -> list[str]:
+        return [what for what, _value, met in self.targets() if not met]
+
+
+def plain_overhead(cfg: suite.SuiteConfig, transport: str, world_size: int = 2,
+                   sizes: Sequence[int] = PLAIN_TARGET_SIZES, rounds: int = ROUNDS) -> PlainOverheadReport:
+    """``rounds`` worlds of ``kernels/yardstick``: in each, blocks of the harness's loop and of
+    the plain loop alternate. Per size: the median over every block pair of harness/plain, its
+    range, and the median p50 of each loop."""
+    rep = PlainOverheadReport(transport, world_size, rounds)
+    cfg = replace(cfg, rounds=None)
+    options = {**cfg.options, "inplace": True, "copy_bw": False}
+    world = replace(suite.plan(allreduce_cases([transport], [world_size], list(sizes)), options)[0],
+                    kernel="perfsuite.kernels.yardstick")
+    got: list[dict[int, dict]] = []
+    for _ in range(rounds):
+        outcome = suite.run_one(world, cfg)
+        if outcome.failure is not None:
+            raise outcome.failure
+        if outcome.skipped:
+            raise LaunchError(f"{transport} cannot run here: {outcome.skipped}")
+        if not all(s.valid for s in outcome.result.samples):
+            raise LaunchError(f"{transport}'s in-place sums were wrong in the overhead world")
+        rep.world_start_s = rep.world_start_s or outcome.result.world_start_s
+        got.append({s.case.size_bytes or 0: s.info for s in outcome.result.samples})
+    for size in sizes:
+        infos = [g[size] for g in got if size in g]
+        ratios = [r for i in infos for r in i["ratios"]]
+        rep.rows.append({
+            "size_bytes": size,
+            "p50_us": {k: statistics.median(i[f"{k}_p50_us"] for i in infos) for k in ("plain", "harness")},
+            "range_us": {k: (min(i[f"{k}_p50_us"] for i in infos), max(i[f"{k}_p50_us"] for i in infos))
+                         for k in ("plain", "harness")},
+            "ratio": statistics.median(ratios) if ratios else None,
+            "ratio_range": (min(ratios), max(ratios)) if ratios else None,
+            "world_ratios": [i["ratio"] for i in infos], "pairs": len(ratios)})
+    return rep

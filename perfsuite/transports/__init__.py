@@ -72,6 +72,20 @@ def spec(name: str, benchmark: str = "allreduce") -> TransportSpec:
     return s
 
 
+#: The benchmarks that train a model, one per framework; a training transport's name belongs to one.
+TRAINING = ("tf-epoch", "torch-epoch")
+
+
+def training_benchmark(name: str) -> str:
+    """The training benchmark whose transport ``name`` is ('mpi' -> tf-epoch, 'torch-gloo' ->
+    torch-epoch), so a command that takes one training transport needs no framework flag."""
+    for benchmark in TRAINING:
+        if name in names(benchmark):
+            return benchmark
+    raise ConfigError(f"training transport {name!r} is unknown; choose from "
+                      f"{', '.join(n for b in TRAINING for n in names(b))}")
+
+
 def unavailable_reason(name: str, benchmark: str = "allreduce") -> str | None:
     """None when the transport can run here, else the reason it is skipped."""
     return spec(name, benchmark).unavailable_reason()
@@ -140,3 +154,20 @@ for _name, _summary, _cls, _device, _check, _ports in (
     register(TransportSpec(_name, _summary, ("tf-epoch",), f"perfsuite.transports.{_cls}",
                            device=_device, check=_check, needs_ports=_ports,
                            thread_level="multiple" if _name.startswith("horovod") else "funneled"),
+             key=f"tf-epoch:{_name}")
+
+
+# PyTorch: torch.distributed groups for the allreduce kernel, and the same backends under DDP for
+# torch-epoch (keyed "torch-epoch:NAME"). torch.support imports only the standard library at
+# module level, so torch is never imported here.
+from .torch import support as _torch  # noqa: E402
+
+for _name, _summary, _cls, _device, _check in (
+        ("torch-gloo", "torch.distributed all_reduce, gloo backend, host tensors", "GlooAllreduce",
+         "host", _torch.need_torch),
+        ("torch-nccl", "torch.distributed all_reduce, NCCL backend, one GPU per rank", "NcclAllreduce",
+         "gpu", _torch.need_torch_gpu),
+        ("torch-mpi", "torch.distributed all_reduce, MPI backend (torch built with USE_MPI)",
+         "MpiAllreduce", "host", _torch.need_torch_mpi)):
+    register(TransportSpec(_name, _summary, ("allreduce",), f"perfsuite.transports.torch.allreduce:Torch{_cls}",
+                           device=_device, check=_check))
