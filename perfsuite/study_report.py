@@ -59,15 +59,15 @@ def _lines(ax, rows: list[dict], x: str, y: str, group: Sequence[str]) -> None:
 
 def scaling_png(rows: dict, path: Path, title: str) -> Path:
     fig, axes = plt.subplots(1, 3 if rows["allreduce"] else 2, figsize=(15 if rows["allreduce"] else 10, 4))
-    _lines(axes[0], rows["tf"], "world_size", "img_per_s", ("transport", "network"))
+    _lines(axes[0], rows["training"], "world_size", "img_per_s", ("transport", "network"))
     axes[0].set(xlabel="workers", ylabel="img/s (95% interval)", title=f"{title}: throughput")
-    _lines(axes[1], rows["tf"], "world_size", "efficiency", ("transport", "network"))
+    _lines(axes[1], rows["training"], "world_size", "efficiency", ("transport", "network"))
     axes[1].axhline(1.0, color="grey", lw=0.8, ls=":")
     axes[1].set(xlabel="workers", ylabel="img/s(n) / (n x img/s(1))", title="scaling efficiency")
     if rows["allreduce"]:
         _lines(axes[2], rows["allreduce"], "world_size", "busbw_GBps", ("transport", "network"))
         axes[2].set(xlabel="ranks", ylabel="busbw GB/s", title="allreduce alongside")
-    for ax, which in zip(axes, ("tf", "tf", "allreduce")):
+    for ax, which in zip(axes, ("training", "training", "allreduce")):
         ax.set_xticks(sorted({r["world_size"] for r in rows[which]}))
     return _save(fig, path)
 
@@ -146,7 +146,7 @@ def tables(doc: dict[str, Any]) -> dict[str, list[tuple[str, Table]]]:
                                        [(r["transport"], r["network"], r["world_size"], _f(r["img_per_s"], ".4g"),
                                          _f(r["efficiency"]) if r["world_size"] > 1 or not r["img_per_s"]["rounds"]
                                          else "1 (the reference)",
-                                         r["contention"], r["status"]) for r in s["tf"]]))]
+                                         r["contention"], r["status"]) for r in s["training"]]))]
         if s["allreduce"]:
             sz = doc["allreduce_sizes"]
             out["scaling"].append(("allreduce alongside", (

@@ -258,7 +258,7 @@ def test_efficiency_and_ratios_pair_the_rounds_and_contended_rounds_are_left_out
     records += [world(ar, 0, {4: 1.0, 65536: 50.0}), world(ar, 1, {4: 1.2, 65536: 60.0}),
                 world(ar, 2, {4: 99.0, 65536: 99.0}, contended=True)]
     an = study_analysis.analyse(plan, records)
-    eff = {r["world_size"]: r["efficiency"] for r in an["scaling"]["tf"]}
+    eff = {r["world_size"]: r["efficiency"] for r in an["scaling"]["training"]}
     assert eff[2].value == pytest.approx(0.75) and eff[2].high - eff[2].low == pytest.approx(0, abs=1e-9)
     assert eff[1].value == 1.0
     (head,) = an["models"]["headline"]

@@ -24,7 +24,8 @@ from ..asv.layout import AsvLayout, generic_layout
 from ..errors import ConfigError
 from ..model import Case, Opt, Result, Sample, Tolerance, WorldSpec, time_sliced
 
-BUILTIN = ("perfsuite.bench.allreduce", "perfsuite.bench.tf_epoch", "perfsuite.bench.stalls")
+BUILTIN = ("perfsuite.bench.allreduce", "perfsuite.bench.tf_epoch", "perfsuite.bench.torch_epoch",
+           "perfsuite.bench.stalls")
 ENV = "PERFSUITE_BENCHMARKS"
 ENTRY_POINTS = "perfsuite.benchmarks"
 

@@ -14,8 +14,9 @@ COMMANDS = {}
 
 
 def add_stalls(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="small-cnn", help="tf-epoch model [default: small-cnn]")
-    p.add_argument("--transport", default="mpi", help="tf-epoch transport [default: mpi]")
+    p.add_argument("--model", default="small-cnn", help="training model [default: small-cnn]")
+    p.add_argument("--transport", default="mpi", help="training transport, TensorFlow's (mpi, grpc, horovod, ...) or PyTorch's "
+                   "(torch-gloo, torch-nccl) [default: mpi]")
     p.add_argument("--world-size", default="2", metavar="N", help="workers N [default: 2]")
     p.add_argument("--batch", default="16", metavar="B", help="images per worker per step [default: 16]")
     p.add_argument("--steps", default="10", metavar="N", help="timed steps per run [default: 10]")
@@ -30,7 +31,8 @@ def add_stalls(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulated-disk", default=None, metavar="RATE",
                    help="read bandwidth of an emulated slow disk for the file runs, e.g. 20MB/s "
                         "(root, cgroup v1 blkio) [default: the real disk]")
-    p.add_argument("--prep-threads", default="2", metavar="N", help="tf.data threads per worker [default: 2]")
+    p.add_argument("--prep-threads", default="2", metavar="N", help="input threads per worker: tf.data's, or DataLoader "
+                   "worker processes [default: 2]")
     p.add_argument("--timeout", default="600", metavar="S", help="seconds one run may take [default: 600]")
     p.add_argument("--json", metavar="PATH", help="write the versioned results file (stall metrics) here")
     p.add_argument("--png", metavar="PATH", help="stacked-bar picture [default: next to --json, else stalls.png]")
@@ -44,7 +46,7 @@ def do_stalls(args: argparse.Namespace) -> int:
     from ..launch.diskio import parse_disk_rate
 
     spec = model_spec(args.model)
-    transports.spec(args.transport, "tf-epoch")
+    transports.spec(args.transport, transports.training_benchmark(args.transport))
     n = whole_number(args.world_size, "world size", low=2)
     batch, steps = whole_number(args.batch, "batch"), whole_number(args.steps, "steps")
     warmup = whole_number(args.warmup, "warm-up steps", low=0)

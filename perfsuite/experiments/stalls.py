@@ -1,4 +1,5 @@
-"""The five epochs of the Stash stall breakdown (``stalls.plan``), each a real tf-epoch world run
+"""The five epochs of the Stash stall breakdown (``stalls.plan``), each a real training world (the
+tf-epoch or torch-epoch benchmark, whichever the transport belongs to) run
 through ``suite.run_one`` in its environment (emulated nodes for T4, a throttled disk for the
 file runs), then the pure decomposition (``stalls.decompose``)."""
 from __future__ import annotations
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import fingerprint, stalls, suite
+from .. import fingerprint, stalls, suite, transports
 from ..errors import LaunchError
 from ..formats import SuiteRun, WorldOutcome
 from ..launch import netns
@@ -88,14 +89,15 @@ def run_stalls(sc: StallConfig, cfg: suite.SuiteConfig,
 
         if disk_reason(fingerprint.is_root()):
             raise LaunchError(f"--emulated-disk {sc.disk.label}: {disk_reason(fingerprint.is_root())}")
+    benchmark = transports.training_benchmark(sc.transport)
     # One worker gets the same cores in every run (the CPU stand-in for one GPU per worker).
-    tf_threads = max(1, (os.cpu_count() or 1) // sc.world_size)
-    base = {"baseline": False, "tf_threads": tf_threads, "prep_threads": sc.prep_threads,
-            **cfg.options, **sc.options}
+    threads = max(1, (os.cpu_count() or 1) // sc.world_size)
+    base = {"baseline": False, "compute_threads": threads, "prep_threads": sc.prep_threads,
+            "plain_ddp": False, **cfg.options, **sc.options}
     skipped: dict[str, str] = {}
     outcomes: dict[str, WorldOutcome] = {}
     times: dict[str, list[float]] = {}
-    info: dict[str, Any] = {"tf_threads": tf_threads, "prep_threads": sc.prep_threads,
+    info: dict[str, Any] = {"compute_threads": threads, "framework": benchmark, "prep_threads": sc.prep_threads,
                             "emulated_disk": sc.disk.label if sc.disk is not None else None}
     for run in stalls.plan(sc.world_size, data=sc.data_dir is not None, network=sc.network is not None):
         reason = _skip_reason(run)
@@ -107,7 +109,7 @@ def run_stalls(sc: StallConfig, cfg: suite.SuiteConfig,
             options.update(data="files", data_dir=sc.data_dir)
         _prepare_cache(run, sc)
         # T0 runs the same transport on one rank, so T1 - T0 is only what N workers add.
-        case = Case("tf-epoch", sc.transport, run.world_size, model=sc.model, batch=sc.batch)
+        case = Case(benchmark, sc.transport, run.world_size, model=sc.model, batch=sc.batch)
         (spec,) = suite.plan([case], options)
         # Both file runs read through the same throttled disk; the warm one never reaches it.
         disk = (sc.disk, sc.data_dir, run.key) if sc.disk is not None and run.data == "files" else None

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import formats, rounds, suite
 from ..bench.allreduce import allreduce_cases
-from ..bench.tf_epoch import tf_cases
+from ..bench.training import training_cases
 from ..launch.launchers import LaunchConfig
 from .ab import Arm as LaunchArm
 from .study_plan import Plan, Point, interpreter, schedule
@@ -64,7 +64,7 @@ def world_config(plan: Plan, point: Point, base: suite.SuiteConfig) -> suite.Sui
 
         network = parse_shaping(point.network)
     options = {**base.options}
-    if point.benchmark == "tf-epoch":
+    if point.benchmark != "allreduce":
         options.update(iters=plan.steps, warmup=plan.warmup, image_size=point.image_size)
     else:
         options.update(iters=plan.allreduce_iters, warmup=max(2, plan.allreduce_iters // 10))
@@ -76,8 +76,9 @@ def world_config(plan: Plan, point: Point, base: suite.SuiteConfig) -> suite.Sui
 
 
 def cases_of(point: Point) -> list:
-    if point.benchmark == "tf-epoch":
-        return tf_cases([point.transport], [point.world_size], [point.model], list(point.batches))
+    if point.benchmark != "allreduce":
+        return training_cases(point.benchmark, [point.transport], [point.world_size], [point.model],
+                              list(point.batches))
     return allreduce_cases([point.transport], [point.world_size], list(point.sizes))
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import formats, stats
 from ..model import Result, Sample
-from .study_plan import NO_GRPC_REFERENCE, Plan, Point
+from .study_plan import NO_GRPC_REFERENCE, Plan, Point, training
 
 #: The seed paper's headline, Horovod-MPI's img/s over native gRPC's on Piz Daint's GPUs: a
 #: reference to read beside each No-gRPC design's ratio on this machine, not a target.
@@ -138,8 +138,9 @@ def _get(data: dict[str, PointData], p: Point) -> PointData | None:
 
 
 def _tf_point(plan: Plan, t: str, n: int, model: str, network: str = "none", arm: str = "") -> Point:
+    """A training point: TensorFlow's or PyTorch's, by the transport's name."""
     net = "none" if n == 1 else network
-    return Point("tf-epoch", t, n, model, plan.image(model), net, arm)
+    return Point(training(t), t, n, model, plan.image(model), net, arm)
 
 
 def _row(d: PointData | None, **cells: Any) -> dict[str, Any]:
@@ -176,7 +177,7 @@ def scaling(plan: Plan, data: dict[str, PointData]) -> dict[str, list[dict]]:
                 ar_rows.append(_row(d, transport=t, network=net, world_size=n,
                                     latency_us=figure(d.series("latency_us", size=sizes[0])) if d else NONE,
                                     busbw_GBps=figure(d.series("busbw_GBps", size=sizes[-1])) if d else NONE))
-    return {"tf": tf_rows, "allreduce": ar_rows}
+    return {"training": tf_rows, "allreduce": ar_rows}
 
 
 def batch(plan: Plan, data: dict[str, PointData]) -> list[dict]:
@@ -193,7 +194,7 @@ def batch(plan: Plan, data: dict[str, PointData]) -> list[dict]:
 def mpi_library(plan: Plan, data: dict[str, PointData]) -> list[dict]:
     v = plan.vectors["mpi-library"]
     n, libs = v["world_size"], v["libraries"]
-    cases = [("tf-epoch", t, "img_per_s", None, None) for t in v["transports"]]
+    cases = [(training(t), t, "img_per_s", None, None) for t in v["transports"]]
     sizes = v.get("allreduce_sizes", ())
     for t in v.get("allreduce", ()):
         cases += [("allreduce", t, "latency_us", None, sizes[0]), ("allreduce", t, "busbw_GBps", None, sizes[-1])]
@@ -202,10 +203,10 @@ def mpi_library(plan: Plan, data: dict[str, PointData]) -> list[dict]:
         ref = None
         for lib in libs:
             arm = plan.arms[lib].key
-            p = (_tf_point(plan, t, n, v["model"], arm=arm) if bench == "tf-epoch"
+            p = (_tf_point(plan, t, n, v["model"], arm=arm) if bench != "allreduce"
                  else Point("allreduce", t, n, arm=arm))
             d = _get(data, p)
-            vals = d.series(metric, b if b is not None else (v["batches"][0] if bench == "tf-epoch" else None), size) if d else {}
+            vals = d.series(metric, b if b is not None else (v["batches"][0] if bench != "allreduce" else None), size) if d else {}
             ref = vals if ref is None else ref
             rows.append(_row(d, case=f"{bench} {t}" + (f" {LABELS[metric]}" if bench == "allreduce" else " img/s"),
                              library=lib, metric=metric, value=figure(vals),

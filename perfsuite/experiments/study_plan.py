@@ -51,6 +51,13 @@ DEFAULT_ALLREDUCE_ITERS = 200
 #: The arm every point outside the MPI-library vector runs under: this perfsuite's own Python.
 HERE = ""
 NO_GRPC_REFERENCE = "grpc"
+#: What an arm's Python must import to run a training benchmark's points.
+FRAMEWORK_MODULES = {"tf-epoch": "tensorflow", "torch-epoch": "torch"}
+
+
+def training(transport: str) -> str:
+    """The benchmark a plan's training transport runs under: tf-epoch or torch-epoch."""
+    return transports.training_benchmark(transport)
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,7 @@ class Arm:
 
 @dataclass(frozen=True)
 class Point:
-    benchmark: str  # tf-epoch | allreduce
+    benchmark: str  # tf-epoch | torch-epoch | allreduce
     transport: str
     world_size: int
     model: str = ""
@@ -154,11 +161,13 @@ def _need(d: dict, key: str, where: str) -> Any:
     return d[key]
 
 
-def _transports(v: Any, where: str, benchmark: str) -> tuple[str, ...]:
+def _transports(v: Any, where: str, benchmark: str | None) -> tuple[str, ...]:
+    """Transports of ``benchmark``, or of any training benchmark (None: TensorFlow's and
+    PyTorch's side by side)."""
     names = _names(v, where)
     for t in names:
         try:
-            transports.spec(t, benchmark)
+            transports.spec(t, benchmark or transports.training_benchmark(t))
         except ConfigError as exc:
             raise _bad(where, str(exc)) from None
     return names
@@ -247,7 +256,7 @@ def parse(raw: dict, source: str = "plan") -> Plan:
 
 def _vector(plan: Plan, name: str, v: dict, where: str) -> dict[str, Any]:
     """The vector with defaults filled in, its points added to the plan."""
-    out: dict[str, Any] = {"transports": _transports(_need(v, "transports", where), f"{where}.transports", "tf-epoch")}
+    out: dict[str, Any] = {"transports": _transports(_need(v, "transports", where), f"{where}.transports", None)}
     if "allreduce" in v:
         out["allreduce"] = _transports(v["allreduce"], f"{where}.allreduce", "allreduce")
         out["allreduce_sizes"] = _sizes(v.get("allreduce_sizes", list(DEFAULT_ALLREDUCE_SIZES)),
@@ -264,8 +273,8 @@ def _vector(plan: Plan, name: str, v: dict, where: str) -> dict[str, Any]:
         for t in out["transports"]:
             for n in out["world_sizes"]:
                 for net in out["networks"]:
-                    plan_point(plan, "tf-epoch", t, n, out["model"], net, "", out["batches"])
-                plan_point(plan, "tf-epoch", t, 1, out["model"], "none", "", out["batches"])
+                    plan_point(plan, training(t), t, n, out["model"], net, "", out["batches"])
+                plan_point(plan, training(t), t, 1, out["model"], "none", "", out["batches"])
         ar_sizes = v.get("allreduce_world_sizes", [n for n in out["world_sizes"] if n > 1])
         if not isinstance(ar_sizes, list):
             raise _bad(f"{where}.allreduce_world_sizes", f"{json.dumps(ar_sizes)} must be a list, e.g. [2, 4]")
@@ -284,8 +293,8 @@ def _vector(plan: Plan, name: str, v: dict, where: str) -> dict[str, Any]:
         out["model"] = _model(v.get("model", "small-cnn"), f"{where}.model")
         out["network"] = _network(v.get("network", "none"), f"{where}.network")
         for t in out["transports"]:
-            plan_point(plan, "tf-epoch", t, out["world_size"], out["model"], out["network"], "", out["batches"])
-            plan_point(plan, "tf-epoch", t, 1, out["model"], "none", "", out["batches"])
+            plan_point(plan, training(t), t, out["world_size"], out["model"], out["network"], "", out["batches"])
+            plan_point(plan, training(t), t, 1, out["model"], "none", "", out["batches"])
     elif name == "mpi-library":
         grpc = [t for t in out["transports"] if t.startswith("grpc")]
         if grpc:
@@ -302,11 +311,11 @@ def _vector(plan: Plan, name: str, v: dict, where: str) -> dict[str, Any]:
         out["libraries"] = libs
         out["model"] = _model(v.get("model", "small-cnn"), f"{where}.model")
         out["batches"] = (_batch(v.get("batch", 32), f"{where}.batch"),)
-        cases = [("tf-epoch", t) for t in out["transports"]] + [("allreduce", t) for t in out.get("allreduce", ())]
+        cases = [(training(t), t) for t in out["transports"]] + [("allreduce", t) for t in out.get("allreduce", ())]
         for bench, t in cases:
-            keys = tuple(plan_point(plan, bench, t, out["world_size"], out["model"] if bench == "tf-epoch" else "",
+            keys = tuple(plan_point(plan, bench, t, out["world_size"], out["model"] if bench != "allreduce" else "",
                                     "none", plan.arms[lib].key,
-                                    out["batches"] if bench == "tf-epoch" else (),
+                                    out["batches"] if bench != "allreduce" else (),
                                     out.get("allreduce_sizes", ()) if bench == "allreduce" else ()).key
                          for lib in libs)
             plan.units.append(keys)
@@ -317,7 +326,7 @@ def _vector(plan: Plan, name: str, v: dict, where: str) -> dict[str, Any]:
         out["network"] = _network(v.get("network", "none"), f"{where}.network")
         for m in out["models"]:
             for t in out["transports"]:
-                plan_point(plan, "tf-epoch", t, out["world_size"], m, out["network"], "", out["batches"])
+                plan_point(plan, training(t), t, out["world_size"], m, out["network"], "", out["batches"])
     return out
 
 
@@ -356,7 +365,8 @@ def unavailable_arms(plan: Plan, probe) -> dict[str, str]:
         used = [p for p in plan.points.values() if p.arm == arm.key and arm.key]
         if not used or not arm.python:
             continue
-        needs = ("mpi4py", "perfsuite") + (("tensorflow",) if any(p.benchmark == "tf-epoch" for p in used) else ())
+        needs = ("mpi4py", "perfsuite") + tuple(FRAMEWORK_MODULES[b] for b in sorted({p.benchmark for p in used})
+                                                if b in FRAMEWORK_MODULES)
         try:
             probe(arm.python, needs)
         except ConfigError as exc:
@@ -387,7 +397,7 @@ def expected_world_s(p: Point, steps: int, warmup: int, cores: int | None = None
 
 
 def describe(p: Point) -> str:
-    what = (f"{p.model}@{p.image_size}px batch {','.join(map(str, p.batches))}" if p.benchmark == "tf-epoch"
+    what = (f"{p.model}@{p.image_size}px batch {','.join(map(str, p.batches))}" if p.benchmark != "allreduce"
             else "sizes " + ",".join(format_size(s) for s in p.sizes))
     return f"{p.key} ({what})"
 

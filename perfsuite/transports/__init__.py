@@ -171,3 +171,11 @@ for _name, _summary, _cls, _device, _check in (
          "MpiAllreduce", "host", _torch.need_torch_mpi)):
     register(TransportSpec(_name, _summary, ("allreduce",), f"perfsuite.transports.torch.allreduce:Torch{_cls}",
                            device=_device, check=_check))
+for _name, _summary, _cls, _device, _check in (
+        ("torch-gloo", "DistributedDataParallel over gloo, host tensors", "GlooTraining", "host", _torch.need_torch),
+        ("torch-nccl", "DistributedDataParallel over NCCL, one GPU per rank", "NcclTraining", "gpu",
+         _torch.need_torch_gpu),
+        ("torch-mpi", "DistributedDataParallel over MPI (torch built with USE_MPI)", "MpiTraining", "host",
+         _torch.need_torch_mpi)):
+    register(TransportSpec(_name, _summary, ("torch-epoch",), f"perfsuite.transports.torch.train:{_cls}",
+                           device=_device, check=_check), key=f"torch-epoch:{_name}")

@@ -1,0 +1,90 @@
+"""The real-data input of the PyTorch epoch: the dataset's JPEG files through a DataLoader.
+
+``options["data"] = "files"`` feeds each step from a ``torch.utils.data.DataLoader`` over this
+rank's shard (``input_files``): read the file (the fetch), decode the JPEG, resize, random flip,
+brightness (the prep), in ``prep_threads`` worker processes, ``prefetch`` batches ahead per
+worker: the pipeline a PyTorch user writes, and the one DS-Analyzer measured. The batch is copied
+into the tensors the step closes over, so the transport's step is the same on real data; the
+time a step waits for its batch is inside the step's time: that wait is the data stall.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .input_files import input_options, list_images, shard
+
+
+class _Images:
+    """A map-style dataset of JPEG paths; the label is in the file name (img-<i>-<label>.jpg)."""
+
+    def __init__(self, files: list[str], image: int, classes: int):
+        self.files, self.image, self.classes = files, image, classes
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int):
+        import torch
+        from torchvision.io import ImageReadMode, decode_jpeg, read_file
+        from torchvision.transforms.v2 import functional as F
+
+        path = self.files[i]
+        img = decode_jpeg(read_file(path), mode=ImageReadMode.RGB)  # the fetch, then the decode
+        img = F.resize(img, [self.image, self.image], antialias=True)
+        if torch.rand(()) < 0.5:
+            img = F.horizontal_flip(img)
+        img = F.adjust_brightness(img.float() / 255.0, 1.0 + (float(torch.rand(())) - 0.5) * 0.2)
+        label = int(path.rsplit("-", 1)[-1].split(".")[0]) % self.classes
+        return img, label
+
+
+class FileFeed:
+    def __init__(self, torch: Any, files: list[str], rank: int, world_size: int, batch: int, image: int,
+                 classes: int, warmup_steps: int, steps: int, prep_threads: int, prefetch: int, device: Any):
+        self.torch, self.batch, self.image, self.classes = torch, batch, image, classes
+        self.prep_threads, self.prefetch = prep_threads, prefetch
+        self.warm_files, self.timed_files = shard(files, rank, world_size, warmup_steps, steps, batch)
+        self.x = torch.zeros(batch, 3, image, image, device=device)
+        self.y = torch.zeros(batch, dtype=torch.int64, device=device)
+        self._it = iter(self._loader(self.warm_files)) if self.warm_files else None
+        self.wait_s: list[float] = []
+
+    def _loader(self, files: list[str]):
+        from torch.utils.data import DataLoader
+
+        workers = self.prep_threads
+        return DataLoader(_Images(files, self.image, self.classes), batch_size=self.batch, shuffle=False,
+                          drop_last=True, num_workers=workers,
+                          prefetch_factor=max(self.prefetch, 1) if workers else None)
+
+    def start_timed(self) -> None:
+        """Open the timed part only now: nothing of it was read during warm-up."""
+        self._it = iter(self._loader(self.timed_files))
+
+    def wrap(self, step):
+        def fed_step():
+            t0 = time.perf_counter()
+            xb, yb = next(self._it)
+            self.x.copy_(xb)
+            self.y.copy_(yb)
+            self.wait_s.append(time.perf_counter() - t0)
+            return step()
+
+        return fed_step
+
+    def describe(self) -> dict[str, Any]:
+        timed_wait = self.wait_s[-len(self.timed_files) // self.batch:] if self.wait_s else []
+        return {"data": "files", "prep_threads": self.prep_threads, "prefetch": self.prefetch,
+                "files_per_rank_timed": len(self.timed_files), "loader": "DataLoader worker processes",
+                "input_wait_ms_mean": (sum(timed_wait) / len(timed_wait) * 1e3) if timed_wait else None}
+
+
+def input_feed(torch: Any, options: dict, rank: int, world_size: int, batch: int, image: int,
+               classes: int, warmup_steps: int, steps: int, device: Any) -> FileFeed | None:
+    """None for synthetic data (the kernel's own fixed batch), else a FileFeed."""
+    opts = input_options(options)
+    if opts["data"] != "files":
+        return None
+    return FileFeed(torch, list_images(opts["data_dir"]), rank, world_size, batch, image, classes,
+                    warmup_steps, steps, opts["prep_threads"], opts["prefetch"], device)

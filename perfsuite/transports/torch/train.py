@@ -1,0 +1,119 @@
+"""Training transports for the ``torch-epoch`` kernel: DistributedDataParallel over a
+torch.distributed group of one backend.
+
+DDP exchanges gradients inside ``backward()``: its autograd hooks fill buckets of
+``bucket_cap_mb`` megabytes (torch's default 25, the analogue of Horovod's fusion threshold) and
+allreduce each bucket as soon as it is full, overlapping the exchange with the rest of the
+backward pass. So the allreduce's own time is not visible from Python (as for TensorFlow's
+MWMS), and a step reports its time only. Every rank starts from rank 0's weights because DDP
+broadcasts them when it wraps the model.
+
+- ``torch-gloo``: host tensors, gloo; ``torch-mpi``: host tensors, MPI (torch built with it);
+- ``torch-nccl``: the model and batch on this rank's GPU, NCCL; a step ends when the device is
+  done. ``torch_device="cpu"`` (the suite's own tests) runs the same code over gloo on the host.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import ConfigError
+from .support import import_torch, start_group, stop_group
+
+DEFAULT_BUCKET_CAP_MB = 25  # torch.nn.parallel.DistributedDataParallel's own default
+
+
+def bucket_cap_mb(options: dict) -> float:
+    raw = options.get("bucket_cap_mb", DEFAULT_BUCKET_CAP_MB)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not raw > 0:
+        raise ConfigError(f"bucket size {raw!r} must be a number of megabytes > 0, e.g. 25 (DDP's default)")
+    return float(raw)
+
+
+class TorchTraining:
+    name = "torch-base"
+    backend = "gloo"
+    on_gpu = False
+    synchronous = True  # weights must be identical on every rank after the epoch
+
+    def __init__(self, comm, options: dict | None = None):
+        self.comm = comm
+        self.options = dict(options or {})
+        self.rank, self.n = comm.Get_rank(), comm.Get_size()
+        self.bucket_cap_mb = bucket_cap_mb(self.options)
+        self.torch, self.dist = import_torch()
+        self.device = self.torch.device("cpu")
+        self.facts: dict[str, Any] = {"transport": self.name, "bucket_cap_mb": self.bucket_cap_mb}
+
+    def start(self) -> None:
+        """Collective: the process group (after the plain baseline, which needs no group)."""
+        self.dist, facts = start_group(self.comm, self.backend,
+                                       device=self.device if self.device.type == "cuda" else None)
+        self.facts.update(facts)
+
+    def wrap(self, model: Any):
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=self.bucket_cap_mb)
+
+    def make_step(self, model: Any, optimizer: Any, loss_fn: Any, x: Any, y: Any) -> Callable[[], None]:
+        done = self.finish()
+
+        def step() -> None:
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()  # DDP's buckets are allreduced in here
+            optimizer.step()
+            loss.item()
+            done()
+
+        return step
+
+    def finish(self) -> Callable[[], None]:
+        """What ends a step: on a GPU, the device finishing the optimizer's kernels."""
+        if self.device.type != "cuda":
+            return lambda: None
+        torch, device = self.torch, self.device
+        return lambda: torch.cuda.synchronize(device)
+
+    def close(self) -> None:
+        stop_group(self.dist)
+
+    def describe(self) -> dict:
+        return dict(self.facts)
+
+
+class GlooTraining(TorchTraining):
+    name = "torch-gloo"
+    backend = "gloo"
+
+
+class MpiTraining(TorchTraining):
+    name = "torch-mpi"
+    backend = "mpi"
+
+
+class NcclTraining(TorchTraining):
+    name = "torch-nccl"
+    backend = "nccl"
+    on_gpu = True
+
+    def __init__(self, comm, options: dict | None = None):
+        super().__init__(comm, options)
+        from ..gpu import agree, node_rank
+
+        if str(self.options.get("torch_device", "cuda")) == "cpu":
+            self.backend, self.on_gpu = "gloo", False
+            self.facts["torch_device"] = "cpu"
+            return
+        torch = self.torch
+        local_rank, _ = node_rank(comm)
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        agree(comm, None if count else f"torch {torch.__version__} sees no CUDA device "
+              f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+        self.device = torch.device("cuda", local_rank % count)
+        torch.cuda.set_device(self.device)
+        self.facts.update(torch_device="cuda", device=self.device.index,
+                          gpu=torch.cuda.get_device_name(self.device))
