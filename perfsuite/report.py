@@ -109,22 +109,23 @@ def overhead_table(rep: Any) -> str:
 def plain_overhead_table(rep: Any) -> str:
     """``perfsuite overhead --transports torch-gloo``: the harness beside the framework's plain loop."""
     lines = [f"# harness overhead: {rep.transport}'s kernel loop vs a plain loop of the framework's own "
-             f"allreduce (kernels/plain/), in place, float32, world_size={rep.world_size}, "
-             f"{rep.rounds} world(s)",
-             "# in each world the two loops alternate in blocks; p50 of the slowest rank per call, median "
-             "over blocks and worlds; x: median over every block pair of harness/plain, with its range",
-             f"#{'size':>11} {'plain(us)':>11} {'harness(us)':>12} {'x':>7} {'x range':>15}"]
+             f"allreduce (kernels/plain/), in place, float32, world_size={rep.world_size}, {rep.rounds} world(s)",
+             "# in each world the loops take turns in short blocks; p50 of the slowest rank per call, median over "
+             "worlds; +us: median over paired calls of harness - plain; x: 1 + (+us) / plain p50, and its range "
+             "over worlds",
+             f"#{'size':>11} {'plain(us)':>11} {'harness(us)':>12} {'+us':>9} {'x':>7} {'x over worlds':>15}"]
     for r in rep.rows:
         p = r["p50_us"]
         lo_hi = f"{r['ratio_range'][0]:.3f}-{r['ratio_range'][1]:.3f}" if r["ratio_range"] else "-"
+        diff = f"{r['diff_us']:+.2f}" if r["diff_us"] is not None else "-"
         lines.append(f"{r['size_bytes']:>12} {p.get('plain', float('nan')):>11.2f} "
-                     f"{p.get('harness', float('nan')):>12.2f} "
+                     f"{p.get('harness', float('nan')):>12.2f} {diff:>9} "
                      f"{(format(r['ratio'], '.3f') if r['ratio'] is not None else '-'):>7} {lo_hi:>15}")
     for r in rep.rows:
         lo_hi = ", ".join(f"{k} {a:.2f}-{z:.2f}" for k, (a, z) in r["range_us"].items())
         per_world = ", ".join(f"{x:.3f}" for x in r["world_ratios"])
         lines.append(f"# {r['size_bytes']} B: p50 range over worlds (us): {lo_hi}; x per world: {per_world} "
-                     f"({r['pairs']} block pairs)")
+                     f"({r['pairs']} paired calls)")
     for what, value, met in rep.targets():
         shown = f"{value:.3f} {'met' if met else 'NOT met'}" if value is not None else "NOT met (not measured)"
         lines.append(f"# target {what}: {shown}")

@@ -175,9 +175,10 @@ class PlainOverheadReport:
 
 def plain_overhead(cfg: suite.SuiteConfig, transport: str, world_size: int = 2,
                    sizes: Sequence[int] = PLAIN_TARGET_SIZES, rounds: int = ROUNDS) -> PlainOverheadReport:
-    """``rounds`` worlds of ``kernels/yardstick``: in each, blocks of the harness's loop and of
-    the plain loop alternate. Per size: the median over every block pair of harness/plain, its
-    range, and the median p50 of each loop."""
+    """``rounds`` worlds of ``kernels/yardstick``: in each, short blocks of the harness's loop and
+    of the plain loop alternate. Per size: the median over every paired call (all worlds) of
+    harness - plain, as a fraction of the plain loop's p50 (the ratio the target judges), the
+    same ratio per world (its spread), and the median p50 of each loop."""
     rep = PlainOverheadReport(transport, world_size, rounds)
     cfg = replace(cfg, rounds=None)
     options = {**cfg.options, "inplace": True, "copy_bw": False}
@@ -196,13 +197,17 @@ def plain_overhead(cfg: suite.SuiteConfig, transport: str, world_size: int = 2,
         got.append({s.case.size_bytes or 0: s.info for s in outcome.result.samples})
     for size in sizes:
         infos = [g[size] for g in got if size in g]
-        ratios = [r for i in infos for r in i["ratios"]]
+        diffs = [d for i in infos for d in i["diffs_us"]]
+        plain_p50 = statistics.median(i["plain_p50_us"] for i in infos) if infos else 0.0
+        diff = statistics.median(diffs) if diffs else None
+        world = [i["ratio"] for i in infos if i["ratio"] is not None]
         rep.rows.append({
             "size_bytes": size,
             "p50_us": {k: statistics.median(i[f"{k}_p50_us"] for i in infos) for k in ("plain", "harness")},
             "range_us": {k: (min(i[f"{k}_p50_us"] for i in infos), max(i[f"{k}_p50_us"] for i in infos))
                          for k in ("plain", "harness")},
-            "ratio": statistics.median(ratios) if ratios else None,
-            "ratio_range": (min(ratios), max(ratios)) if ratios else None,
-            "world_ratios": [i["ratio"] for i in infos], "pairs": len(ratios)})
+            "diff_us": diff,
+            "ratio": 1.0 + diff / plain_p50 if diff is not None and plain_p50 > 0 else None,
+            "ratio_range": (min(world), max(world)) if world else None,
+            "world_ratios": world, "pairs": len(diffs)})
     return rep
