@@ -216,11 +216,6 @@ def test_overhead_sees_a_harness_that_costs_more(no_leftover_ranks):
     assert rep.missed() == ["4 B harness / plain <= 1.05"]
 
 
-def test_overhead_refuses_a_transport_it_has_no_yardstick_for(capsys):
-    assert cli.main(["overhead", "--transports", "ring"]) == 2
-    assert "overhead compares transport 'ring' with nothing; choose mpi" in capsys.readouterr().err
-
-
 # --- the study and the stall breakdown take PyTorch --------------------------------------------
 
 def test_the_frameworks_plan_puts_both_frameworks_side_by_side():
