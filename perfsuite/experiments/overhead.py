@@ -196,18 +196,21 @@ def plain_overhead(cfg: suite.SuiteConfig, transport: str, world_size: int = 2,
         rep.world_start_s = rep.world_start_s or outcome.result.world_start_s
         got.append({s.case.size_bytes or 0: s.info for s in outcome.result.samples})
     for size in sizes:
-        infos = [g[size] for g in got if size in g]
-        diffs = [d for i in infos for d in i["diffs_us"]]
-        plain_p50 = statistics.median(i["plain_p50_us"] for i in infos) if infos else 0.0
-        diff = statistics.median(diffs) if diffs else None
-        world = [i["ratio"] for i in infos if i["ratio"] is not None]
-        rep.rows.append({
-            "size_bytes": size,
-            "p50_us": {k: statistics.median(i[f"{k}_p50_us"] for i in infos) for k in ("plain", "harness")},
-            "range_us": {k: (min(i[f"{k}_p50_us"] for i in infos), max(i[f"{k}_p50_us"] for i in infos))
-                         for k in ("plain", "harness")},
-            "diff_us": diff,
-            "ratio": 1.0 + diff / plain_p50 if diff is not None and plain_p50 > 0 else None,
-            "ratio_range": (min(world), max(world)) if world else None,
-            "world_ratios": world, "pairs": len(diffs)})
+        rep.rows.append(plain_row(size, [g[size] for g in got if size in g]))
     return rep
+
+
+def plain_row(size: int, infos: Sequence[dict]) -> dict[str, Any]:
+    """One size's row from its worlds' estimates (``kernels/yardstick.paired_estimate``): the
+    median over every paired call of all worlds, over the median plain p50 (the ratio the target
+    judges), the per-world ratios (its spread), and each loop's p50 and range. Pure."""
+    diffs = [d for i in infos for d in i["diffs_us"]]
+    plain_p50 = statistics.median(i["plain_p50_us"] for i in infos) if infos else 0.0
+    diff = statistics.median(diffs) if diffs else None
+    world = [i["ratio"] for i in infos if i["ratio"] is not None]
+    return {"size_bytes": size,
+            "p50_us": {k: statistics.median(i[f"{k}_p50_us"] for i in infos) for k in ("plain", "harness") if infos},
+            "range_us": {k: (min(i[f"{k}_p50_us"] for i in infos), max(i[f"{k}_p50_us"] for i in infos))
+                         for k in ("plain", "harness") if infos},
+            "diff_us": diff, "ratio": 1.0 + diff / plain_p50 if diff is not None and plain_p50 > 0 else None,
+            "ratio_range": (min(world), max(world)) if world else None, "world_ratios": world, "pairs": len(diffs)}

@@ -9,6 +9,8 @@ the timed steps (nothing read ahead during warm-up).
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +61,47 @@ def list_images(folder: str | os.PathLike) -> list[str]:
     if not files:
         raise ConfigError(f"no dataset in {str(folder)!r}: write one with perfsuite.dataset.ensure_dataset")
     return files
+
+
+class ShardFeed:
+    """What the frameworks' file feeds share: this rank's shard split into warm-up and timed
+    files, the timed part opened only after the warm-up, and the wait for each batch timed inside
+    the step it feeds (that wait is the data stall). A framework's feed makes the tensors the
+    step reads (``x``, ``y``), then calls ``_begin``; it supplies ``_open(files)``, an iterable of
+    (images, labels) batches, and ``_put(images, labels)``, which copies a batch into them."""
+
+    def __init__(self, files: list[str], rank: int, world_size: int, batch: int, image: int, classes: int,
+                 warmup_steps: int, steps: int, prep_threads: int, prefetch: int):
+        self.batch, self.image, self.classes = batch, image, classes
+        self.prep_threads, self.prefetch = prep_threads, prefetch
+        self.warm_files, self.timed_files = shard(files, rank, world_size, warmup_steps, steps, batch)
+        self.wait_s: list[float] = []
+        self._it = None
+
+    def _open(self, files: list[str]) -> Iterable:
+        raise NotImplementedError
+
+    def _put(self, images: Any, labels: Any) -> None:
+        raise NotImplementedError
+
+    def _begin(self) -> None:
+        self._it = iter(self._open(self.warm_files)) if self.warm_files else None
+
+    def start_timed(self) -> None:
+        """Open the timed part only now: nothing of it was read during warm-up."""
+        self._it = iter(self._open(self.timed_files))
+
+    def wrap(self, step: Callable) -> Callable:
+        def fed_step():
+            t0 = time.perf_counter()
+            self._put(*next(self._it))
+            self.wait_s.append(time.perf_counter() - t0)
+            return step()
+
+        return fed_step
+
+    def describe(self, **extra: Any) -> dict[str, Any]:
+        timed_wait = self.wait_s[-len(self.timed_files) // self.batch:] if self.wait_s else []
+        return {"data": "files", "prep_threads": self.prep_threads, "prefetch": self.prefetch,
+                "files_per_rank_timed": len(self.timed_files), **extra,
+                "input_wait_ms_mean": (sum(timed_wait) / len(timed_wait) * 1e3) if timed_wait else None}

@@ -25,10 +25,10 @@ from ..transports import load as load_transport
 from ..transports.tf.support import import_tf
 from ..transports.tf.train import plain_train_step
 from .context import RankContext
-from .contention import Probe, world_view
+from .contention import world_view
 from .faults import slowdown_fraction, spin
 from .tf_input import configure_threads, input_feed
-from .training import (SEED, epoch_options, plain_epoch, root_baseline, summarize, timed_epoch, weights_agree)
+from .training import (SEED, epoch_options, plain_epoch, root_baseline, summarize, warm_and_time, weights_agree)
 from .tf_models import build_model, check_batch, check_image_size, model_spec, synthetic_batch
 
 BENCHMARK = "tf-epoch"
@@ -89,16 +89,7 @@ def run(ctx: RankContext) -> dict:
         step = transport.make_step(model, optimizer, loss_fn, x, y)
         if feed is not None:
             step = feed.wrap(step)
-        t0 = time.perf_counter()
-        for _ in range(opts["warmup"]):
-            step()
-        warmup_s = time.perf_counter() - t0
-        if feed is not None:
-            feed.start_timed()
-        comm.Barrier()  # every rank starts the timed epoch together
-        probe = Probe(scope="process")
-        times, allreduce = timed_epoch(step, opts["steps"], ctx.fault, case, slow=spinner)
-        machine = probe.stop()
+        times, allreduce, machine, warmup_s = warm_and_time(comm, step, feed, opts, ctx.fault, case, spinner)
         if transport.synchronous and ctx.world_size > 1:
             identical, max_diff = weights_agree(comm, [v.numpy() for v in model.trainable_variables])
         else:

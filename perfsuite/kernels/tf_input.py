@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .input_files import DATA_SOURCES, input_options, list_images, shard  # noqa: F401
+from .input_files import DATA_SOURCES, ShardFeed, input_options, list_images, shard  # noqa: F401
 
 
 def configure_threads(tf: Any, options: dict) -> int | None:
@@ -29,22 +29,19 @@ def configure_threads(tf: Any, options: dict) -> int | None:
     return n
 
 
-class FileFeed:
-    """Feeds a transport's step from JPEG files (see the module docstring)."""
+class FileFeed(ShardFeed):
+    """Feeds a transport's step from JPEG files through tf.data (see the module docstring)."""
 
     def __init__(self, tf: Any, files: list[str], rank: int, world_size: int, batch: int,
                  image: int, classes: int, warmup_steps: int, steps: int, prep_threads: int,
                  prefetch: int):
+        super().__init__(files, rank, world_size, batch, image, classes, warmup_steps, steps, prep_threads, prefetch)
         self.tf = tf
-        self.batch, self.image, self.classes = batch, image, classes
-        self.prep_threads, self.prefetch = prep_threads, prefetch
-        self.warm_files, self.timed_files = shard(files, rank, world_size, warmup_steps, steps, batch)
         self.x = tf.Variable(tf.zeros([batch, image, image, 3], tf.float32), trainable=False)
         self.y = tf.Variable(tf.zeros([batch], tf.int32), trainable=False)
-        self._it = iter(self._dataset(self.warm_files)) if self.warm_files else None
-        self.wait_s: list[float] = []
+        self._begin()
 
-    def _dataset(self, files: list[str]):
+    def _open(self, files: list[str]):
         tf, image, classes = self.tf, self.image, self.classes
 
         def load(path):
@@ -66,28 +63,9 @@ class FileFeed:
         opts.autotune.enabled = False  # the thread count is the experiment's knob: keep it
         return ds.with_options(opts)
 
-    def start_timed(self) -> None:
-        """Open the timed part only now: nothing of it was read during warm-up."""
-        self._it = iter(self._dataset(self.timed_files))
-
-    def wrap(self, step):
-        import time
-
-        def fed_step():
-            t0 = time.perf_counter()
-            xb, yb = next(self._it)
-            self.x.assign(xb)
-            self.y.assign(yb)
-            self.wait_s.append(time.perf_counter() - t0)
-            return step()
-
-        return fed_step
-
-    def describe(self) -> dict[str, Any]:
-        timed_wait = self.wait_s[-len(self.timed_files) // self.batch:] if self.wait_s else []
-        return {"data": "files", "prep_threads": self.prep_threads, "prefetch": self.prefetch,
-                "files_per_rank_timed": len(self.timed_files),
-                "input_wait_ms_mean": (sum(timed_wait) / len(timed_wait) * 1e3) if timed_wait else None}
+    def _put(self, images: Any, labels: Any) -> None:
+        self.x.assign(images)
+        self.y.assign(labels)
 
 
 def input_feed(tf: Any, options: dict, rank: int, world_size: int, batch: int, image: int,

@@ -16,6 +16,7 @@ gets the node's cores divided among its ranks (``compute_threads`` sets it).
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -27,13 +28,13 @@ from ..model import Case
 from ..transports import load as load_transport
 from ..transports.torch.support import import_torch
 from .context import RankContext, whole_option
-from .contention import Probe, world_view
+from .contention import world_view
 from .faults import slowdown_fraction, spin
 from .plain.torch_ddp import ddp_epoch
 from .tf_models import check_batch, check_image_size, model_spec
 from .torch_input import input_feed
 from .torch_models import ARCHITECTURES, build_model, synthetic_batch
-from .training import SEED, epoch_options, plain_epoch, root_baseline, summarize, timed_epoch, weights_agree
+from .training import SEED, epoch_options, plain_epoch, root_baseline, summarize, warm_and_time, weights_agree
 
 BENCHMARK = "torch-epoch"
 
@@ -91,30 +92,18 @@ def run(ctx: RankContext) -> dict:
         step = transport.make_step(ddp, optimizer, loss_fn, x, y)
         if feed is not None:
             step = feed.wrap(step)
-        t0 = time.perf_counter()
-        for _ in range(opts["warmup"]):
-            step()
-        warmup_s = time.perf_counter() - t0
         # The plain DDP loop runs half its steps just before the timed epoch and half just after
         # (A-B-A): a drift of the machine during the case weighs on both alike.
         halves = (opts["steps"] // 2, opts["steps"] - opts["steps"] // 2) if reference and feed is None else None
-        plain_ddp_s = 0.0
-        if halves:
-            comm.Barrier()
-            plain_ddp_s += comm.allreduce(ddp_epoch(ddp, optimizer, loss_fn, x, y, halves[0], transport.finish()),
-                                          op=_max())
-        if feed is not None:
-            feed.start_timed()
-        comm.Barrier()  # every rank starts the timed epoch together
-        probe = Probe(scope="process")
-        times, allreduce = timed_epoch(step, opts["steps"], ctx.fault, case, slow=spinner)
-        machine = probe.stop()
+        plain = (comm, ddp, optimizer, loss_fn, x, y, transport.finish())
+        plain_ddp_s: list[float] = []
+        before = functools.partial(_plain_ddp, plain_ddp_s, *plain, halves[0]) if halves else (lambda: None)
+        times, allreduce, machine, warmup_s = warm_and_time(comm, step, feed, opts, ctx.fault, case, spinner,
+                                                            before_timed=before)
         weights = [p.detach().cpu().numpy() for p in model.parameters()]
         identical, max_diff = weights_agree(comm, weights) if ctx.world_size > 1 else (True, None)
         if halves:
-            comm.Barrier()
-            plain_ddp_s += comm.allreduce(ddp_epoch(ddp, optimizer, loss_fn, x, y, halves[1], transport.finish()),
-                                          op=_max())
+            _plain_ddp(plain_ddp_s, *plain, halves[1])
         gathered = comm.gather((times, allreduce, machine), root=0)
         if ctx.is_root:
             info = {**world_view([g[2] for g in gathered]), "image_size": image, "classes": classes,
@@ -127,17 +116,25 @@ def run(ctx: RankContext) -> dict:
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1),
                                np.stack([g[1] for g in gathered], axis=1), baselines.get(case.name), info,
                                valid=identical)
-            if plain_ddp_s:
-                plain_img = ctx.world_size * batch * opts["steps"] / plain_ddp_s
+            if halves and sum(plain_ddp_s) > 0:
+                plain_img = ctx.world_size * batch * opts["steps"] / sum(plain_ddp_s)
                 sample.info.update(plain_ddp_img_per_s=plain_img,
                                    vs_plain_ddp=sample.info["img_per_s"] / plain_img)
             ctx.emit(sample.to_dict())
-        del ddp, model, optimizer, step
+        del ddp, model, optimizer, step, plain, before
     comm.Barrier()
     transport.close()
     return {"torch": torch.__version__, "torch_import_s": import_s, "transport_start_s": start_s,
             "compute_threads": threads, "slowdown_injected": slow,
             "transport_facts": transport.describe()}
+
+
+def _plain_ddp(seconds: list[float], comm, ddp: Any, optimizer: Any, loss_fn: Any, x: Any, y: Any,
+               done: Callable[[], None], steps: int) -> None:
+    """The plain DDP loop's ``steps`` steps, started together: the slowest rank's seconds join
+    ``seconds``."""
+    comm.Barrier()
+    seconds.append(comm.allreduce(ddp_epoch(ddp, optimizer, loss_fn, x, y, steps, done), op=_max()))
 
 
 def _max():

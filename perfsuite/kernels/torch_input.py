@@ -9,10 +9,9 @@ time a step waits for its batch is inside the step's time: that wait is the data
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from .input_files import input_options, list_images, shard
+from .input_files import ShardFeed, input_options, list_images
 
 
 class _Images:
@@ -39,18 +38,15 @@ class _Images:
         return img, label
 
 
-class FileFeed:
+class FileFeed(ShardFeed):
     def __init__(self, torch: Any, files: list[str], rank: int, world_size: int, batch: int, image: int,
                  classes: int, warmup_steps: int, steps: int, prep_threads: int, prefetch: int, device: Any):
-        self.torch, self.batch, self.image, self.classes = torch, batch, image, classes
-        self.prep_threads, self.prefetch = prep_threads, prefetch
-        self.warm_files, self.timed_files = shard(files, rank, world_size, warmup_steps, steps, batch)
+        super().__init__(files, rank, world_size, batch, image, classes, warmup_steps, steps, prep_threads, prefetch)
         self.x = torch.zeros(batch, 3, image, image, device=device)
         self.y = torch.zeros(batch, dtype=torch.int64, device=device)
-        self._it = iter(self._loader(self.warm_files)) if self.warm_files else None
-        self.wait_s: list[float] = []
+        self._begin()
 
-    def _loader(self, files: list[str]):
+    def _open(self, files: list[str]):
         from torch.utils.data import DataLoader
 
         workers = self.prep_threads
@@ -58,26 +54,12 @@ class FileFeed:
                           drop_last=True, num_workers=workers,
                           prefetch_factor=max(self.prefetch, 1) if workers else None)
 
-    def start_timed(self) -> None:
-        """Open the timed part only now: nothing of it was read during warm-up."""
-        self._it = iter(self._loader(self.timed_files))
+    def _put(self, images: Any, labels: Any) -> None:
+        self.x.copy_(images)
+        self.y.copy_(labels)
 
-    def wrap(self, step):
-        def fed_step():
-            t0 = time.perf_counter()
-            xb, yb = next(self._it)
-            self.x.copy_(xb)
-            self.y.copy_(yb)
-            self.wait_s.append(time.perf_counter() - t0)
-            return step()
-
-        return fed_step
-
-    def describe(self) -> dict[str, Any]:
-        timed_wait = self.wait_s[-len(self.timed_files) // self.batch:] if self.wait_s else []
-        return {"data": "files", "prep_threads": self.prep_threads, "prefetch": self.prefetch,
-                "files_per_rank_timed": len(self.timed_files), "loader": "DataLoader worker processes",
-                "input_wait_ms_mean": (sum(timed_wait) / len(timed_wait) * 1e3) if timed_wait else None}
+    def describe(self, **extra: Any) -> dict[str, Any]:
+        return super().describe(loader="DataLoader worker processes", **extra)
 
 
 def input_feed(torch: Any, options: dict, rank: int, world_size: int, batch: int, image: int,

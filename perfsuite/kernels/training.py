@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..model import Case, Metric, Sample
 from .context import RankContext, whole_option
+from .contention import Probe
 from .faults import Spin
 
 DEFAULT_STEPS, DEFAULT_WARMUP = 20, 3
@@ -148,3 +149,23 @@ def root_baseline(ctx: RankContext, measure: Callable[[], list[float]]) -> list[
     baseline = measure() if ctx.is_root else None
     quiet_barrier(ctx.comm)
     return baseline
+
+
+def warm_and_time(comm, step: Callable[[], float | None], feed: Any, opts: dict, fault: Callable, case: Case,
+                  spinner: Spin | None, before_timed: Callable[[], None] = lambda: None
+                  ) -> tuple[np.ndarray, np.ndarray, dict, float]:
+    """A case's warm-up steps, then its timed epoch on every rank, started together after a
+    barrier (and, on real data, with the timed files opened only now): (step seconds, allreduce
+    seconds or NaN, this rank's contention over the epoch, warm-up seconds). ``before_timed``
+    runs between the two, outside both clocks."""
+    t0 = time.perf_counter()
+    for _ in range(opts["warmup"]):
+        step()
+    warmup_s = time.perf_counter() - t0
+    before_timed()
+    if feed is not None:
+        feed.start_timed()
+    comm.Barrier()
+    probe = Probe(scope="process")
+    times, allreduce = timed_epoch(step, opts["steps"], fault, case, slow=spinner)
+    return times, allreduce, probe.stop(), warmup_s

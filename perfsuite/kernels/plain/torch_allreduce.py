@@ -18,6 +18,17 @@ import sys
 import time
 
 
+def form_group(comm, dist, backend: str) -> None:
+    """The process group as a user forms it inside an MPI world on one node: rank 0's TCPStore
+    on a port of the kernel's choosing, its number broadcast over MPI."""
+    rank, n = comm.Get_rank(), comm.Get_size()
+    store = dist.TCPStore("127.0.0.1", 0, n, True, wait_for_workers=False) if rank == 0 else None
+    port = comm.bcast(store.port if store else None, root=0)
+    if rank:
+        store = dist.TCPStore("127.0.0.1", port, n, False)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=n)
+
+
 def timed_calls(dist, barrier, t, iters: int) -> list[float]:
     """The loop itself: ``iters`` in-place all_reduce calls, each after a barrier, in seconds."""
     times = []
@@ -41,12 +52,8 @@ def main(argv: list[str]) -> int:
     backend = argv[0] if argv and ":" not in argv[0] else "gloo"
     specs = [a for a in argv if ":" in a]
     comm = MPI.COMM_WORLD
-    rank, n = comm.Get_rank(), comm.Get_size()
-    store = dist.TCPStore("127.0.0.1", 0, n, True, wait_for_workers=False) if rank == 0 else None
-    port = comm.bcast(store.port if store else None, root=0)
-    if rank:
-        store = dist.TCPStore("127.0.0.1", port, n, False)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=n)
+    rank = comm.Get_rank()
+    form_group(comm, dist, backend)
     for spec in specs:
         size, iters, warmup = (int(x) for x in spec.split(":"))
         t = torch.ones(max(size // 4, 1), dtype=torch.float32)

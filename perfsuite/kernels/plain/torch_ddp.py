@@ -6,7 +6,7 @@ timed epoch and reports the ratio), and a script to run alone:
 
 ``ddp_epoch`` takes what any DDP script has (a wrapped model, an optimizer, a loss, a batch) and
 returns the epoch's wall time: no per-step clock, no barrier, no gather. Standalone, the
-group forms from MPI as the harness forms it (rank 0's TCPStore port broadcast), and the model
+group forms as the plain allreduce loop forms it (``torch_allreduce.form_group``), and the model
 is small-cnn on synthetic 32 px images.
 """
 from __future__ import annotations
@@ -43,13 +43,11 @@ def main(argv: list[str]) -> int:
     backend = argv[0] if argv else "gloo"
     steps = int(argv[1]) if len(argv) > 1 else 20
     batch = int(argv[2]) if len(argv) > 2 else 32
+    from .torch_allreduce import form_group
+
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
-    store = dist.TCPStore("127.0.0.1", 0, n, True, wait_for_workers=False) if rank == 0 else None
-    port = comm.bcast(store.port if store else None, root=0)
-    if rank:
-        store = dist.TCPStore("127.0.0.1", port, n, False)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=n)
+    form_group(comm, dist, backend)
     device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
     torch.manual_seed(1234)
     model = torch.nn.Sequential(

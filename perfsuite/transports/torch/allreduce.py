@@ -12,15 +12,14 @@ tensors over gloo, so its batching, device choice and checks are tested without 
 """
 from __future__ import annotations
 
-import socket
 import time
 
 import numpy as np
 
 from ...errors import ConfigError
 from ..base import AllreduceTransport
-from ..gpu import COPY_BYTES, COPY_REPEATS, agree, device_timing, node_rank, shared_devices
-from .support import import_torch, start_group, stop_group
+from ..gpu import COPY_BYTES, COPY_REPEATS, device_timing
+from .support import cuda_device, import_torch, start_group, stop_group
 
 DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "int32": "int32"}
 
@@ -92,40 +91,12 @@ class TorchNcclAllreduce(TorchAllreduce):
         on_cpu = str(self.options.get("torch_device", "cuda")) == "cpu"
         if on_cpu:
             self.backend = "gloo"
-        self.device, facts = self._pick_device(comm, on_cpu)
+        self.device, facts = cuda_device(comm, self.torch, on_cpu)
         self.dist, self.facts = start_group(comm, self.backend,
                                             device=None if on_cpu else self.device)
         self.facts.update(facts, transport=self.name, timing=self.timing)
         self.clock = "host" if on_cpu else "cuda-events"
         self.facts["clock"] = self.clock
-
-    def _pick_device(self, comm, on_cpu: bool):
-        torch = self.torch
-        local_rank, local_size = node_rank(comm)
-        facts = {"ranks_on_node": local_size, "torch_device": "cpu" if on_cpu else "cuda"}
-        if on_cpu:
-            agree(comm, None)
-            return torch.device("cpu"), facts
-        reason, where, device = None, "host", None
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count < 1:
-            reason = f"torch {torch.__version__} sees no CUDA device"
-        else:
-            index = local_rank % count
-            device = torch.device("cuda", index)
-            torch.cuda.set_device(device)
-            props = torch.cuda.get_device_properties(index)
-            where = (f"{getattr(props, 'pci_domain_id', 0):04x}:{getattr(props, 'pci_bus_id', 0):02x}:"
-                     f"{getattr(props, 'pci_device_id', 0):02x}.0")
-            facts.update(device=index, gpu=props.name, pci_bus_id=where, gpus_visible=count)
-        agree(comm, reason)
-        shared = shared_devices(comm.allgather((socket.gethostname(), where)))
-        per_gpu = max([len(g) for g in shared], default=1)
-        facts["ranks_per_gpu"] = per_gpu
-        agree(comm, None if per_gpu == 1 else
-              f"NCCL needs one GPU per rank, but {per_gpu} ranks share a GPU; use world sizes up "
-              "to the number of GPUs")
-        return device, facts
 
     def sync(self) -> None:
         if self.device.type == "cuda":

@@ -189,6 +189,41 @@ def start_group(comm, backend: str, timeout_s: float = RENDEZVOUS_S, device=None
     return dist, facts
 
 
+def cuda_device(comm, torch, on_cpu: bool = False):
+    """Collective: this rank's device and facts. A GPU from the node rank (the worker already
+    narrowed CUDA_VISIBLE_DEVICES to one where the launcher named the local rank), refused on
+    every rank together where CUDA sees none or two ranks landed on one GPU, which NCCL rejects;
+    ``on_cpu`` (the suite's tests) keeps torch-nccl's code on host tensors."""
+    import socket
+
+    from ..gpu import agree, node_rank, shared_devices
+
+    local_rank, local_size = node_rank(comm)
+    facts = {"ranks_on_node": local_size, "torch_device": "cpu" if on_cpu else "cuda"}
+    if on_cpu:
+        return torch.device("cpu"), facts
+    reason, where, device = None, "host", None
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count < 1:
+        reason = (f"torch {torch.__version__} sees no CUDA device "
+                  f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+    else:
+        index = local_rank % count
+        device = torch.device("cuda", index)
+        torch.cuda.set_device(device)
+        props = torch.cuda.get_device_properties(index)
+        where = (f"{getattr(props, 'pci_domain_id', 0):04x}:{getattr(props, 'pci_bus_id', 0):02x}:"
+                 f"{getattr(props, 'pci_device_id', 0):02x}.0")
+        facts.update(device=index, gpu=props.name, pci_bus_id=where, gpus_visible=count)
+    agree(comm, reason)
+    shared = shared_devices(comm.allgather((socket.gethostname(), where)))
+    facts["ranks_per_gpu"] = max([len(g) for g in shared], default=1)
+    agree(comm, None if facts["ranks_per_gpu"] == 1 else
+          f"NCCL needs one GPU per rank, but {facts['ranks_per_gpu']} ranks share a GPU; use world sizes up "
+          "to the number of GPUs")
+    return device, facts
+
+
 def stop_group(dist) -> None:
     """After the kernel's last barrier: the group's threads and sockets go now."""
     if dist is not None and dist.is_initialized():

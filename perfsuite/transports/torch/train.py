@@ -14,12 +14,11 @@ broadcasts them when it wraps the model.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 from ...errors import ConfigError
-from .support import import_torch, start_group, stop_group
+from .support import cuda_device, import_torch, start_group, stop_group
 
 DEFAULT_BUCKET_CAP_MB = 25  # torch.nn.parallel.DistributedDataParallel's own default
 
@@ -102,18 +101,8 @@ class NcclTraining(TorchTraining):
 
     def __init__(self, comm, options: dict | None = None):
         super().__init__(comm, options)
-        from ..gpu import agree, node_rank
-
-        if str(self.options.get("torch_device", "cuda")) == "cpu":
+        on_cpu = str(self.options.get("torch_device", "cuda")) == "cpu"
+        if on_cpu:
             self.backend, self.on_gpu = "gloo", False
-            self.facts["torch_device"] = "cpu"
-            return
-        torch = self.torch
-        local_rank, _ = node_rank(comm)
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        agree(comm, None if count else f"torch {torch.__version__} sees no CUDA device "
-              f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
-        self.device = torch.device("cuda", local_rank % count)
-        torch.cuda.set_device(self.device)
-        self.facts.update(torch_device="cuda", device=self.device.index,
-                          gpu=torch.cuda.get_device_name(self.device))
+        self.device, facts = cuda_device(comm, self.torch, on_cpu)
+        self.facts.update(facts)
