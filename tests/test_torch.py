@@ -129,7 +129,7 @@ def test_torch_nccl_code_batches_and_checks_on_host_tensors(monkeypatch, no_left
 
 @needs_torch
 @pytest.mark.world
-def test_a_bad_dtype_is_one_line_on_every_rank(no_leftover_ranks):
+def test_torch_gloo_sums_float64_exactly(no_leftover_ranks):
     (world,) = suite.plan([Case("allreduce", "torch-gloo", 2, size_bytes=8, dtype="float64")], {"iters": 5})
     assert measured(world).samples[0].valid  # float64 maps to torch.float64
 
@@ -243,3 +243,43 @@ def test_stalls_run_on_pytorch(no_leftover_ranks):
     assert {"T0", "T1"} <= set(out.breakdown.runs) and out.breakdown.compute_ms > 0
     assert out.sample.case.transport == "torch-gloo" and out.sample.info["framework"] == "torch-epoch"
     assert np.isfinite(out.breakdown.step_ms) and out.breakdown.step_ms > 0
+
+
+# --- the overhead rule's error rates, simulated through its own code ----------------------------
+
+def _simulated_world(rng, extra_s: float, blocks: int = 100, calls: int = 10) -> dict:
+    """One yardstick world of a gloo-like 4 B call as measured here: a fast (0.4 ms) and a slow
+    (0.9 ms) spell that persist over blocks (2% chance of a switch per block pair), lognormal
+    spread (sigma 0.3) and 5% of calls 2-10x longer; the harness's calls cost ``extra_s`` more."""
+    from perfsuite.kernels.yardstick import paired_estimate
+
+    slow = rng.random() < 0.3
+    harness, plain = [], []
+    for _ in range(blocks):
+        slow = (not slow) if rng.random() < 0.02 else slow
+        base = 900e-6 if slow else 400e-6
+
+        def block():
+            t = base * rng.lognormal(0.0, 0.3, calls)
+            return t * np.where(rng.random(calls) < 0.05, rng.uniform(2, 10, calls), 1.0)
+
+        plain.append(block())
+        harness.append(block() + extra_s)
+    return paired_estimate(harness, plain)
+
+
+def test_overhead_rule_misses_no_free_harness_and_sees_a_ten_percent_one():
+    """Unit of replication: one overhead run (5 worlds). Seeded, 100 runs each: a harness that
+    costs nothing never misses the 5% target; one that adds 60 us per call (about 10% of the
+    plain p50) always does, and the estimate is unbiased (within 1% of 1 + 60 us / plain p50)."""
+    from perfsuite.experiments.overhead import TARGET_PLAIN_RATIO, plain_row
+
+    rng = np.random.default_rng(27)
+    free = [plain_row(4, [_simulated_world(rng, 0.0) for _ in range(5)])["ratio"] for _ in range(100)]
+    dear = [plain_row(4, [_simulated_world(rng, 60e-6) for _ in range(5)]) for _ in range(100)]
+    missed_free = sum(r > TARGET_PLAIN_RATIO for r in free)
+    seen_dear = sum(r["ratio"] > TARGET_PLAIN_RATIO for r in dear)
+    bias = np.median([r["ratio"] - (1 + 60 / r["p50_us"]["plain"]) for r in dear])
+    print(f"free harness: {missed_free}/100 missed, median x{np.median(free):.3f}; "
+          f"+60 us: {seen_dear}/100 seen, bias {bias:+.4f}")
+    assert missed_free <= 1 and seen_dear >= 95 and abs(bias) < 0.01
