@@ -531,6 +531,8 @@ def _verdict_summary(state: PerfState, tr) -> None:
     _add_missing_verdicts(state)
     tr.section(f"perfsuite verdicts on {system}")
     tr.write_line(vt.table(state.verdicts))
+    for text in vt.undecided(state.verdicts):
+        tr.write_line(text)
     if nothing := _nothing_compared(state):
         tr.write_line(nothing, red=True)
     if state.values.get("baseline_update") or state.values.get("baseline_add"):

@@ -215,6 +215,11 @@ def table(verdicts: Sequence[Verdict]) -> str:
     return "\n".join(lines)
 
 
+def undecided(verdicts: Sequence[Verdict]) -> list[str]:
+    """A line per UNKNOWN verdict saying why it did not decide: a passing case still tells."""
+    return [f"UNKNOWN: {line(v)}" for v in verdicts if v.status == "unknown"]
+
+
 # --- the report's rows (Markdown and HTML) ------------------------------------------------------
 
 HEAD = ("status", "case", "metric", "value", "baseline", "change", "tolerance", "interval",

@@ -125,6 +125,10 @@ def test_the_pytest_gate_fails_the_regressed_cases_and_passes_a_clean_rerun(tmp_
     r = pytest_run()
     assert r.returncode == 0, r.stdout[-3000:]
     assert "2 passed" in r.stdout and "REGRESSION" not in r.stdout
+    # A passing case that did not decide says why, as the CLI does: a one-session baseline
+    # decides only beyond the span, and a clean rerun never lands there.
+    for case in CASES:
+        assert re.search(rf"^UNKNOWN: {re.escape(case)} .*beyond x4", r.stdout, re.M), r.stdout[-3000:]
 
 
 def test_ab_decides_a_real_mpich_setting_through_its_own_world_runner(tmp_path):

@@ -75,9 +75,8 @@ def print_verdicts(verdicts: list, strict: bool) -> int:
     say(vt.table(verdicts))
     for v in regress.failing(verdicts, strict):
         say(f"{v.status.upper()}: {vt.line(v)}")
-    for v in verdicts:
-        if v.status == "unknown":
-            say(f"UNKNOWN: {vt.line(v)}")
+    for text in vt.undecided(verdicts):
+        say(text)
     return verdict_status(verdicts, strict)
 
 
