@@ -151,7 +151,7 @@ def test_pairs_across_machine_modes_are_kept_and_ranked_apart():
     assert 0 < v.facts["straddling"] < v.rounds and v.facts["canary_ba"] == pytest.approx(1.0, abs=0.5)
     assert v.kind != "DIFFERENT"
     text = ab.format_report(rep)
-    assert f"straddle two machine modes and are ranked apart" in text and "canary B/A" in text
+    assert "straddle two machine modes and are ranked apart" in text and "canary B/A" in text
     off = ab.run(config(max_pairs=8, canary_shift=None), moded(1.0))
     assert all(v.rounds == 8 and v.dropped == 0 and "straddling" not in v.facts for v in off.verdicts)
 

@@ -21,9 +21,10 @@ import pytest
 from perfsuite import cli, suite, transports
 from perfsuite.bench.allreduce import allreduce_cases, table
 from perfsuite.errors import ConfigError, TransportUnavailable
-from perfsuite.kernels.allreduce import (busbw_factor, calls_per_sample, summarize, timed_loop,
+from perfsuite.kernels.allreduce import (MIN_BATCH_CALLS, MIN_ITERS, MIN_WARMUP, batched, busbw_factor,
+                                        calls_per_sample, default_iters, summarize, timed_loop,
                                         zero_sum_pattern)
-from perfsuite.launch.launchers import LaunchConfig
+from perfsuite.launch.launchers import OPENMPI_ROOT_ENV, LaunchConfig
 from perfsuite.launch.world import default_program, run_command
 from perfsuite.model import Case, Result
 from perfsuite.rounds import RoundsPolicy
@@ -62,19 +63,22 @@ def test_place_rank_without_a_local_rank_leaves_the_choice_to_the_node_split():
 
 
 @pytest.mark.world
-def test_worker_places_each_rank_from_hydras_environment(tmp_path):
-    """The worker's own placement step, run where the launcher really sets the local rank."""
+def test_worker_places_each_rank_from_the_launchers_environment(tmp_path):
+    """The worker's own placement step, run where the launcher really sets the local rank
+    (Hydra's MPI_LOCALRANKID, or Open MPI's OMPI_COMM_WORLD_LOCAL_RANK where that MPI is the one
+    installed, as on a GPU machine with its distribution's Open MPI)."""
     script = tmp_path / "place.py"
     script.write_text(textwrap.dedent("""
         import os, sys
+        from perfsuite.transports.placement import local_rank_from_env
         from perfsuite.worker import _place
         facts = _place({"transport": sys.argv[1], "options": {}})
         assert "mpi4py.MPI" not in sys.modules  # chosen before MPI (and CUDA) start
-        rank = os.environ["MPI_LOCALRANKID"]
+        rank = local_rank_from_env(os.environ)[0]
         with open(f"{sys.argv[2]}/{rank}", "w") as f:  # a file each: ranks' stdout interleaves
             f.write(f"{rank} {os.environ.get('CUDA_VISIBLE_DEVICES')}")
     """))
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "4,5", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, **OPENMPI_ROOT_ENV, "CUDA_VISIBLE_DEVICES": "4,5", "PYTHONPATH": str(REPO)}
     for transport, want in (("nccl", {"0 4", "1 5"}), ("mpi", {"0 4,5", "1 4,5"})):
         out = tmp_path / transport
         out.mkdir()
@@ -302,12 +306,17 @@ def test_the_query_goes_to_the_libmpi_mpi4py_loaded(tmp_path):
         from mpi4py import MPI
         from perfsuite.transports import cuda_aware
         paths = ["libc.so.6", *cuda_aware.libmpi_paths()]
-        lib = cuda_aware.loaded_libmpi(MPI.Get_library_version(), paths)
-        print("found", lib is not None, cuda_aware.mpi_cuda_aware()[1])
+        version = MPI.Get_library_version()
+        lib = cuda_aware.loaded_libmpi(version, paths)
+        # Open MPI's string keeps its C terminator; the library's own copy ends before it.
+        ended = cuda_aware.loaded_libmpi(version.rstrip("\\0") + "\\0", paths)
+        print("found", lib is not None, ended is not None, cuda_aware.mpi_cuda_aware()[1])
     """))
     out = run_command([default_program("mpiexec"), "-n", "1", sys.executable, str(script)],
-                      timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)}).stdout
-    assert "found True" in out and "MPIX_Query_cuda_support() returned" in out, out
+                      timeout=60, env={**os.environ, **OPENMPI_ROOT_ENV, "PYTHONPATH": str(REPO)}).stdout
+    assert "found True True" in out and "\0" not in out, out
+    # MPICH >= 4 exports the query; Open MPI 4 does not, and the answer says so.
+    assert ("MPIX_Query_cuda_support() returned" in out or "has no MPIX_Query_cuda_support()" in out), out
 
 
 # --- busbw at one rank, batch timing, the timed calls' own output ----------------------------
@@ -350,6 +359,16 @@ def test_calls_per_sample_by_timing():
     assert calls_per_sample(host, 1000) == 1 and calls_per_sample(AllreduceTransport(None), 1000) == 1
     dev = types.SimpleNamespace(timing="batch")
     assert calls_per_sample(dev, 1000) == 100 and calls_per_sample(dev, 16) == 1
+
+
+def test_a_device_batch_holds_ten_calls_at_every_size():
+    """Host transports keep OMB's byte budget; a device batch never shrinks to one call."""
+    dev = types.SimpleNamespace(timing="batch")
+    for size in (4, 1 << 20, 16 << 20, 256 << 20, 1 << 30):
+        iters, warmup = default_iters(size, batched(dev))
+        assert calls_per_sample(dev, iters) >= MIN_BATCH_CALLS and warmup >= MIN_WARMUP
+    assert default_iters(256 << 20) == (MIN_ITERS, MIN_WARMUP)
+    assert not batched(types.SimpleNamespace(timing="native"))
 
 
 class _CountingTransport(AllreduceTransport):  # the base declares what the kernel reads

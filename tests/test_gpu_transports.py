@@ -4,6 +4,7 @@ driven on host arrays (``array_module=numpy``) inside real MPI worlds."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import types
 
@@ -16,7 +17,7 @@ from perfsuite.bench.allreduce import allreduce_cases
 from perfsuite.errors import ConfigError, TransportUnavailable
 from perfsuite.formats import SuiteRun
 from perfsuite.kernels.allreduce import summarize
-from perfsuite.launch.launchers import LaunchConfig
+from perfsuite.launch.launchers import OPENMPI_ROOT_ENV, LaunchConfig
 from perfsuite.launch.world import default_program, run_command
 from perfsuite.model import Case, Result
 from perfsuite.transports import cuda_aware, gpu
@@ -350,7 +351,8 @@ def test_mpix_query_answers_inside_an_mpich_rank(tmp_path):
     script = tmp_path / "q.py"
     script.write_text("from mpi4py import MPI\nfrom perfsuite.transports import cuda_aware\n"
                       "print('query', cuda_aware.query_mpix_cuda_support(), MPI.Get_library_version()[:5])\n")
-    out = run_command([default_program("mpiexec"), "-n", "1", sys.executable, str(script)], timeout=60).stdout
+    out = run_command([default_program("mpiexec"), "-n", "1", sys.executable, str(script)], timeout=60,
+                      env={**os.environ, **OPENMPI_ROOT_ENV}).stdout
     if "MPICH" not in out:
         pytest.skip(f"not an MPICH world ({out.strip()})")
     # MPICH >= 4 exports MPIX_Query_cuda_support; the pip wheel is built without CUDA.

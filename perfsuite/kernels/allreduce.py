@@ -25,14 +25,27 @@ BYTE_BUDGET = 256 << 20  # per size, above the threshold: iterations = budget / 
 MIN_ITERS, MIN_WARMUP = 10, 2
 PATTERN = 4  # values per rank are small integers, so every dtype (float16 too) sums exactly
 DEVICE_SAMPLES = 10  # batches per size for device transports' batch timing
+# Calls in one batch at least: a batch of one call times the host's launch of it as well (with
+# the device idle meanwhile), so large sizes read slower than the device is; nccl-tests times
+# batches of 20. On an H100, one-call batches put 16 MiB at 1.5x nccl-tests' time and 10-call
+# batches within 10% of it (docs/measurements.md, "First GPU contact").
+MIN_BATCH_CALLS = 10
 
 
-def default_iters(size: int) -> tuple[int, int]:
-    """(iterations, warm-up) by message size, OMB-like: many for small, a byte budget for large."""
+def default_iters(size: int, batched: bool = False) -> tuple[int, int]:
+    """(iterations, warm-up) by message size, OMB-like: many for small, a byte budget for large;
+    ``batched`` (device batch timing) keeps ``MIN_BATCH_CALLS`` calls in each of the samples."""
     if size <= SMALL_MESSAGE:
         return SMALL_ITERS, SMALL_WARMUP
     iters = max(MIN_ITERS, min(SMALL_ITERS, BYTE_BUDGET // size))
+    if batched:
+        iters = max(iters, DEVICE_SAMPLES * MIN_BATCH_CALLS)
     return iters, max(MIN_WARMUP, iters // 10)
+
+
+def batched(transport) -> bool:
+    """Does this transport time its calls in batches (CUDA events around many calls)?"""
+    return transport.timing not in ("per-call", "python", "native")
 
 
 def busbw_factor(world_size: int) -> float:
@@ -57,9 +70,7 @@ def calls_per_sample(transport, iters: int) -> int:
     """Calls timed together per sample: 1 for host transports and ``per-call`` timing, else
     the timed calls cut into about ``DEVICE_SAMPLES`` batches (a batch is what nccl-tests times;
     several give the verdicts a spread)."""
-    if transport.timing in ("per-call", "python", "native"):
-        return 1
-    return max(1, iters // DEVICE_SAMPLES)
+    return max(1, iters // DEVICE_SAMPLES) if batched(transport) else 1
 
 
 def expected_sum(world_size: int, count: int, dtype: str) -> np.ndarray:
@@ -273,7 +284,7 @@ def run(ctx: RankContext) -> dict:
         comm.Barrier()
     for case in ctx.cases:
         count = (case.size_bytes or 0) // DTYPES[case.dtype]
-        iters, warmup = default_iters(case.size_bytes or 0)
+        iters, warmup = default_iters(case.size_bytes or 0, batched(transport))
         iters = int(ctx.options.get("iters") or iters)
         warmup = int(ctx.options.get("warmup") if ctx.options.get("warmup") is not None else warmup)
         send = transport.alloc(count, case.dtype)

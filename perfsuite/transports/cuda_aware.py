@@ -46,6 +46,12 @@ def libmpi_paths(maps: str = "/proc/self/maps") -> list[str]:
     return mapped_libraries(r"/lib(mpi|mpich)[^/]*\.so", maps)
 
 
+def library_text(version: str) -> str:
+    """An MPI library version as C gives it: Open MPI's string, as mpi4py returns it, keeps its
+    terminator (and ctypes' copy of the same string does not), so text is compared up to it."""
+    return version.split("\0", 1)[0].strip()
+
+
 def _library_version(lib: ctypes.CDLL) -> str | None:
     fn = getattr(lib, "MPI_Get_library_version", None)
     if fn is None:
@@ -65,7 +71,7 @@ def loaded_libmpi(version: str, paths: list[str]) -> ctypes.CDLL | None:
             lib = ctypes.CDLL(path)
         except OSError:
             continue
-        if (_library_version(lib) or "").strip() == version.strip():
+        if library_text(_library_version(lib) or "") == library_text(version):
             return lib
     return None
 
@@ -100,7 +106,7 @@ def cuda_aware_verdict(query: int | None, library: str, env: Mapping[str, str],
     """Pure: (can MPI take device buffers for ``need``, how we know)."""
     if need not in NEEDS:
         raise ConfigError(f"need {need!r} is unknown; choose from {', '.join(NEEDS)}")
-    lib = (library.strip().splitlines() or ["unknown MPI"])[0].strip()
+    lib = (library_text(library).splitlines() or ["unknown MPI"])[0].strip()
     forced = env.get(CUDA_AWARE_ENV)
     if forced is not None:
         if forced.strip().lower() in _TRUE:

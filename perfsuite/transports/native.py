@@ -14,6 +14,8 @@ import hashlib
 
 import numpy as np
 
+from .cuda_aware import library_text
+
 ABI = 1
 #: MPI's count argument is an int: bigger buffers are timed by the mpi4py loop.
 MAX_COUNT = 2**31 - 1
@@ -113,10 +115,8 @@ def _other_mpi(lib: ctypes.CDLL, path: str) -> str | None:
 
 
 def _first_line(text: str) -> str:
-    """The library's first line, spaces collapsed: Open MPI's string via mpi4py keeps its C
-    terminator, which ctypes' copy does not."""
-    text = text.split("\0", 1)[0]
-    return " ".join((text.strip().splitlines() or [""])[0].split())
+    """The library's first line, spaces collapsed."""
+    return " ".join((library_text(text).splitlines() or [""])[0].split())
 
 
 def agree(comm, loop: NativeLoop | None, why: str | None) -> tuple[NativeLoop | None, str | None]:
