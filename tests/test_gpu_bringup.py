@@ -6,6 +6,7 @@ what to carry; with the mpich wheel carried in a folder, the venv it makes runs 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -125,9 +126,29 @@ def test_first_contact_brings_up_then_says_there_is_no_gpu(tmp_path):
                                                      "the bring-up above is all this machine can show")
     assert "gpu-bringup: ready" in done.stdout
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["bringup.log"]
-    bad = subprocess.run(["bash", str(FIRST_CONTACT), "all"], capture_output=True, text=True, env=env)
+    bad = subprocess.run(["bash", str(FIRST_CONTACT), "every"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2
-    assert bad.stdout.strip() == "gpu-first-contact: stage 'all' is unknown; run it with smoke, measure or pytest"
+    assert bad.stdout.strip() == ("gpu-first-contact: stage 'every' is unknown; "
+                                  "run it with smoke, measure, pytest or all")
+
+
+def test_first_contact_in_one_call_ends_inside_its_budget(tmp_path):
+    """`all` cuts each step to what is left of its budget, and names a step it had no time for."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: a listed GPU'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    (tmp_path / "none").mkdir()
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{BARE_PATH}", "PYTHON": sys.executable,
+           "VENV": str(tmp_path / "venv"), "WHEELS": str(tmp_path / "none"), "OUT": str(tmp_path / "out"),
+           "STEPS": "epoch", "ALL_BUDGET": "5"}
+    done = subprocess.run(["bash", str(FIRST_CONTACT), "all"], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    # bash's clock counts whole seconds: 5 or 4 are left, depending on where one began
+    assert re.search(r"^== torch-nccl training epoch, n=1: not run, [45] s left of the call's budget$",
+                     done.stdout, re.M), done.stdout
+    assert done.stdout.rstrip().splitlines()[-1] == "gpu-first-contact: FAILED: 1 step(s)"
 
 
 def test_a_cupy_is_kept_from_version_14():
