@@ -97,7 +97,7 @@ def test_launch_config_puts_one_rank_per_node():
 
 def test_scripts_map_addresses_to_our_namespaces():
     node = netns.node_exec_script(NET, "/usr/sbin/ip")
-    assert "10.200.0.1) ns=psns-4242-1-n0 ;;" in node
+    assert "10.200.0.1) ns=psns-4242-1-n0; PERFSUITE_NODE=node0 ;;" in node
     assert 'exec /usr/sbin/ip netns exec "$ns" /bin/sh -c "$*"' in node
     hub = netns.hub_exec_script(NET, "/v/bin/mpiexec", "/usr/sbin/ip")
     assert 'exec /usr/sbin/ip netns exec psns-4242-1-hub /v/bin/mpiexec "$@"' in hub

@@ -56,7 +56,8 @@ def prepared(world_size: int, launch: LaunchConfig, *, network: Any = None, disk
         if network is not None:
             from . import netns
 
-            reason = netns.unavailable_reason()
+            reason = netns.unavailable_reason() or (
+                netns.cpu_unavailable_reason() if any(f.cpu for f in network.faults) else None)
             if reason:
                 raise Unavailable(reason)
             if world_size < 2:
