@@ -35,7 +35,9 @@ ALPHA = 0.01
 #: world (docs/stragglers.md has the measured spread); a straggler worth a person's time is
 #: beyond that.
 MIN_RATIO = 1.1
-MEASURES = ("arrival", "compute")
+MEASURES = ("arrival", "compute", "bandwidth", "latency")
+#: Links are measured alone, pair by pair: a link this much slower than the rest is named.
+MIN_LINK_RATIO = 1.5
 #: Calls timed again over the second rank order, when the first shows more than one late rank.
 REORDERED_CALLS = 64
 
@@ -184,6 +186,73 @@ def profile(values: np.ndarray, blocks: int = BLOCKS) -> dict:
             "rank_blocks": [[round(float(v), 5) for v in row] for row in b]}
 
 
+def judge_links(records: Sequence[tuple[int, int, int, float]], nodes: Sequence[str], measure: str,
+                alpha: float = ALPHA, min_ratio: float = MIN_LINK_RATIO) -> dict:
+    """The slow node, or slow links, from point-to-point measurements ``(repeat, from, to,
+    value)`` (bytes/s for "bandwidth", seconds for "latency"): each value's slowness against
+    the median of all, then per node its links' slowness against the links it is not on
+    (Mann-Whitney shift, interval at 1 - alpha / nodes); the slowest node is named when its
+    interval lies wholly above ``min_ratio`` and above every other node's. Without a named node,
+    each link whose own values lie wholly above ``min_ratio`` against the rest is named (at
+    1 - alpha / links). Returns ``straggler`` (a dict or None), ``slow_links`` and
+    ``node_ratio`` (each node's links against the others', the report's plot)."""
+    n = len(nodes)
+    out: dict = {"straggler": None, "slow_links": [], "node_ratio": []}
+    if n < 3 or not records:
+        out["straggler_why"] = "a node is told from its links only with 3 or more nodes"
+        return out
+    values = np.array([v for *_, v in records], dtype=float)
+    mid = float(np.median(values))
+    slow = np.log(mid / values) if measure == "bandwidth" else np.log(values / mid)
+    ends = [(a, b) for _, a, b, _ in records]
+    conf = 1.0 - alpha / n
+    ranked = []
+    for i in range(n):
+        on = np.array([i in e for e in ends])
+        if on.all() or not on.any():
+            ranked.append((0.0, -math.inf, math.inf))
+            continue
+        test = stats.stratified_shift_test([(slow[on], slow[~on])])
+        lo, hi = test.interval(conf)
+        ranked.append((test.estimate, lo, hi))
+    out["node_ratio"] = [float(math.exp(e)) for e, _, _ in ranked]
+    late = max(range(n), key=lambda r: ranked[r][0])
+    est, lo, hi = ranked[late]
+    if lo > math.log(min_ratio) and all(lo > ranked[r][2] for r in range(n) if r != late):
+        out["straggler"] = Straggler(late, str(nodes[late]), math.exp(est), math.exp(lo), math.exp(hi),
+                                     measure, conf).to_dict()
+        return out
+    links = sorted({tuple(sorted(e)) for e in ends})
+    conf = 1.0 - alpha / max(len(links), 1)
+    for a, b in links:
+        on = np.array([tuple(sorted(e)) == (a, b) for e in ends])
+        if on.all():
+            continue
+        test = stats.stratified_shift_test([(slow[on], slow[~on])])
+        lo, hi = test.interval(conf)
+        if lo > math.log(min_ratio):
+            out["slow_links"].append({"a": a, "b": b, "nodes": [str(nodes[a]), str(nodes[b])],
+                                      "ratio": math.exp(test.estimate), "low": math.exp(lo),
+                                      "high": math.exp(hi), "measure": measure, "confidence": conf})
+    return out
+
+
+def pooled(per_round: Sequence[dict | None]) -> dict:
+    """A case's straggler over its rounds: the rank named in more than half of them (each
+    round is a world of its own), with the median ratio and interval of those rounds; the
+    rounds' own verdicts are kept beside it."""
+    found = [Straggler.from_dict(d) for d in per_round if d]
+    counts: dict[int, list[Straggler]] = {}
+    for s in found:
+        counts.setdefault(s.rank, []).append(s)
+    best = max(counts.values(), key=len, default=[])
+    out: dict = {"round_stragglers": list(per_round), "straggler": None}
+    if 2 * len(best) > len(per_round):
+        mid = sorted(best, key=lambda s: s.ratio)[len(best) // 2]
+        out["straggler"] = mid.to_dict()
+    return out
+
+
 def named(samples: Sequence) -> list[tuple[str, Straggler]]:
     """(case name, straggler) for each sample whose world named one (``info["straggler"]``)."""
     out = []
@@ -206,6 +275,18 @@ def world_line(samples: Sequence) -> str | None:
     same = sum(1 for _, x in found if x.rank == s.rank)
     how = s.measure + (", in two rank orders" if s.orders > 1 else "")
     others = sorted({f"rank {x.rank}" for _, x in found if x.rank != s.rank})
+    than = "later than the others" if s.measure in ("arrival", "compute") else "slower than the others' links"
     return (f"# straggler: rank {s.rank} on node {s.node}, x{s.ratio:.2f} [{s.low:.2f}, {s.high:.2f}] "
-            f"later than the others ({how}; {case}, named in {same} of {judged} case(s)"
+            f"{than} ({how}; {case}, named in {same} of {judged} case(s)"
             + (f"; also named: {', '.join(others)}" if others else "") + ")")
+
+
+def link_lines(samples: Sequence) -> list[str]:
+    """A line per slow link a case named (where no node explains it)."""
+    lines = []
+    for x in samples:
+        for link in (x.info or {}).get("slow_links") or ():
+            lines.append(f"# slow link: {link['nodes'][0]} - {link['nodes'][1]} (ranks {link['a']}, {link['b']}), "
+                         f"x{link['ratio']:.2f} [{link['low']:.2f}, {link['high']:.2f}] slower than the others "
+                         f"({link['measure']}; {x.case.name})")
+    return lines

@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from ..model import Case, Opt, Result, Sample, Tolerance, WorldSpec, time_sliced
 
 BUILTIN = ("perfsuite.bench.allreduce", "perfsuite.bench.tf_epoch", "perfsuite.bench.torch_epoch",
-           "perfsuite.bench.stalls")
+           "perfsuite.bench.stalls", "perfsuite.bench.p2p")
 ENV = "PERFSUITE_BENCHMARKS"
 ENTRY_POINTS = "perfsuite.benchmarks"
 
@@ -244,8 +244,8 @@ def table(result: Result) -> str:
         text = "\n".join(f"{s.case.name}: " + ", ".join(f"{m.name}={m.value:.4g} {m.unit}"
                                                          for m in s.metrics.values())
                          for s in result.samples)
-    late = stragglers.world_line(result.samples)
-    return f"{text}\n{late}" if late else text
+    late = [line for line in [stragglers.world_line(result.samples)] if line]
+    return "\n".join([text, *late, *stragglers.link_lines(result.samples)])
 
 
 def report_rows(result: Result) -> tuple[tuple[str, ...], list[tuple[str, ...]]] | None:

@@ -82,10 +82,11 @@ def _crossed(result: Result, net: Any, sent: int, wire_bytes: Callable[[Sample],
         f"the emulated links sent {sent} bytes, fewer than the {need} the collectives must send: "
         "traffic did not cross the emulated network")}
     samples = tuple(replace(s, valid=s.valid and crossed,
-                            info={**s.info, "emulated_network": net.rate, "wire_bytes_sent": sent,
+                            info={**s.info, "emulated_network": net.label, "wire_bytes_sent": sent,
                                   "wire_bytes_min": need, **why})
                     for s in result.samples)
     extra = {**result.extra, "emulated_network": {"rate": net.rate, "nodes": net.nodes,
+             **({"faults": [f.label for f in net.faults]} if net.faults else {}),
              "wire_bytes_sent": sent, "wire_bytes_min": need, "crossed": crossed}}
     return replace(result, samples=samples, extra=extra)
 

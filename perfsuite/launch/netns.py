@@ -130,6 +130,11 @@ class EmulatedNetwork:
     def rate(self) -> str:
         return format_rate(self.rate_bps)
 
+    @property
+    def label(self) -> str:
+        """'1gbit', or with the nodes made worse: '1gbit,node2=100mbit'."""
+        return ",".join([self.rate, *(f.label for f in self.faults)])
+
     def rate_of(self, i: int) -> int:
         """Node i's link rate (both ways), bits/s."""
         return next((f.rate_bps for f in self.faults if f.node == i and f.rate_bps is not None), self.rate_bps)
@@ -287,23 +292,26 @@ def inbound_shape_command(net: EmulatedNetwork, i: int) -> list[str]:
             "tbf", "rate", f"{rate}bit", "burst", str(burst_bytes(rate)), "limit", str(limit_bytes(rate))]
 
 
-def cpu_commands(net: EmulatedNetwork) -> list[list[str]]:
-    """The cgroup of each CPU-throttled node, with its quota (cgroup v1 ``cpu``)."""
+def cpu_mount(scratch: str | Path, i: int) -> str:
+    """Where node i's cgroup is bind-mounted: ``ip netns exec`` mounts a fresh /sys for the
+    namespace, so /sys/fs/cgroup is out of reach of the node's launcher, but a mount elsewhere
+    (taken before the world starts) is copied into its mount namespace."""
+    return f"{scratch}/cpu-n{i}"
+
+
+def cpu_commands(net: EmulatedNetwork, scratch: str | Path) -> list[list[str]]:
+    """The cgroup of each CPU-throttled node, with its quota (cgroup v1 ``cpu``), bind-mounted
+    where the node's launcher can join it."""
     cmds = []
     for i in range(net.nodes):
         cores = net.cpu_of(i)
         if cores is not None:
-            cg = net.cpu_cgroup(i)
+            cg, at = net.cpu_cgroup(i), cpu_mount(scratch, i)
             cmds += [["mkdir", cg],
                      ["sh", "-c", f"echo {CFS_PERIOD_US} > '{cg}/cpu.cfs_period_us' && "
-                                  f"echo {round(cores * CFS_PERIOD_US)} > '{cg}/cpu.cfs_quota_us'"]]
+                                  f"echo {round(cores * CFS_PERIOD_US)} > '{cg}/cpu.cfs_quota_us'"],
+                     ["mkdir", at], ["mount", "--bind", cg, at]]
     return cmds
-
-
-def delay_command(net: EmulatedNetwork, i: int) -> list[str]:
-    """netem under the tbf, for an asked-for delay; fails where the kernel has no sch_netem."""
-    return ["tc", "-n", net.node(i), "qdisc", "add", "dev", NODE_IFACE, "parent", "1:1",
-            "handle", "10:", "netem", "delay", str(net.delay)]
 
 
 def teardown_commands(net: EmulatedNetwork) -> list[list[str]]:
@@ -328,7 +336,7 @@ def list_namespaces(ip_netns_list: str) -> list[str]:
     return [line.split()[0] for line in ip_netns_list.splitlines() if line.strip()]
 
 
-def node_exec_script(net: EmulatedNetwork, ip: str = "ip") -> str:
+def node_exec_script(net: EmulatedNetwork, ip: str = "ip", scratch: str | Path = "") -> str:
     """The ssh stand-in Hydra calls as ``node-exec [-x] HOST COMMAND...``.
 
     Hydra quotes its arguments for a remote shell, as ssh would hand them to one, so the
@@ -340,7 +348,7 @@ def node_exec_script(net: EmulatedNetwork, ip: str = "ip") -> str:
              'host="$1"; shift', 'case "$host" in']
     for i in range(net.nodes):
         # A throttled node's launcher joins its cgroup first: the proxy and the ranks inherit it.
-        join = (f" echo $$ > {shlex.quote(net.cpu_cgroup(i) + '/cgroup.procs')} || exit 2;"
+        join = (f" echo $$ > {shlex.quote(cpu_mount(scratch, i) + '/cgroup.procs')} || exit 2;"
                 if net.cpu_of(i) is not None else "")
         lines.append(f"  {net.address(i)}) ns={shlex.quote(net.node(i))};{join} "
                      f"{NODE_NAME_ENV}={net.node_name(i)} ;;")
@@ -415,6 +423,7 @@ class NetnsSession:
         self.timeout = timeout
         self.created: list[str] = []
         self.cgroups: list[str] = []
+        self.mounts: list[str] = []
         self.scratch: Path | None = None
         self._old_term = None
 
@@ -429,10 +438,13 @@ class NetnsSession:
                 if argv[:3] == ["ip", "netns", "add"]:
                     self.created.append(argv[3])  # before running: a half-made one is removed too
                 self._cmd(argv)
-            for argv in cpu_commands(self.net):
-                if argv[0] == "mkdir":
+            self.scratch = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{self.net.tag}-"))
+            for argv in cpu_commands(self.net, self.scratch):
+                if argv[0] == "mkdir" and argv[1].startswith(CPU_ROOT):
                     self.cgroups.append(argv[1])
                 self._cmd(argv)
+                if argv[0] == "mount":
+                    self.mounts.append(argv[-1])
             if self.net.delay:
                 for i in range(self.net.nodes):
                     proc = self._cmd(delay_command(self.net, i), check=False)
@@ -440,7 +452,6 @@ class NetnsSession:
                         why = (getattr(proc, "stderr", "") or "").strip().splitlines()[-1:]
                         raise ConfigError(f"delay {self.net.delay!r} asked for, but {NO_NETEM} "
                                           f"(tc: {' '.join(why) or 'netem refused'})")
-            self.scratch = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{self.net.tag}-"))
         except BaseException:
             self.close()
             raise
@@ -457,12 +468,17 @@ class NetnsSession:
             if getattr(proc, "returncode", 0) != 0 and ns in self.existing():
                 left.append(ns)
         self.created = []
+        for at in reversed(self.mounts):
+            proc = self._cmd(["umount", at], check=False)
+            if getattr(proc, "returncode", 0) != 0:
+                left.append(at)
+        self.mounts = []
         for cg in reversed(self.cgroups):  # empty once the world's processes are gone
             proc = self._cmd(["rmdir", cg], check=False)
             if getattr(proc, "returncode", 0) != 0 and os.path.isdir(cg):
                 left.append(cg)
         self.cgroups = []
-        if self.scratch is not None:
+        if self.scratch is not None and not left:  # never remove through a mount still held
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
         if self._old_term is not None:
@@ -470,7 +486,8 @@ class NetnsSession:
             self._old_term = None
         if left:
             raise LaunchError(f"could not remove {', '.join(left)}; remove them with: ip netns delete "
-                              "NAME (a namespace) or rmdir PATH (a cgroup, once its processes are gone)")
+                              "NAME (a namespace), umount PATH (a mount) or rmdir PATH (a cgroup, once its "
+                              "processes are gone)")
         return left
 
     def existing(self) -> list[str]:
@@ -490,7 +507,7 @@ class NetnsSession:
         hub = self.scratch / "hub-mpiexec"
         node = self.scratch / "node-exec"
         hub.write_text(hub_exec_script(self.net, mpiexec, ip))
-        node.write_text(node_exec_script(self.net, ip))
+        node.write_text(node_exec_script(self.net, ip, self.scratch))
         for p in (hub, node):
             p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         return launch_config(self.net, base, world_size, str(hub), str(node))
