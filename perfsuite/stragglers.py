@@ -15,9 +15,12 @@ The rule, per world and case, for ``values`` (calls x ranks, seconds):
   (consecutive calls share their spell: the block, not the call, is the unit of replication);
 - per rank, the Hodges-Lehmann centre of its blocks with the signed-rank interval at
   ``1 - alpha / n`` (the slowest of n ranks is picked after looking: Bonferroni over them);
-- the latest rank is named when its interval lies wholly above ``MIN_RATIO`` (a collective's
-  structure leaves some ranks a little later than others in every clean world) and wholly
-  above every other rank's interval (one node, not a group of them, stands out).
+- arrival: a collective's structure makes a rank late by its place in it (a root finishes
+  last; both ends of a slow link wait on it), so the calls are timed again over a second rank
+  order in which every rank has another place, and a rank is named only when its interval
+  lies wholly above ``MIN_RATIO`` in both orders, and it is the only such rank;
+- compute (a rank's own work, no place in any order): the latest rank is named when its
+  interval lies wholly above ``MIN_RATIO`` and above every other rank's ratio.
 """
 from __future__ import annotations
 
@@ -148,7 +151,8 @@ def judge(values: np.ndarray, nodes: Sequence[str], measure: str = "arrival", *,
     late by its place (a root finishes last, both ends of a slow link wait for it); a slow node
     is late wherever it stands, so only a rank late in both orders is named, each order judged
     at half of ``alpha``. ``compute`` (a rank's own work) has no place: one judgement, and the
-    latest rank must also stand above every other rank's interval."""
+    latest rank's interval must also lie above every other rank's ratio (two slow nodes name
+    neither)."""
     if measure not in MEASURES:
         raise ValueError(f"straggler measure {measure!r} is none of {', '.join(MEASURES)}")
     values = np.asarray(values, dtype=float)
@@ -169,7 +173,7 @@ def judge(values: np.ndarray, nodes: Sequence[str], measure: str = "arrival", *,
         ranks = per_rank(values, alpha, blocks)
         late = max(range(n), key=lambda r: ranks[r][0])
         ratio, low, high = ranks[late]
-        if not low > min_ratio or any(low <= ranks[r][2] for r in range(n) if r != late):
+        if not low > min_ratio or any(low <= ranks[r][0] for r in range(n) if r != late):
             return None
         conf, orders = 1.0 - alpha / n, 1
     return Straggler(late, str(nodes[late]) if late < len(nodes) else f"rank{late}", ratio, low, high,

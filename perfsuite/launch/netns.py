@@ -66,7 +66,9 @@ _UNITS = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "kbps": 8 * 10**3, "mbps"
 _SENT = re.compile(r"Sent (\d+) bytes (\d+) pkt")
 NO_NETEM = "no netem on this kernel: only bandwidth (tbf) can be emulated, not delay"
 CPU_ROOT = "/sys/fs/cgroup/cpu"
-CFS_PERIOD_US = 100_000
+#: A short period spreads the quota over a step's work (as a slower CPU would) instead of letting
+#: the node run at full speed for part of each 100 ms, the kernel's default period.
+CFS_PERIOD_US = 10_000
 
 Runner = Callable[..., object]  # run_command(argv, timeout=..., check=...) -> CompletedProcess
 
