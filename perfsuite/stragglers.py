@@ -13,8 +13,9 @@ The rule, per world and case, for ``values`` (calls x ranks, seconds):
   machine's slow and fast spells cancel);
 - the calls cut into ``BLOCKS`` consecutive blocks, a block's value the median of its calls
   (consecutive calls share their spell: the block, not the call, is the unit of replication);
-- per rank, the Hodges-Lehmann centre of its blocks with the signed-rank interval at
-  ``1 - alpha / n`` (the slowest of n ranks is picked after looking: Bonferroni over them);
+- per rank, the Hodges-Lehmann centre of its blocks with the signed-rank lower bound at the
+  one-sided level ``alpha / n`` (the slowest of n ranks is picked after looking: Bonferroni
+  over them; only lateness is named, so one side);
 - arrival: a collective's structure makes a rank late by its place in it (a root finishes
   last; both ends of a slow link wait on it), so the calls are timed again over a second rank
   order in which every rank has another place, and a rank is named only when its interval
@@ -41,8 +42,9 @@ MIN_RATIO = 1.1
 MEASURES = ("arrival", "compute", "bandwidth", "latency")
 #: Links are measured alone, pair by pair: a link this much slower than the rest is named.
 MIN_LINK_RATIO = 1.5
-#: Calls timed again over the second rank order, when the first shows more than one late rank.
-REORDERED_CALLS = 64
+#: The most calls timed again over the second rank order (as many as the case's own, up to this):
+#: both orders must bound a rank's lateness as tightly.
+REORDERED_CALLS = 256
 
 
 @dataclass(frozen=True)
@@ -108,10 +110,12 @@ def per_rank(values: np.ndarray, alpha: float = ALPHA, blocks: int = BLOCKS
 
 
 def per_rank_of_blocks(b: np.ndarray, alpha: float = ALPHA) -> list[tuple[float, float, float]]:
-    """``per_rank`` from the blocks' log ratios (blocks x ranks), as a results file keeps them."""
+    """``per_rank`` from the blocks' log ratios (blocks x ranks), as a results file keeps them.
+    Only lateness is named, so ``low`` is a one-sided bound at ``alpha / ranks``: the interval
+    is the two-sided one at twice that."""
     b = np.asarray(b, dtype=float).reshape(len(b), -1)
     n = b.shape[1]
-    conf = 1.0 - alpha / max(n, 1)
+    conf = 1.0 - 2 * alpha / max(n, 1)
     out = []
     for r in range(n):
         if b.shape[0] == 0:
@@ -168,14 +172,14 @@ def judge(values: np.ndarray, nodes: Sequence[str], measure: str = "arrival", *,
             return None
         [late] = both
         ratio, low, high = per_rank(values, a, blocks)[late]
-        conf, orders = 1.0 - a / n, 2
+        conf, orders = 1.0 - 2 * a / n, 2
     else:
         ranks = per_rank(values, alpha, blocks)
         late = max(range(n), key=lambda r: ranks[r][0])
         ratio, low, high = ranks[late]
         if not low > min_ratio or any(low <= ranks[r][0] for r in range(n) if r != late):
             return None
-        conf, orders = 1.0 - alpha / n, 1
+        conf, orders = 1.0 - 2 * alpha / n, 1
     return Straggler(late, str(nodes[late]) if late < len(nodes) else f"rank{late}", ratio, low, high,
                      measure, conf, orders)
 
@@ -195,10 +199,10 @@ def judge_links(records: Sequence[tuple[int, int, int, float]], nodes: Sequence[
     """The slow node, or slow links, from point-to-point measurements ``(repeat, from, to,
     value)`` (bytes/s for "bandwidth", seconds for "latency"): each value's slowness against
     the median of all, then per node its links' slowness against the links it is not on
-    (Mann-Whitney shift, interval at 1 - alpha / nodes); the slowest node is named when its
+    (Mann-Whitney shift, one-sided bound at alpha / nodes); the slowest node is named when its
     interval lies wholly above ``min_ratio`` and above every other node's. Without a named node,
     each link whose own values lie wholly above ``min_ratio`` against the rest is named (at
-    1 - alpha / links). Returns ``straggler`` (a dict or None), ``slow_links`` and
+    alpha / links, one-sided). Returns ``straggler`` (a dict or None), ``slow_links`` and
     ``node_ratio`` (each node's links against the others', the report's plot)."""
     n = len(nodes)
     out: dict = {"straggler": None, "slow_links": [], "node_ratio": []}
@@ -209,7 +213,7 @@ def judge_links(records: Sequence[tuple[int, int, int, float]], nodes: Sequence[
     mid = float(np.median(values))
     slow = np.log(mid / values) if measure == "bandwidth" else np.log(values / mid)
     ends = [(a, b) for _, a, b, _ in records]
-    conf = 1.0 - alpha / n
+    conf = 1.0 - 2 * alpha / n  # one side: only slowness is named
     ranked = []
     for i in range(n):
         on = np.array([i in e for e in ends])
@@ -227,7 +231,7 @@ def judge_links(records: Sequence[tuple[int, int, int, float]], nodes: Sequence[
                                      measure, conf).to_dict()
         return out
     links = sorted({tuple(sorted(e)) for e in ends})
-    conf = 1.0 - alpha / max(len(links), 1)
+    conf = 1.0 - 2 * alpha / max(len(links), 1)
     for a, b in links:
         on = np.array([tuple(sorted(e)) == (a, b) for e in ends])
         if on.all():
@@ -294,3 +298,24 @@ def link_lines(samples: Sequence) -> list[str]:
                          f"x{link['ratio']:.2f} [{link['low']:.2f}, {link['high']:.2f}] slower than the others "
                          f"({link['measure']}; {x.case.name})")
     return lines
+
+
+def census(runs: Sequence) -> list[str]:
+    """The nightly's lines: every node named in any world of ``runs`` (``formats.SuiteRun``s),
+    with how many worlds named it, as a straggler or at one end of a slow link."""
+    worlds: dict[str, set] = {}
+    total = 0
+    for i, run in enumerate(runs):
+        for r in run.results:
+            total += 1
+            key = (i, r.benchmark, r.transport, r.world_size)
+            for _, s in named(r.samples):
+                worlds.setdefault(s.node, set()).add(key)
+            for sample in r.samples:
+                for link in sample.info.get("slow_links") or ():
+                    for node in link["nodes"]:
+                        worlds.setdefault(node, set()).add(key)
+    if not worlds:
+        return [f"no node named in any of {total} world(s)"]
+    return [f"{node}: named in {len(keys)} of {total} world(s)"
+            for node, keys in sorted(worlds.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
