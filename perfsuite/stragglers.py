@@ -1,5 +1,6 @@
 """Who is slow in a world: the rule that names a straggler rank (and its node) from what each
-rank timed on its own clock, no clock shared between nodes.
+rank timed on its own clock, no clock shared between nodes. The ranks keep their times as
+blocks (``kernels.ranks``); this side judges them, after a world returns (``annotate``).
 
 What a rank times, per call or step, starts at a moment common to every rank and ends at the
 rank's own arrival: in the allreduce loop, from its exit of the barrier to the end of its call
@@ -7,21 +8,20 @@ rank's own arrival: in the allreduce loop, from its exit of the barrier to the e
 training step, its own compute apart from the exchange. Pure, so its error rates are shown by
 simulation through this code (tests/test_stragglers.py) as well as on real worlds.
 
-The rule, per world and case, for ``values`` (calls x ranks, seconds):
+The rule, per world and case, on the blocks (per block of consecutive calls, each rank's median
+log ratio to the other ranks of the same call; the block, not the call, is the unit of
+replication, since consecutive calls share the machine's spell):
 
-- per call, each rank's log ratio to the median of the other ranks (the same call, so the
-  machine's slow and fast spells cancel);
-- the calls cut into ``BLOCKS`` consecutive blocks, a block's value the median of its calls
-  (consecutive calls share their spell: the block, not the call, is the unit of replication);
 - per rank, the Hodges-Lehmann centre of its blocks with the signed-rank lower bound at the
   one-sided level ``alpha / n`` (the slowest of n ranks is picked after looking: Bonferroni
   over them; only lateness is named, so one side);
 - arrival: a collective's structure makes a rank late by its place in it (a root finishes
-  last; both ends of a slow link wait on it), so the calls are timed again over a second rank
-  order in which every rank has another place, and a rank is named only when its interval
-  lies wholly above ``MIN_RATIO`` in both orders, and it is the only such rank;
-- compute (a rank's own work, no place in any order): the latest rank is named when its
-  interval lies wholly above ``MIN_RATIO`` and above every other rank's ratio.
+  last; both ends of a slow link wait on it), so the world times the calls again over a second
+  rank order in which every rank has another place, and a rank is named only when its bound
+  lies above ``MIN_RATIO`` in both orders, and it is the only such rank;
+- compute (a rank's own work, no place in any order): the latest rank is named when its bound
+  lies above ``MIN_RATIO`` and above every other rank's ratio;
+- links (``judge_links``): a node against the links it is not on, or a link against the rest.
 """
 from __future__ import annotations
 
@@ -33,18 +33,14 @@ import numpy as np
 
 from . import stats
 
-BLOCKS = 16
 ALPHA = 0.01
 #: The least lateness named: a collective's structure leaves ranks a little apart in every clean
 #: world (docs/stragglers.md has the measured spread); a straggler worth a person's time is
-#: beyond that.
+#: beyond that. ``kernels.ranks.SECOND_ORDER_ABOVE`` is the same number.
 MIN_RATIO = 1.1
 MEASURES = ("arrival", "compute", "bandwidth", "latency")
 #: Links are measured alone, pair by pair: a link this much slower than the rest is named.
 MIN_LINK_RATIO = 1.5
-#: The most calls timed again over the second rank order (as many as the case's own, up to this):
-#: both orders must bound a rank's lateness as tightly.
-REORDERED_CALLS = 256
 
 
 @dataclass(frozen=True)
@@ -71,48 +67,10 @@ class Straggler:
                    float(d["high"]), str(d["measure"]), float(d["confidence"]), int(d.get("orders", 1)))
 
 
-def others_median(x: np.ndarray) -> np.ndarray:
-    """calls x ranks: per call, the median of every rank but the one in that column (one sort
-    per call, so a world of thousands of ranks costs no more than sorting its calls)."""
-    calls, n = x.shape
-    order = np.argsort(x, axis=1, kind="stable")
-    s = np.take_along_axis(x, order, axis=1)
-    pos = np.empty_like(order)
-    np.put_along_axis(pos, order, np.arange(n)[None, :].repeat(calls, axis=0), axis=1)
-    m = n - 1  # the others
-
-    def kth(k: int) -> np.ndarray:
-        """The k-th smallest of the others: the sorted row without the rank's own place."""
-        i = np.where(pos > k, k, k + 1)
-        return np.take_along_axis(s, i, axis=1)
-
-    if m % 2:
-        return kth(m // 2)
-    return (kth(m // 2 - 1) + kth(m // 2)) / 2.0
-
-
-def block_ratios(values: np.ndarray, blocks: int = BLOCKS) -> np.ndarray:
-    """blocks x ranks: per block of consecutive calls, the median over its calls of each rank's
-    log ratio to the median of the other ranks in the same call."""
-    x = np.log(np.maximum(np.asarray(values, dtype=float), 1e-12))
-    calls, n = x.shape
-    if n < 2 or calls < 1:
-        return np.zeros((0, n))
-    d = x - others_median(x)
-    cuts = np.array_split(np.arange(calls), min(blocks, calls))
-    return np.stack([np.median(d[idx], axis=0) for idx in cuts])
-
-
-def per_rank(values: np.ndarray, alpha: float = ALPHA, blocks: int = BLOCKS
-             ) -> list[tuple[float, float, float]]:
-    """Each rank's (ratio, low, high) to the others, the interval at 1 - alpha / ranks."""
-    return per_rank_of_blocks(block_ratios(values, blocks), alpha)
-
-
-def per_rank_of_blocks(b: np.ndarray, alpha: float = ALPHA) -> list[tuple[float, float, float]]:
-    """``per_rank`` from the blocks' log ratios (blocks x ranks), as a results file keeps them.
-    Only lateness is named, so ``low`` is a one-sided bound at ``alpha / ranks``: the interval
-    is the two-sided one at twice that."""
+def per_rank(b: np.ndarray, alpha: float = ALPHA) -> list[tuple[float, float, float]]:
+    """Each rank's (ratio, low, high) to the others from the blocks' log ratios (blocks x
+    ranks, as ``kernels.ranks`` keeps them). Only lateness is named, so ``low`` is a one-sided
+    bound at ``alpha / ranks``: the interval is the two-sided one at twice that."""
     b = np.asarray(b, dtype=float).reshape(len(b), -1)
     n = b.shape[1]
     conf = 1.0 - 2 * alpha / max(n, 1)
@@ -127,54 +85,42 @@ def per_rank_of_blocks(b: np.ndarray, alpha: float = ALPHA) -> list[tuple[float,
     return out
 
 
-def reorder(n: int) -> list[int]:
-    """The second rank order, as each rank's position in it: odd ranks first, then even ones
-    (1, 3, ..., 0, 2, ...; with an odd count the last even rank leads the even ones), so no rank
-    keeps its place (a root's role moves to another rank) and ring neighbours and
-    recursive-doubling partners change."""
-    odd, even = list(range(1, n, 2)), list(range(0, n, 2))
-    if n % 2 and n > 1:
-        even = even[-1:] + even[:-1]
-    order = odd + even
-    return [order.index(r) for r in range(n)]
+def late_ranks(blocks: np.ndarray, alpha: float = ALPHA, min_ratio: float = MIN_RATIO) -> list[int]:
+    """Ranks whose lower bound lies above ``min_ratio``: later than the others."""
+    return [r for r, (_, low, _) in enumerate(per_rank(blocks, alpha)) if low > min_ratio]
 
 
-def late_ranks(values: np.ndarray, alpha: float = ALPHA, min_ratio: float = MIN_RATIO,
-               blocks: int = BLOCKS) -> list[int]:
-    """Ranks whose interval lies wholly above ``min_ratio``: later than the others."""
-    return [r for r, (_, low, _) in enumerate(per_rank(values, alpha, blocks)) if low > min_ratio]
+def judge(blocks: np.ndarray, nodes: Sequence[str], measure: str = "arrival", *,
+          reordered: np.ndarray | None = None, alpha: float = ALPHA,
+          min_ratio: float = MIN_RATIO) -> Straggler | None:
+    """The straggler of one world's case from its blocks (blocks x ranks of log ratios), or
+    None when no rank stands out (module doc).
 
-
-def judge(values: np.ndarray, nodes: Sequence[str], measure: str = "arrival", *,
-          reordered: np.ndarray | None = None, alpha: float = ALPHA, min_ratio: float = MIN_RATIO,
-          blocks: int = BLOCKS) -> Straggler | None:
-    """The straggler of one world's case, or None when no rank stands out (module doc).
-
-    ``measure`` "arrival" needs ``reordered``: the same calls timed over the ranks in
-    ``reorder``'s order (columns still by world rank). A collective's structure makes a rank
-    late by its place (a root finishes last, both ends of a slow link wait for it); a slow node
-    is late wherever it stands, so only a rank late in both orders is named, each order judged
-    at half of ``alpha``. ``compute`` (a rank's own work) has no place: one judgement, and the
-    latest rank's interval must also lie above every other rank's ratio (two slow nodes name
-    neither)."""
+    ``measure`` "arrival" needs ``reordered``: the blocks of the same calls timed over the
+    ranks in the second order (columns still by world rank). A collective's structure makes a
+    rank late by its place (a root finishes last, both ends of a slow link wait for it); a slow
+    node is late wherever it stands, so only a rank late in both orders is named, each order
+    judged at half of ``alpha``. ``compute`` (a rank's own work) has no place: one judgement,
+    and the latest rank's bound must also lie above every other rank's ratio (two slow nodes
+    name neither)."""
     if measure not in MEASURES:
         raise ValueError(f"straggler measure {measure!r} is none of {', '.join(MEASURES)}")
-    values = np.asarray(values, dtype=float)
-    if values.ndim != 2 or values.shape[1] < 2 or values.shape[0] < 2:
+    blocks = np.asarray(blocks, dtype=float)
+    if blocks.ndim != 2 or blocks.shape[1] < 2 or blocks.shape[0] < 2:
         return None
-    n = values.shape[1]
+    n = blocks.shape[1]
     if measure == "arrival":
-        if reordered is None:
+        if reordered is None or len(reordered) < 2:
             return None
         a = alpha / 2
-        both = set(late_ranks(values, a, min_ratio, blocks)) & set(late_ranks(reordered, a, min_ratio, blocks))
+        both = set(late_ranks(blocks, a, min_ratio)) & set(late_ranks(np.asarray(reordered, float), a, min_ratio))
         if len(both) != 1:
             return None
         [late] = both
-        ratio, low, high = per_rank(values, a, blocks)[late]
+        ratio, low, high = per_rank(blocks, a)[late]
         conf, orders = 1.0 - 2 * a / n, 2
     else:
-        ranks = per_rank(values, alpha, blocks)
+        ranks = per_rank(blocks, alpha)
         late = max(range(n), key=lambda r: ranks[r][0])
         ratio, low, high = ranks[late]
         if not low > min_ratio or any(low <= ranks[r][0] for r in range(n) if r != late):
@@ -184,14 +130,27 @@ def judge(values: np.ndarray, nodes: Sequence[str], measure: str = "arrival", *,
                      measure, conf, orders)
 
 
-def profile(values: np.ndarray, blocks: int = BLOCKS) -> dict:
-    """What a results file keeps of a case's per-rank times: each rank's ratio to the others
-    (the report's per-rank plot) and the blocks' log ratios the rule judged (blocks x ranks,
-    so the rule can be run again on a stored run)."""
-    b = block_ratios(np.asarray(values, dtype=float), blocks)
-    return {"rank_ratio": [float(math.exp(np.median(b[:, r]))) if b.shape[0] else 1.0
-                           for r in range(b.shape[1])],
-            "rank_blocks": [[round(float(v), 5) for v in row] for row in b]}
+def judged(info: dict) -> dict:
+    """What the rule adds to one sample's ``info`` from what its world kept there: per-rank
+    blocks (``kernels.ranks.kept``) or link measurements (``link_records``, the p2p kernel);
+    nothing for a sample that kept neither (one rank, an exchange Python cannot see)."""
+    nodes = info.get("nodes") or []
+    if info.get("link_records"):
+        return judge_links([tuple(r) for r in info["link_records"]], nodes, info.get("straggler_measure", "bandwidth"))
+    if info.get("rank_blocks") and info.get("straggler_measure") in ("arrival", "compute"):
+        late = judge(info["rank_blocks"], nodes, info["straggler_measure"], reordered=info.get("reordered_blocks"))
+        return {"straggler": late.to_dict() if late else None}
+    return {}
+
+
+def annotate(result):
+    """``result`` (a ``model.Result``) with every sample judged: the analysing side's step
+    after a world returns, before its rounds are pooled."""
+    from dataclasses import replace
+
+    samples = tuple(replace(s, info={**s.info, **extra}) if (extra := judged(s.info)) else s
+                    for s in result.samples)
+    return replace(result, samples=samples)
 
 
 def judge_links(records: Sequence[tuple[int, int, int, float]], nodes: Sequence[str], measure: str,

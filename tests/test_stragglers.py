@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from perfsuite import stragglers as st
+from perfsuite.kernels import ranks
 from perfsuite.kernels.p2p import partner_in, schedule
 from perfsuite.model import Case, Sample
 
@@ -43,10 +44,19 @@ def arrival(rng, n: int, place_late=None, node_late=None) -> st.Straggler | None
     """One simulated world judged as the kernel judges it: the calls in the world's order,
     then again in the second order (positions follow the ranks' new places)."""
     first = world(rng, n, place_late=place_late, node_late=node_late)
-    pos = st.reorder(n)
+    pos = ranks.reorder(n)
     second_order = sorted(range(n), key=lambda r: pos[r])  # rank at each new position
     second = world(rng, n, place_late=place_late, node_late=node_late, order=second_order)
-    return st.judge(first, [f"node{r}" for r in range(n)], "arrival", reordered=second)
+    if not ranks.wants_second_order(first):
+        return None  # the world would not time a second order: nothing to name
+    return judge(first, "arrival", reordered=second)
+
+
+def judge(values: np.ndarray, measure: str, reordered: np.ndarray | None = None) -> st.Straggler | None:
+    """As the analysing side judges what a world kept (kernels.ranks.kept)."""
+    n = values.shape[1]
+    return st.judge(ranks.block_ratios(values), [f"node{r}" for r in range(n)], measure,
+                    reordered=None if reordered is None else ranks.block_ratios(reordered))
 
 
 def test_others_median_is_the_median_of_the_other_ranks():
@@ -54,12 +64,12 @@ def test_others_median_is_the_median_of_the_other_ranks():
     for n in (2, 3, 4, 5, 8):
         x = rng.random((9, n))
         want = np.stack([np.median(np.delete(x, r, axis=1), axis=1) for r in range(n)], axis=1)
-        assert np.allclose(st.others_median(x), want)
+        assert np.allclose(ranks.others_median(x), want)
 
 
 def test_the_second_order_moves_every_rank():
     for n in range(2, 65):
-        pos = st.reorder(n)
+        pos = ranks.reorder(n)
         assert sorted(pos) == list(range(n)) and all(pos[r] != r for r in range(n)), n
 
 
@@ -85,24 +95,23 @@ def test_a_slow_link_names_its_node_not_its_partner():
     for _ in range(SIMS):
         first = world(rng, n, node_late={2: 1.25, 3: 1.25}, sigma=0.06)  # node2 and its partner
         second = world(rng, n, node_late={2: 1.25, 1: 1.25}, sigma=0.06)  # another partner in order 2
-        s = st.judge(first, [f"node{r}" for r in range(n)], "arrival", reordered=second)
+        s = judge(first, "arrival", reordered=second) if ranks.wants_second_order(first) else None
         hits += s is not None and s.rank == 2
     assert hits >= 0.95 * SIMS, hits
 
 
 def test_arrival_needs_the_second_order():
     rng = np.random.default_rng(5)
-    assert st.judge(world(rng, 4, node_late={1: 3.0}), ["a", "b", "c", "d"], "arrival") is None
+    assert judge(world(rng, 4, node_late={1: 3.0}), "arrival") is None
 
 
 def test_compute_names_the_throttled_rank_and_not_clean_or_two_slow_ones():
     rng = np.random.default_rng(6)
-    nodes = [f"node{r}" for r in range(4)]
     steps = 20  # torch-epoch's default
-    hits = sum((s := st.judge(world(rng, 4, steps, node_late={3: 2.0}), nodes, "compute")) is not None
+    hits = sum((s := judge(world(rng, 4, steps, node_late={3: 2.0}), "compute")) is not None
                and s.rank == 3 for _ in range(SIMS))
-    clean = sum(st.judge(world(rng, 4, steps), nodes, "compute") is not None for _ in range(SIMS))
-    two = sum(st.judge(world(rng, 4, steps, node_late={1: 2.0, 3: 2.0}), nodes, "compute") is not None
+    clean = sum(judge(world(rng, 4, steps), "compute") is not None for _ in range(SIMS))
+    two = sum(judge(world(rng, 4, steps, node_late={1: 2.0, 3: 2.0}), "compute") is not None
               for _ in range(SIMS))
     assert hits >= 0.95 * SIMS and clean <= 0.01 * SIMS and two <= 0.01 * SIMS, (hits, clean, two)
 
@@ -183,11 +192,45 @@ def test_an_unknown_measure_is_refused(bad):
         st.judge(np.ones((4, 2)), ["a", "b"], bad)
 
 
-def test_the_blocks_are_kept_and_judged_again_the_same():
+def test_what_a_world_keeps_is_what_the_analysing_side_judges():
     rng = np.random.default_rng(9)
     t = world(rng, 4, node_late={1: 2.0})
-    kept = st.profile(t)
-    assert len(kept["rank_blocks"]) == st.BLOCKS and len(kept["rank_ratio"]) == 4
-    again = st.per_rank_of_blocks(kept["rank_blocks"])
-    direct = st.per_rank(t)
-    assert all(math.isclose(a[0], b[0], rel_tol=1e-3) for a, b in zip(again, direct))
+    kept = ranks.kept(t, "compute")
+    assert len(kept["rank_blocks"]) == ranks.BLOCKS and len(kept["rank_ratio"]) == 4
+    info = {"nodes": ["a", "b", "c", "d"], **kept}
+    assert st.judged(info)["straggler"]["node"] == "b"
+    assert st.judged({"nodes": ["a"]}) == {}
+    assert ranks.SECOND_ORDER_ABOVE == st.MIN_RATIO
+
+
+def test_a_p2p_case_keeps_every_link_and_names_the_slow_node():
+    from perfsuite.kernels.p2p import summarize
+
+    rng = np.random.default_rng(10)
+    nodes = [f"node{r}" for r in range(4)]
+    big = summarize(Case("p2p", "mpi", 4, size_bytes=1 << 20), links(rng, 4, slow_node=2), nodes)
+    assert len(big.info["links"]) == 12 and st.judged(big.info)["straggler"]["node"] == "node2"
+    assert big.metrics["bw_min_GBps"].value < big.metrics["bw_median_GBps"].value / 5
+    lat = [(rep, a, b, 20e-6 * rng.lognormal(0, 0.05)) for rep in range(3) for r in schedule(4) for a, b in r]
+    small = summarize(Case("p2p", "mpi", 4, size_bytes=4), lat, nodes)
+    assert st.judged(small.info)["straggler"] is None and len(small.info["links"]) == 6
+    assert 15 < small.metrics["latency_median_us"].value < 25
+
+
+def test_the_census_counts_worlds_per_named_node():
+    from types import SimpleNamespace as SuiteRun  # census reads only .results
+
+    from perfsuite.model import Result
+
+    late = st.Straggler(2, "node2", 1.3, 1.2, 1.4, "arrival", 0.99, 2).to_dict()
+    a = Case("allreduce", "mpi", 4, size_bytes=4)
+    b = Case("allreduce", "mpi", 4, size_bytes=1 << 20)
+    world = Result("allreduce", "mpi", 4, (Sample(a, {}, True, (), {"straggler": None}),
+                                           Sample(b, {}, True, (), {"straggler": late})))
+    clean = Result("allreduce", "ring", 4, (Sample(a, {}, True, (), {"straggler": None}),))
+    link = Result("p2p", "mpi", 4, (Sample(Case("p2p", "mpi", 4, size_bytes=1 << 20), {}, True, (),
+                                           {"straggler": None, "slow_links": [{"nodes": ["node0", "node1"]}]}),))
+    runs = [SuiteRun(results=[world, clean]), SuiteRun(results=[link])]
+    assert st.census(runs) == ["node0: named in 1 of 3 world(s)", "node1: named in 1 of 3 world(s)",
+                               "node2: named in 1 of 3 world(s)"]
+    assert st.census([SuiteRun(results=[clean])]) == ["no node named in any of 1 world(s)"]

@@ -13,11 +13,11 @@ import time
 
 import numpy as np
 
-from .. import stragglers
 from ..model import DTYPES, Case, Metric, Sample, time_sliced_label
 from ..transports.hosts import node_name
 from ..transports import load as load_transport
 from .context import RankContext
+from . import ranks
 from .contention import Probe, world_view
 from .faults import slowdown_fraction, spin
 
@@ -101,11 +101,10 @@ def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: in
         "algbw_GBps": algbw, "busbw_GBps": algbw * factor, "valid": bool(valid),
         **(machine or {}),
     }
-    if n > 1:
-        nodes = list(nodes or [f"rank{r}" for r in range(n)])
-        late = stragglers.judge(times, nodes, "arrival", reordered=reordered)
-        info.update(nodes=nodes, **stragglers.profile(times),
-                    straggler=late.to_dict() if late else None)
+    if n > 1:  # for the straggler rule, judged on the analysing side (stragglers.annotate)
+        info.update(nodes=list(nodes or [f"rank{r}" for r in range(n)]), **ranks.kept(times, "arrival"))
+        if reordered is not None:
+            info["reordered_blocks"] = [[round(float(v), 5) for v in row] for row in ranks.block_ratios(reordered)]
     if copy_GBps and n > 1:
         info["copy_GBps"] = copy_GBps
         # Both sides count the bytes of one buffer once: copy_GBps is bytes copied per second
@@ -362,10 +361,10 @@ def run(ctx: RankContext) -> dict:
 
 
 class SecondOrder:
-    """The straggler rule's second rank order (``stragglers.reorder``): the transport made
+    """The straggler rule's second rank order (``ranks.reorder``): the transport made
     again over the world's ranks in that order, once a case's calls show a late rank (by its
-    place in the collective, or a slow node: only the second order tells), then a short loop
-    of the same calls over it. Collective: rank 0 decides, every rank follows."""
+    place in the collective, or a slow node: only the second order tells), then a loop of the
+    same calls over it. Collective: rank 0 decides, every rank follows."""
 
     def __init__(self, comm, transport):
         self.comm, self.transport = comm, transport
@@ -375,17 +374,16 @@ class SecondOrder:
         n = self.comm.Get_size()
         want = False
         if self.comm.Get_rank() == 0 and n >= 2 and batch == 1:
-            times = np.stack([g[0] for g in gathered], axis=1)
-            want = bool(stragglers.late_ranks(times, stragglers.ALPHA / 2))
+            want = ranks.wants_second_order(np.stack([g[0] for g in gathered], axis=1))
         want = bool(self.comm.bcast(want, root=0))
         if want and self.other is None:
-            comm = self.comm.Split(0, stragglers.reorder(n)[self.comm.Get_rank()])
+            comm = self.comm.Split(0, ranks.reorder(n)[self.comm.Get_rank()])
             self.other = self.transport.reordered(comm) or False
         return want and bool(self.other)
 
     def time(self, send, recv, iters: int, case: Case) -> np.ndarray:
         """This rank's times of the same calls over the second order (no fault, no slowdown)."""
-        calls = min(iters, stragglers.REORDERED_CALLS)
+        calls = min(iters, ranks.REORDERED_CALLS)
         for _ in range(max(MIN_WARMUP, calls // 10)):
             self.other.allreduce(send, recv)
         return timed_loop(self.other, send, recv, calls, self.other.comm.Barrier, None, case)

@@ -6,9 +6,9 @@ pair at a time. One rank per node.
 Per case (a message size), per repeat of the whole schedule, per pair: below ``LATENCY_MAX``
 bytes a ping-pong (half the round trip, median of ``PINGS``, OMB's osu_latency); above it each
 direction's bandwidth, a window of ``WINDOW`` non-blocking sends answered by one 4-byte
-acknowledgement, timed by the sender (OMB's osu_bw). Rank 0 gathers every link's values and
-judges them (``stragglers.judge_links``): the node whose links are slower than the others', or
-a link slower than the rest where neither end is.
+acknowledgement, timed by the sender (OMB's osu_bw). Rank 0 gathers every link's values into
+the sample; the analysing side judges them (``stragglers.judge_links``): the node whose links are
+slower than the others', or a link slower than the rest where neither end is.
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import time
 
 import numpy as np
 
-from .. import stragglers
 from ..model import Case, Metric, Sample
 from ..transports.hosts import node_name
 from .context import RankContext, whole_option
@@ -113,11 +112,13 @@ def summarize(case: Case, records: list[tuple[int, int, int, float]], nodes: lis
         per_link.setdefault((a, b), []).append(v)
     medians = {k: float(np.median(v)) for k, v in per_link.items()}
     values = list(medians.values())
-    judged = stragglers.judge_links(records, nodes, "latency" if latency else "bandwidth")
     info = {"world_size": len(nodes), "size_bytes": case.size_bytes, "nodes": nodes,
             "links": [{"from": a, "to": b, "value": v} for (a, b), v in sorted(medians.items())],
             "pairs": len(schedule(len(nodes))[0]) if len(nodes) > 1 else 0,
-            "rounds_per_repeat": len(schedule(len(nodes))), **judged}
+            "rounds_per_repeat": len(schedule(len(nodes))),
+            # every measurement, for the straggler rule (stragglers.annotate judges them)
+            "straggler_measure": "latency" if latency else "bandwidth",
+            "link_records": [[rep, a, b, v] for rep, a, b, v in records]}
     if latency:
         us = np.array(values) * 1e6
         metrics = {"latency_us": Metric("latency_us", float(np.max(us)), "us", False, tuple(float(x) for x in us)),

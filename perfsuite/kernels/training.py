@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import stragglers
 from ..errors import ConfigError
 from ..model import Case, Metric, Sample
 from .context import RankContext, whole_option
+from . import ranks
 from .contention import Probe
 from .faults import Spin
 
@@ -120,12 +120,9 @@ def summarize(case: Case, times: np.ndarray, allreduce: np.ndarray | None,
         info.update(allreduce_ms_p50=ar_p50 * 1e3, allreduce_share=share,
                     compute_ms_p50=(p50 - ar_p50) * 1e3)
         metrics["allreduce_share"] = Metric("allreduce_share", share, "", False)
-        if n > 1 and not np.any(np.isnan(allreduce)):
-            compute = np.maximum(times - allreduce, 1e-9)
-            nodes = list(nodes or [f"rank{r}" for r in range(n)])
-            late = stragglers.judge(compute, nodes, "compute")
-            info.update(nodes=nodes, **stragglers.profile(compute),
-                        straggler=late.to_dict() if late else None)
+        if n > 1 and not np.any(np.isnan(allreduce)):  # for the straggler rule (stragglers.annotate)
+            info.update(nodes=list(nodes or [f"rank{r}" for r in range(n)]),
+                        **ranks.kept(np.maximum(times - allreduce, 1e-9), "compute"))
     else:
         info.setdefault("allreduce_share", None)  # inside TF's graph: not visible from Python
     return Sample(case, metrics, bool(valid), tuple(float(v) for v in world_time), info)
