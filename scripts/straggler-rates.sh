@@ -9,7 +9,7 @@
 # Kinds (4 emulated nodes; RUNS worlds each):
 #   link-allreduce   allreduce at 1 MiB, node2's link at 100mbit, the rest at 1gbit
 #   link-nodes       perfsuite nodes, the same network
-#   cpu-training     torch-epoch small-cnn on torch-gloo, node3's CPU throttled
+#   cpu-training     torch-epoch small-cnn on torch-gloo, 40 steps, node3's CPU throttled
 #   clean-allreduce  allreduce at 4 B, 64 KiB and 1 MiB, every link at 1gbit
 #   clean-nodes      perfsuite nodes, every link at 1gbit
 #   clean-training   torch-epoch as above, no node throttled
@@ -24,7 +24,9 @@ ps() { "$py" -m perfsuite.cli "$@" > /dev/null 2>&1 || true; }  # exit 1 names a
 # throttled node gets half of that (CPU_QUOTA overrides).
 cpu=${CPU_QUOTA:-0.25}
 world=(--transports mpi --world-sizes 4 --max-contention off --rounds 1)
-train=(--benchmarks torch-epoch --transports torch-gloo --world-sizes 4 --models small-cnn
+# 40 steps: a step's compute is noisy with 4 ranks on 2 cores, and 16 blocks of 1-2 steps (the
+# default 20) bound a rank's ratio too loosely to name x1.8 every time.
+train=(--benchmarks torch-epoch --transports torch-gloo --world-sizes 4 --models small-cnn --iters 40
        --max-contention off --rounds 1)
 for i in $(seq -w 1 "$runs"); do
   ps run "${world[@]}" --sizes 1MiB --iters 64 --emulated-network 1gbit,node2=100mbit --json "$out/link-allreduce-$i.json"
