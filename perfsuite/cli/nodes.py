@@ -68,6 +68,11 @@ def do_nodes(args: argparse.Namespace) -> int:
         if run.interrupted or signals.raised:
             return 128 + signal.Signals[run.interrupted or signals.raised.name].value
     samples = run.samples()
+    names = samples[0].info.get("nodes") or [] if samples else []
+    if len(set(names)) < len(names):
+        say(f"# nodes: {len(names)} ranks on {len(set(names))} host(s) ({', '.join(sorted(set(names)))}): "
+            "ranks that share a host measure its memory, not a link; give one host per rank (--hosts, "
+            "--hostfile, a Slurm allocation, or --emulated-network)")
     found = bool(stragglers.named(samples)) or any(s.info.get("slow_links") for s in samples)
     if not found and run.ok:
         say(f"# nodes: {n} nodes, {len(samples)} case(s): no node or link stands out")

@@ -14,10 +14,10 @@ import time
 import numpy as np
 
 from ..model import DTYPES, Case, Metric, Sample, time_sliced_label
-from ..transports.hosts import node_name
 from ..transports import load as load_transport
-from .context import RankContext
+from ..transports.hosts import node_name
 from . import ranks
+from .context import RankContext
 from .contention import Probe, world_view
 from .faults import slowdown_fraction, spin
 
@@ -80,7 +80,7 @@ def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: in
     world's contention figures over the timed loop (``contention.world_view``). ``nodes``: each
     rank's node, for the straggler rule (``stragglers``): a rank's own time from its barrier
     exit to the end of its call is when it arrives at the next barrier; ``reordered``: calls x
-    ranks timed over the second rank order, where the first showed more than one late rank.
+    ranks timed over the second rank order, where the first showed a late rank.
     """
     n = times.shape[1]
     per_rank_mean = times.mean(axis=0)
@@ -356,6 +356,7 @@ def run(ctx: RankContext) -> dict:
     if copy_gbps is not None:
         extra["device_copy_GBps"] = copy_gbps
     comm.Barrier()
+    second.close()
     transport.close()  # after the barrier: no rank is still inside a call
     return extra
 
@@ -387,6 +388,12 @@ class SecondOrder:
         for _ in range(max(MIN_WARMUP, calls // 10)):
             self.other.allreduce(send, recv)
         return timed_loop(self.other, send, recv, calls, self.other.comm.Barrier, None, case)
+
+    def close(self) -> None:
+        if self.other:
+            self.other.close()
+            self.other.comm.Free()
+        self.other = None
 
 
 def loop_timing(transport, recv) -> str:
