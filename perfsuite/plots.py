@@ -11,7 +11,9 @@ Only ``report`` calls these; each PNG is written whole through ``formats.atomic_
 from __future__ import annotations
 
 import io
+import math
 import re
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -298,7 +300,15 @@ def rank_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
     fig, axes = plt.subplots(len(shown), 1, figsize=(7.0, 1.4 + 1.3 * len(shown)), squeeze=False)
     for ax, (s, tag, ratios, late) in zip(axes[:, 0], shown):
         colors = ["tab:red" if i == late else "tab:blue" for i in range(len(ratios))]
-        ax.bar(range(len(ratios)), ratios, color=colors)
+        second = s.info.get("reordered_blocks")
+        if second:  # the same calls over the second rank order, beside the first
+            again = [math.exp(statistics.median(col)) for col in zip(*second)]
+            ax.bar([i - 0.2 for i in range(len(ratios))], ratios, 0.4, color=colors, label="world order")
+            ax.bar([i + 0.2 for i in range(len(again))], again, 0.4, color=colors, alpha=0.45,
+                   hatch="//", label="second order")
+            ax.legend(fontsize="x-small", loc="upper left")
+        else:
+            ax.bar(range(len(ratios)), ratios, color=colors)
         ax.axhline(1.0, color="grey", linewidth=0.8)
         nodes = s.info.get("nodes") or []
         ax.set_xticks(range(len(ratios)))
@@ -311,8 +321,8 @@ def rank_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
     return Plot("ranks", title, _save(fig, path),
                 caption="Each rank's time to arrive (allreduce: from its barrier exit to the end of its call; "
                         "training: its compute apart from the exchange; p2p: its links) over the median of "
-                        "the other ranks, the median of the case's blocks of calls; red: the rank the "
-                        "straggler rule named.")
+                        "the other ranks, the median of the case's blocks of calls; hatched: the same calls over "
+                        "the second rank order, where one ran; red: the rank the straggler rule named.")
 
 
 PLOTS: tuple[Callable[[Sequence[Tagged], Path], Plot], ...] = (
