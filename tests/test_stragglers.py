@@ -9,7 +9,6 @@ each call has its own noise with a heavy tail.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest

@@ -316,6 +316,12 @@ def cpu_commands(net: EmulatedNetwork, scratch: str | Path) -> list[list[str]]:
     return cmds
 
 
+def delay_command(net: EmulatedNetwork, i: int) -> list[str]:
+    """netem under the tbf, for an asked-for delay; fails where the kernel has no sch_netem."""
+    return ["tc", "-n", net.node(i), "qdisc", "add", "dev", NODE_IFACE, "parent", "1:1",
+            "handle", "10:", "netem", "delay", str(net.delay)]
+
+
 def teardown_commands(net: EmulatedNetwork) -> list[list[str]]:
     """Deleting a namespace deletes its interfaces (veth peers and the bridge go with them)."""
     return [["ip", "netns", "delete", ns] for ns in reversed(net.namespaces)]
