@@ -612,3 +612,23 @@ def test_asv_private_names_behave_as_perfsuite_expects(tmp_path):
     assert ci_weight({"ci_99_a": 1.0, "ci_99_b": 1.5}) == pytest.approx(4.0)
     assert ci_weight({"ci_99_a": 1.0, "ci_99_b": float("inf")}) is None
     assert ci_weight(None) is None and ci_weight({"ci_99_a": 1.0}) is None
+    # A stored result moved under other params and version keeps its values, samples and stats
+    # through asv's save and load.
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+
+    from perfsuite.asv.compat import relayout_result
+
+    res = Results({"machine": "box"}, {}, "a" * 40, 0, "py", "env", {})
+    key, params = "m.S.track_x", [["1", "2"]]
+    res.add_result({"name": key, "version": "1", "params": params},
+                   BenchmarkResult([1.0, 2.0], [[1.0, 1.2], [2.0]], [1, 1], 0, "", None), record_samples=True)
+    wider = [*params, ["'none'"]]
+    relayout_result(res, key, wider, "2")
+    res.save(str(tmp_path))
+    (path,) = (tmp_path / "box").glob("*.json")
+    back = Results.load(str(path))
+    assert back.benchmark_version[key] == "2" and back.get_result_params(key) == wider
+    assert back.get_result_value(key, wider) == res.get_result_value(key, wider) == [1.1, 2.0]
+    assert back.get_result_samples(key, wider) == [[1.0, 1.2], [2.0]]
+    assert back.get_result_stats(key, wider)[0]["repeat"] == 2

@@ -80,6 +80,22 @@ class MeasuredAxis:
 
 
 @dataclass(frozen=True)
+class AxisAdded:
+    """A layout version that appended an axis: what version ``old`` stored reads under version
+    ``new`` as points at ``value`` on it. An axis of one value appended last keeps the order of
+    asv's product of params, so the stored values, samples and stats stay as they are (the
+    recorder rewrites their params and version: ``record.migrate``)."""
+
+    old: str
+    new: str
+    axis: str
+    value: Any
+
+    def params(self, params: list[list[str]]) -> list[list[str]]:
+        return [*params, [repr(self.value)]]
+
+
+@dataclass(frozen=True)
 class AsvLayout:
     """How one benchmark's cases appear in asv: ``<module>.<suite>.<method>(param, ...)``."""
 
@@ -92,6 +108,7 @@ class AsvLayout:
     version: str = "1"  # bump when a recorded number changes meaning; asv drops other versions
     sort_keys: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
     measured: tuple[MeasuredAxis, ...] = ()  # the last len(measured) axes
+    migrations: tuple[AxisAdded, ...] = ()  # how older versions' results read under this one
 
     def name(self, m: AsvMetric) -> str:
         return f"{self.module}.{self.suite}.{m.method}"
