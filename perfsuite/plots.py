@@ -11,7 +11,9 @@ Only ``report`` calls these; each PNG is written whole through ``formats.atomic_
 from __future__ import annotations
 
 import io
+import math
 import re
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -277,10 +279,56 @@ def breakdown_plot(parts: Sequence[tuple[str, float]], title: str, path: Path) -
     return Plot("breakdown", title, _save(fig, Path(path)))
 
 
+#: The most cases the per-rank plot draws: the ones that named a rank first, then the latest.
+RANK_PLOT_CASES = 8
+
+
+def rank_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
+    """Per case, each rank's arrival (or compute) against the others' (``info["rank_ratio"]``):
+    one small panel of bars per case, a named straggler in red."""
+    title = "Who is late: each rank against the others"
+    shown = []
+    for tag, r in tagged:
+        for s in r.samples:
+            ratios = s.info.get("rank_ratio") or s.info.get("node_ratio")
+            if ratios:
+                shown.append((s, tag, ratios, (s.info.get("straggler") or {}).get("rank")))
+    if not shown:
+        return Plot("ranks", title, skipped="no result of two or more ranks carries per-rank times "
+                    "(allreduce, training with a visible exchange, p2p)")
+    shown = sorted(shown, key=lambda x: (x[3] is None, -max(x[2])))[:RANK_PLOT_CASES]
+    fig, axes = plt.subplots(len(shown), 1, figsize=(7.0, 1.4 + 1.3 * len(shown)), squeeze=False)
+    for ax, (s, tag, ratios, late) in zip(axes[:, 0], shown):
+        colors = ["tab:red" if i == late else "tab:blue" for i in range(len(ratios))]
+        second = s.info.get("reordered_blocks")
+        if second:  # the same calls over the second rank order, beside the first
+            again = [math.exp(statistics.median(col)) for col in zip(*second)]
+            ax.bar([i - 0.2 for i in range(len(ratios))], ratios, 0.4, color=colors, label="world order")
+            ax.bar([i + 0.2 for i in range(len(again))], again, 0.4, color=colors, alpha=0.45,
+                   hatch="//", label="second order")
+            ax.legend(fontsize="x-small", loc="upper left")
+        else:
+            ax.bar(range(len(ratios)), ratios, color=colors)
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        nodes = s.info.get("nodes") or []
+        ax.set_xticks(range(len(ratios)))
+        ax.set_xticklabels([f"{i}\n{nodes[i]}" if i < len(nodes) else str(i) for i in range(len(ratios))],
+                           fontsize="x-small")
+        ax.set_ylabel("x others", fontsize="small")
+        ax.set_title(s.case.name + (f" · {tag}" if tag else ""), fontsize="small")
+    axes[0, 0].figure.suptitle(title)
+    fig.tight_layout()
+    return Plot("ranks", title, _save(fig, path),
+                caption="Each rank's time to arrive (allreduce: from its barrier exit to the end of its call; "
+                        "training: its compute apart from the exchange; p2p: its links) over the median of "
+                        "the other ranks, the median of the case's blocks of calls; hatched: the same calls over "
+                        "the second rank order, where one ran; red: the rank the straggler rule named.")
+
+
 PLOTS: tuple[Callable[[Sequence[Tagged], Path], Plot], ...] = (
-    latency_plot, busbw_plot, scaling_plot, throughput_plot, stall_plot)
+    latency_plot, busbw_plot, scaling_plot, throughput_plot, stall_plot, rank_plot)
 FILES = {"latency_plot": "latency.png", "busbw_plot": "busbw.png", "scaling_plot": "scaling.png",
-         "throughput_plot": "throughput.png", "stall_plot": "stalls.png"}
+         "throughput_plot": "throughput.png", "stall_plot": "stalls.png", "rank_plot": "ranks.png"}
 
 
 def make_plots(tagged: Sequence[Tagged], out_dir: Path) -> list[Plot]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import bench, formats
+from . import bench, formats, stragglers
 from . import verdict_text as vt
 from .errors import ConfigError
 from .formats import SuiteRun
@@ -290,6 +290,8 @@ def summary_markdown(runs: Sequence[ReportRun], plots: Sequence[Any] = (),
         for r in run.results:
             head, body = _result_rows(r)
             out += ["", f"### {_heading(r, run.tag)}", "", *_md_table(head, body)]
+            late = [line for line in [stragglers.world_line(r.samples), *stragglers.link_lines(r.samples)] if line]
+            out += ["", *(f"**{line.lstrip('# ')}**" for line in late)] if late else []
     problems = _problems(runs)
     if problems:
         out += ["", "## Skipped and failed worlds", ""]
@@ -371,6 +373,9 @@ def html_page(runs: Sequence[ReportRun], plots: Sequence[Any] = (),
             head, body = _result_rows(r)
             parts.append(f"<h3>{_h(_heading(r, run.tag))}</h3>" + _html_table(
                 head, body, ["" if b[-1] == "OK" else "regression" for b in body]))
+            for line in [stragglers.world_line(r.samples), *stragglers.link_lines(r.samples)]:
+                if line:
+                    parts.append(f"<p class='bad straggler'>{_h(line.lstrip('# '))}</p>")
     problems = _problems(runs)
     if problems:
         parts.append("<h2>Skipped and failed worlds</h2><ul>")

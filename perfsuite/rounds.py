@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from . import stats
+from . import stats, stragglers
 from .errors import ConfigError
 from .model import ROUNDS_KEY, Metric, Result, Sample, round_values  # noqa: F401
 
@@ -115,6 +115,8 @@ def pool_rounds(rounds: Sequence[Sample], max_contention: float | None = None) -
             info[key] = stats.median(vals)
     info[ROUNDS_KEY] = per_round
     info[CANARY_KEY] = [c for s in rounds for c in round_canaries(s)]
+    if any("straggler" in r.info for r in rounds):
+        info.update(stragglers.pooled([r.info.get("straggler") for r in rounds]))
     info["rounds"] = len(next(iter(per_round.values()), []))
     return Sample(case, metrics, all(s.valid for s in rounds),
                   tuple(t for s in rounds for t in s.times_s), info)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import bench, fingerprint, regress, transports
+from . import bench, fingerprint, regress, stragglers, transports
 from .bench import Selection
 from .errors import ConfigError, LaunchError, PerfsuiteError, PortInUse, RankFailure, Unavailable
 from .formats import SuiteRun, WorldOutcome
@@ -162,7 +162,7 @@ class Rounds:
         """Run one more world; a failure ends the rounds, keeping what finished rounds measured."""
         t0 = time.monotonic()
         try:
-            self.results.append(self._world())
+            self.results.append(stragglers.annotate(self._world()))
         except Unavailable as exc:
             self.skipped = str(exc)
         except (RankFailure, LaunchError) as exc:

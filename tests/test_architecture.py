@@ -26,7 +26,7 @@ FLOORS = [
     ("perfsuite.model", 1), ("perfsuite.stats", 1), ("perfsuite.interrupts", 1), ("perfsuite.replay", 1),
     ("perfsuite.formats", 2), ("perfsuite.fingerprint", 2), ("perfsuite.history", 2),
     ("perfsuite.stalls", 2), ("perfsuite.asv.layout", 2), ("perfsuite.asv.compat", 2),
-    ("perfsuite.verdict_text", 2),
+    ("perfsuite.verdict_text", 2), ("perfsuite.stragglers", 2),
     ("perfsuite.transports", 3), ("perfsuite.kernels", 3), ("perfsuite.launch", 3),
     ("perfsuite.asv.project", 3), ("perfsuite.asv.record", 3), ("perfsuite.asv.read", 3),
     ("perfsuite.bench", 4), ("perfsuite.dataset", 4), ("perfsuite.worker", 4), ("perfsuite.machine", 4),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import inspect
 import itertools
 import json
 import shutil
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite import bench, cli, history, rounds, stats
+from perfsuite import bench, cli, history, rounds, stats, stragglers
 from perfsuite.asv import layout, record
 from perfsuite.faces import asv_offline as offline
 from perfsuite.faces import asv_run as asv_bench
@@ -29,7 +30,7 @@ from perfsuite.model import Case, Metric, Result, round_values
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
-ENTRY = "allreduce.Allreduce.track_inv_busbw('mpi', 2, '1MiB', 'float32', 'python')"
+ENTRY = "allreduce.Allreduce.track_inv_busbw('mpi', 2, '1MiB', 'float32', 'python', 'none')"
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -120,12 +121,15 @@ def test_recorder_and_asv_discovery_describe_the_same_benchmarks():
         theirs = found[layout.name(m)]
         for key in ("name", "type", "unit", "version", "param_names", "params"):
             assert ours[key] == getattr(theirs, key), key
+        # asv calls setup and the method with one argument per axis, after setup_cache's cache
+        for method in (theirs.func, theirs.func.__self__.setup):
+            assert tuple(inspect.signature(method).parameters)[1:] == layout.axes, method
     combos = set(itertools.product(*ids))
     assert all(set(layout.all_ids(c)) <= combos for c in cases)
     # A measured mpi case is recorded under the loop that timed it, which asv's params hold.
     mpi = next(c for c in cases if c.transport == "mpi")
     assert layout.param_ids(mpi, {"timing": "native"}) in combos
-    assert layout.param_ids(mpi, {})[-1] == "'python'"  # recorded before timings were: Python's
+    assert layout.param_ids(mpi, {})[-2:] == ("'python'", "'none'")  # before timings and stragglers
 
 
 def test_asv_benchmarks_follow_the_perfsuite_options_from_the_environment():
@@ -278,9 +282,9 @@ def test_runners_merge_and_concurrent_recorders_lose_nothing(tmp_path):
     combos = [tuple(c) for c in itertools.product(*params)]
     repeat = {c: (s or {}).get("repeat") for c, s in zip(combos, stats)}
     # one value per round: the case measured in two runs of the commit has both rounds
-    assert repeat[("'mpi'", "2", "'1MiB'", "'float32'", "'python'")] == 1 + 1  # pooled, nothing lost
-    assert repeat[("'mpi'", "2", "'4B'", "'float32'", "'python'")] == 1
-    assert repeat[("'ring'", "2", "'1MiB'", "'float32'", "'python'")] == 1
+    assert repeat[("'mpi'", "2", "'1MiB'", "'float32'", "'python'", "'none'")] == 1 + 1  # pooled, nothing lost
+    assert repeat[("'mpi'", "2", "'4B'", "'float32'", "'python'", "'none'")] == 1
+    assert repeat[("'ring'", "2", "'1MiB'", "'float32'", "'python'", "'none'")] == 1
     assert not list(tmp_path.glob(".recording-*"))
 
 
@@ -296,7 +300,7 @@ def test_wrong_results_are_left_out(tmp_path):
 
 # --- asv's samples are rounds, not iterations --------------------------------------------------
 
-KEY = ("'mpi'", "2", "'1MiB'", "'float32'", "'python'")
+KEY = ("'mpi'", "2", "'1MiB'", "'float32'", "'python'", "'none'")
 
 
 def stored(conf: str, commit: str, machine: str = "box") -> dict[str, dict[tuple, tuple]]:
@@ -394,6 +398,80 @@ def test_old_per_iteration_entries_are_replaced_not_pooled(tmp_path):
     assert real.version != old.version
 
 
+def judged_rounds(case: Case, rng: np.random.Generator, late: float, n: int = 3):
+    """``case`` pooled over ``n`` rounds, each world judged by the straggler rule as the suite
+    does (``stragglers.annotate``): rank 1 arrives ``late`` times after the others, in both
+    rank orders (1.0: nobody late)."""
+    def calls() -> np.ndarray:
+        t = 1e-4 * (1 + 0.01 * np.abs(rng.standard_normal((200, case.world_size))))
+        t[:, 1] *= late
+        return t
+
+    each = [summarize(case, calls(), True, 200, 0, False, reordered=calls()) for _ in range(n)]
+    return rounds.pool_rounds([stragglers.annotate(Result(case.benchmark, case.transport, case.world_size,
+                                                          (s,))).samples[0] for s in each])
+
+
+def test_a_world_that_named_a_straggler_draws_its_own_line(tmp_path):
+    conf, (commit,) = make_project(tmp_path, 1)
+    rng = np.random.default_rng(11)
+    late, clean = judged_rounds(mpi_case(), rng, 1.5), judged_rounds(mpi_case(4), rng, 1.0)
+    assert late.info["straggler"]["rank"] == 1 and clean.info["straggler"] is None
+    record.record([late, clean], RecordTarget(conf, "box", commit), bench.asv_layout, fp={})
+    got = stored(conf, commit)["allreduce.Allreduce.track_inv_busbw"]
+    assert set(got) == {(*KEY[:-1], "'named'"), ("'mpi'", "2", "'4B'", "'float32'", "'python'", "'none'")}
+    # the training benchmarks' (generic) layout has the axis too
+    epoch = bench.asv_layout("tf-epoch")
+    case = Case("tf-epoch", "tf-grpc", 2, variant="resnet")
+    assert epoch.param_ids(case, {"straggler": late.info["straggler"]})[-1] == "'named'"
+    assert epoch.param_ids(case, {})[-1] == "'none'"
+
+
+def test_a_store_of_the_previous_layout_version_is_migrated_in_place(tmp_path):
+    """A results folder written under perfsuite-allreduce-3 (no straggler axis): asv reads a
+    result only under its benchmark's version and by the product of its params, so the recorder
+    rewrites every stored result to the current layout, each old point at straggler "none",
+    values, samples and stats untouched; new points land beside them."""
+    import dataclasses
+
+    from perfsuite.asv.project import load_project
+    from perfsuite.asv.read import read_history
+
+    conf, commits = make_project(tmp_path, 2)
+    rng = np.random.default_rng(12)
+    real = bench.asv_layout("allreduce")
+    old = dataclasses.replace(real, version="perfsuite-allreduce-3", axes=real.axes[:-1],
+                              measured=real.measured[:-1], migrations=())
+    for machine in ("box", "other-box"):
+        for c in commits:
+            record.record([five_rounds(rng)[0]], RecordTarget(conf, machine, c), lambda name: old, fp={})
+    before = stored(conf, commits[0])
+    name = "allreduce.Allreduce.track_inv_busbw"
+
+    summary = record.record([judged_rounds(mpi_case(), rng, 1.5), synthetic(mpi_case(), 10.0, rng)],
+                            RecordTarget(conf, "box", commits[1]), bench.asv_layout, fp={})
+    assert summary.migrated == 2 * 2 * 2  # two metrics in each of two commits on two machines
+    assert "migrated 8 stored results" in summary.line()
+    described = json.loads((tmp_path / "results" / "benchmarks.json").read_text())[name]
+    assert described["version"] == real.version and described["param_names"] == list(real.axes)
+    assert described["params"][-1] == ["'none'", "'named'"]
+    # the untouched commit reads as before, at straggler "none"
+    assert stored(conf, commits[0]) == {k: {(*ids, "'none'"): v for ids, v in per.items()}
+                                        for k, per in before.items()}
+    # the measured commit: the clean run pooled its round with the migrated five, the late one beside
+    now = stored(conf, commits[1])[name]
+    assert now[KEY][2]["repeat"] == 5 + 1 and now[(*KEY[:-1], "'named'")][2]["repeat"] == 3
+    # asv's own reader (by benchmarks.json's versions and params) sees both commits on both machines
+    series, _ = read_history(load_project(conf))
+    points = {(s.machine, s.entry): len(s.points) for s in series if s.name == name}
+    assert points == {("box", f"{name}({', '.join(KEY)})"): 2,
+                      ("other-box", f"{name}({', '.join(KEY)})"): 2,
+                      ("box", f"{name}({', '.join(KEY[:-1])}, 'named')"): 1}
+    again = record.record([synthetic(mpi_case(), 10.0, rng)], RecordTarget(conf, "box", commits[0]),
+                          bench.asv_layout, fp={})
+    assert again.migrated == 0 and "migrated" not in again.line()
+
+
 def test_asv_run_tracks_the_median_over_rounds(monkeypatch):
     """``asv run``'s cache holds the same number the recorder stores: the median of the round
     values; an all-contended case is skipped with why."""
@@ -412,7 +490,7 @@ def test_asv_run_tracks_the_median_over_rounds(monkeypatch):
     values = {k[0]: v for k, v in cache["values"].items()}
     assert values["track_inv_busbw"] == pytest.approx(
         np.median([1 / s.metrics["busbw_GBps"].value for s in each]))
-    assert "contended" in cache["skipped"][("'mpi'", "2", "'4B'", "'float32'", "'python'")]
+    assert "contended" in cache["skipped"][("'mpi'", "2", "'4B'", "'float32'", "'python'", "'none'")]
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -471,7 +549,7 @@ def test_run_asv_on_two_commits_publishes_both_points(measured_site):
 
     loop = "'python'" if native_build().why else "'native'"  # the loop that timed the runs
     j = [tuple(c) for c in itertools.product(*bench["params"])].index(
-        ("'mpi'", "2", "'1MiB'", "'float32'", loop))
+        ("'mpi'", "2", "'1MiB'", "'float32'", loop, "'none'"))
     (graph,) = [p for p in html.glob("graphs/**/allreduce.Allreduce.track_inv_busbw.json")
                 if "summary" not in p.parts]
     points = {rev: values[j] for rev, values in json.loads(graph.read_text())}
@@ -612,3 +690,23 @@ def test_asv_private_names_behave_as_perfsuite_expects(tmp_path):
     assert ci_weight({"ci_99_a": 1.0, "ci_99_b": 1.5}) == pytest.approx(4.0)
     assert ci_weight({"ci_99_a": 1.0, "ci_99_b": float("inf")}) is None
     assert ci_weight(None) is None and ci_weight({"ci_99_a": 1.0}) is None
+    # A stored result moved under other params and version keeps its values, samples and stats
+    # through asv's save and load.
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+
+    from perfsuite.asv.compat import relayout_result
+
+    res = Results({"machine": "box"}, {}, "a" * 40, 0, "py", "env", {})
+    key, params = "m.S.track_x", [["1", "2"]]
+    res.add_result({"name": key, "version": "1", "params": params},
+                   BenchmarkResult([1.0, 2.0], [[1.0, 1.2], [2.0]], [1, 1], 0, "", None), record_samples=True)
+    wider = [*params, ["'none'"]]
+    relayout_result(res, key, wider, "2")
+    res.save(str(tmp_path))
+    (path,) = (tmp_path / "box").glob("*.json")
+    back = Results.load(str(path))
+    assert back.benchmark_version[key] == "2" and back.get_result_params(key) == wider
+    assert back.get_result_value(key, wider) == res.get_result_value(key, wider) == [1.1, 2.0]
+    assert back.get_result_samples(key, wider) == [[1.0, 1.2], [2.0]]
+    assert back.get_result_stats(key, wider)[0]["repeat"] == 2

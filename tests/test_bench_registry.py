@@ -71,7 +71,7 @@ def test_a_registered_toy_gets_the_generic_table_and_asv_layout(toy):
 
     assert "toy-sleep" in bench.names()
     layout = bench.asv_layout("toy-sleep")
-    assert layout.axes == ("transport", "world_size", "case") and layout.module == "toy_sleep"
+    assert layout.axes == ("transport", "world_size", "case", "straggler") and layout.module == "toy_sleep"
     from perfsuite.model import Case, Metric, Sample
 
     s = Sample(Case("toy-sleep", "mpi", 2, variant="sleep"), {"sleep_us": Metric("sleep_us", 2e3, "us", False)})

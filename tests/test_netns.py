@@ -33,6 +33,46 @@ def test_parse_rate_and_shaping():
         netns.parse_shaping("1gbit,jitter=1ms")
 
 
+def test_a_node_made_worse_by_link_rate_or_cpu_quota():
+    s = netns.parse_shaping("1gbit,node2=100mbit,node3=cpu:0.5,node2=cpu:0.25")
+    assert s.faults == (netns.NodeFault(2, 10**8, 0.25), netns.NodeFault(3, None, 0.5))
+    assert s.nodes_needed == 4 and s.label == "1gbit-node2-100mbit-node3-cpu0.5"
+    net = s.network(4)
+    assert [net.rate_of(i) for i in range(4)] == [10**9, 10**9, 10**8, 10**9]
+    assert [net.cpu_of(i) for i in range(4)] == [None, None, 0.25, 0.5]
+    assert net.label == "1gbit,node2=100mbit,node3=cpu:0.5"
+    cmds = [" ".join(c) for c in netns.setup_commands(net)]
+    # node2's link is slow both ways: its own egress, and the hub's port towards it
+    assert any(c.startswith(f"tc -n {net.node(2)} qdisc add dev psv0 root handle 1: tbf rate 100000000bit")
+               for c in cmds)
+    assert [c for c in cmds if c.startswith(f"tc -n {net.hub} ")] == [
+        f"tc -n {net.hub} qdisc add dev {net.hub_port(2)} root handle 1: tbf rate 100000000bit burst 67050 "
+        "limit 625000"]
+    cpu = [" ".join(c) for c in netns.cpu_commands(net, "/scratch")]
+    assert cpu[:4] == [f"mkdir {net.cpu_cgroup(2)}",
+                       f"sh -c echo 10000 > '{net.cpu_cgroup(2)}/cpu.cfs_period_us' && "
+                       f"echo 2500 > '{net.cpu_cgroup(2)}/cpu.cfs_quota_us'",
+                       "mkdir /scratch/cpu-n2", f"mount --bind {net.cpu_cgroup(2)} /scratch/cpu-n2"]
+    script = netns.node_exec_script(net, "ip", "/scratch")
+    assert "echo $$ > /scratch/cpu-n3/cgroup.procs || exit 2; PERFSUITE_NODE=node3 ;;" in script
+    assert "PERFSUITE_NODE=node0 ;;" in script and "export PERFSUITE_NODE" in script
+
+
+@pytest.mark.parametrize("text, says", [
+    ("1gbit,node2=fast", "node2=fast' must give a link rate or a CPU quota"),
+    ("1gbit,node2=cpu:0", "cpu:0 must be 0.01 to 64 cores"),
+    ("1gbit,nodeX=1mbit", "nodeK=<rate>"),
+])
+def test_a_bad_node_fault_is_one_line(text, says):
+    with pytest.raises(ConfigError, match=says):
+        netns.parse_shaping(text)
+
+
+def test_a_node_beyond_the_world_is_refused():
+    with pytest.raises(ConfigError, match="names node5, but this world has 4 nodes .* --world-sizes 6"):
+        netns.parse_shaping("1gbit,node5=100mbit").network(4)
+
+
 def test_names_are_ours_and_fit_the_kernel_limit():
     assert NET.namespaces == ["psns-4242-1-hub", "psns-4242-1-n0", "psns-4242-1-n1"]
     assert all(n.startswith(netns.PREFIX) for n in NET.namespaces)
@@ -97,7 +137,7 @@ def test_launch_config_puts_one_rank_per_node():
 
 def test_scripts_map_addresses_to_our_namespaces():
     node = netns.node_exec_script(NET, "/usr/sbin/ip")
-    assert "10.200.0.1) ns=psns-4242-1-n0 ;;" in node
+    assert "10.200.0.1) ns=psns-4242-1-n0; PERFSUITE_NODE=node0 ;;" in node
     assert 'exec /usr/sbin/ip netns exec "$ns" /bin/sh -c "$*"' in node
     hub = netns.hub_exec_script(NET, "/v/bin/mpiexec", "/usr/sbin/ip")
     assert 'exec /usr/sbin/ip netns exec psns-4242-1-hub /v/bin/mpiexec "$@"' in hub

@@ -47,10 +47,10 @@ def test_report_command_writes_page_summary_and_plots(run_json, tmp_path, capsys
     out = tmp_path / "report"
     assert cli.main(["report", str(run_json), "--out", str(out), "--asv-url", "https://ci.example/asv/"]) == 0
     said = capsys.readouterr().out
-    assert "latency.png, busbw.png" in said and "not drawn: Scaling efficiency" in said
-    for name in ("index.html", "summary.md", "results.csv", "tables.txt", "latency.png", "busbw.png"):
+    assert "latency.png, busbw.png, ranks.png" in said and "not drawn: Scaling efficiency" in said
+    for name in ("index.html", "summary.md", "results.csv", "tables.txt", "latency.png", "busbw.png", "ranks.png"):
         assert (out / name).stat().st_size > 0, name
-    for name in ("latency.png", "busbw.png"):
+    for name in ("latency.png", "busbw.png", "ranks.png"):
         w, h = png_size(out / name)
         assert w > 300 and h > 200
     # Nothing to draw for TF scaling, img/s or stalls in an allreduce run: no file, a reason.
@@ -63,7 +63,7 @@ def test_report_command_writes_page_summary_and_plots(run_json, tmp_path, capsys
     for t in ("mpi", "ring"):
         assert f"### allreduce · {t} · 2 ranks" in md
     page = (out / "index.html").read_text()
-    assert page.count("<img class='plot'") == 2 and 'id="verdicts"' in page
+    assert page.count("<img class='plot'") == 3 and 'id="verdicts"' in page  # latency, busbw, ranks
     assert "src='data:image/png;base64," in page  # self-contained: one file shows every plot
     rows = list(csv.DictReader(io.StringIO((out / "results.csv").read_text())))
     assert {r["case"] for r in rows} == {f"allreduce[{t}-n2-{s}]" for t in ("mpi", "ring") for s in ("4B", "1MiB")}
@@ -128,7 +128,7 @@ def test_page_renders_every_plot_and_red_regressions_first(run_json, tmp_path):
     seen = render(written["index.html"], tmp_path)
     plots_seen = [i for i in seen["images"] if i["cls"] == "plot"]
     drawn = [p for p in written["plots"] if p.file]
-    assert len(plots_seen) == len(drawn) == 2
+    assert len(plots_seen) == len(drawn) == 3  # latency, busbw, ranks
     assert all(i["done"] and i["w"] > 0 for i in plots_seen), seen
     broken = next(i for i in seen["images"] if i["id"] == "probe-broken")
     assert broken["w"] == 0  # the check tells a broken image from a loaded one
@@ -232,10 +232,12 @@ def test_every_plot_draws_when_its_metrics_exist(tmp_path):
     allreduce = Result("allreduce", "mpi", 2, tuple(
         Sample(Case("allreduce", "mpi", 2, size_bytes=s),
                {"latency_us": Metric("latency_us", 10.0 + s / 1e3, "us", False),
-                "busbw_GBps": Metric("busbw_GBps", s / 1e6, "GB/s", True)}) for s in (4, 1 << 20)),
+                "busbw_GBps": Metric("busbw_GBps", s / 1e6, "GB/s", True)}, True, (),
+               {"nodes": ["a", "b"], "rank_ratio": [1.3, 0.77], "reordered_blocks": [[0.25, -0.25]] * 4,
+                "straggler": {"rank": 0}}) for s in (4, 1 << 20)),
         extra={"host_copy_GBps": 5.0, "device_copy_GBps": 900.0})
     drawn = plots.make_plots([("", r) for r in [allreduce, *tf_results()]], tmp_path)
-    assert [p.name for p in drawn] == ["latency", "busbw", "scaling", "throughput", "stalls"]
+    assert [p.name for p in drawn] == ["latency", "busbw", "scaling", "throughput", "stalls", "ranks"]
     assert all(p.file is not None and p.skipped is None for p in drawn), drawn
     for p in drawn:
         assert png_size(p.file)[0] > 300

@@ -144,7 +144,10 @@ def test_torch_epoch_trains_in_step_and_against_a_plain_ddp_loop(no_leftover_ran
     assert s.metrics["img_per_s"].value > 0 and len(s.times_s) == TINY["iters"]
     assert s.info["plain_img_per_s"] > 0 and s.metrics["scaling_efficiency"].value > 0
     assert s.info["plain_ddp_img_per_s"] > 0 and s.info["vs_plain_ddp"] > 0
-    assert s.info["allreduce_share"] is None  # inside DDP's backward: not visible from Python
+    # The exchange a rank waited on, apart from its own compute (forward and backward hooks):
+    # a share of the step, and each rank's compute kept for the straggler rule.
+    assert 0 < s.info["allreduce_share"] < 1 and 0 < s.info["compute_ms_p50"] < s.info["step_ms_p50"]
+    assert s.info["straggler_measure"] == "compute" and len(s.info["rank_ratio"]) == 2
     assert res.extra["torch"].startswith("2.") and s.info["architecture"].startswith("2 conv")
     text = get_benchmark("torch-epoch").table(res)
     assert "torch-epoch  transport=torch-gloo  world_size=2  torch 2." in text

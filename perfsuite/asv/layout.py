@@ -79,6 +79,36 @@ class MeasuredAxis:
     choices: Callable[[Case], tuple]  # every value a case may take (asv's params before measuring)
 
 
+#: Whether the case's world named a straggler (``perfsuite.stragglers``): a point measured with
+#: one rank late is not the machine's level, so it draws a line of its own rather than a step.
+STRAGGLER_CHOICES = ("none", "named")
+
+
+def straggler_of(info: dict) -> str:
+    """"named" when the case's world named a straggler (its ``info["straggler"]``, pooled over
+    the rounds), else "none": nobody named, or a sample judged by no rule."""
+    return "named" if info.get("straggler") else "none"
+
+
+STRAGGLER = MeasuredAxis(straggler_of, lambda case: STRAGGLER_CHOICES)
+
+
+@dataclass(frozen=True)
+class AxisAdded:
+    """A layout version that appended an axis: what version ``old`` stored reads under version
+    ``new`` as points at ``value`` on it. An axis of one value appended last keeps the order of
+    asv's product of params, so the stored values, samples and stats stay as they are (the
+    recorder rewrites their params and version: ``record.migrate``)."""
+
+    old: str
+    new: str
+    axis: str
+    value: Any
+
+    def params(self, params: list[list[str]]) -> list[list[str]]:
+        return [*params, [repr(self.value)]]
+
+
 @dataclass(frozen=True)
 class AsvLayout:
     """How one benchmark's cases appear in asv: ``<module>.<suite>.<method>(param, ...)``."""
@@ -92,6 +122,7 @@ class AsvLayout:
     version: str = "1"  # bump when a recorded number changes meaning; asv drops other versions
     sort_keys: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
     measured: tuple[MeasuredAxis, ...] = ()  # the last len(measured) axes
+    migrations: tuple[AxisAdded, ...] = ()  # how older versions' results read under this one
 
     def name(self, m: AsvMetric) -> str:
         return f"{self.module}.{self.suite}.{m.method}"
@@ -130,12 +161,17 @@ LayoutOf = Callable[[str], AsvLayout]
 
 
 def generic_layout(benchmark: str) -> AsvLayout:
-    """The layout of a benchmark that registers none: transport, world size, case id."""
+    """The layout of a benchmark that registers none: transport, world size, case id, and
+    whether its world named a straggler."""
     module = re.sub(r"[^0-9a-zA-Z_]", "_", benchmark)
-    # Version 2: asv's samples are one value per round, no longer per-iteration times.
+    # Version 2: asv's samples are one value per round, no longer per-iteration times. Version 3
+    # adds the straggler axis; version 2's points read as "none" on it.
+    version = f"perfsuite-{module}-3"
     return AsvLayout(benchmark, module, module.title().replace("_", ""),
-                     ("transport", "world_size", "case"),
-                     lambda c: (c.transport, c.world_size, c.id), (), version=f"perfsuite-{module}-2")
+                     ("transport", "world_size", "case", "straggler"),
+                     lambda c: (c.transport, c.world_size, c.id), (), version=version,
+                     measured=(STRAGGLER,),
+                     migrations=(AxisAdded(f"perfsuite-{module}-2", version, "straggler", "none"),))
 
 
 def metrics_for(layout: AsvLayout, sample: Sample) -> list[AsvMetric]:

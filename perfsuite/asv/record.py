@@ -6,6 +6,7 @@ folder by asv and renamed into place, so a reader never sees half of one.
 
 The store sits below the benchmark registry (``perfsuite/bench``): how a case appears in asv is
 asked of the ``layout_of`` its caller hands in (``bench.asv_layout``), never looked up here.
+What an older version of a layout stored is rewritten to the current one first (``migrate``).
 """
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ from .. import fingerprint as _fingerprint
 from ..errors import ConfigError, FormatError, PerfsuiteError
 from ..formats import SuiteRun
 from ..model import Sample, time_sliced
-from .layout import AsvLayout, AsvMetric, LayoutOf, metrics_for, round_samples
-from .project import LOCK_TIMEOUT_S, RecordTarget, commit_date_ms, load_project, resolve_commit
+from .compat import relayout_result
+from .layout import AsvLayout, AsvMetric, AxisAdded, LayoutOf, metrics_for, round_samples
+from .project import LOCK_TIMEOUT_S, AsvProject, RecordTarget, commit_date_ms, load_project, resolve_commit
 
 LOCK_NAME = ".perfsuite-asv.lock"  # not *.json, so asv's result walker never reads it
 
@@ -45,9 +47,12 @@ class RecordSummary:
     entries: int
     benchmarks: list[str]
     left_out: list[str]  # cases not recorded, with why (wrong result)
+    migrated: int = 0  # stored results of older layout versions rewritten (``migrate``)
 
     def line(self) -> str:
         extra = f"; left out {len(self.left_out)}: {', '.join(self.left_out)}" if self.left_out else ""
+        if self.migrated:
+            extra += f"; migrated {self.migrated} stored results to the current layouts"
         return (f"# asv: recorded {self.entries} entries of {len(self.benchmarks)} benchmarks for "
                 f"commit {self.commit[:8]} on machine {self.machine} in {self.path}{extra}")
 
@@ -192,17 +197,84 @@ def check_store(to: RecordTarget) -> None:
                 commit_date_ms(project, commit), python_param(), to.env_name)
 
 
+def migrate(project: AsvProject, layouts: Iterable[AsvLayout]) -> int:
+    """Rewrite in place what older versions of ``layouts`` stored, following each layout's
+    ``migrations``: benchmarks.json and every results file, of every machine and commit,
+    ``asv run``'s included. asv reads a stored result only under its benchmark's own version and
+    by the product of its params, so without this every older point would drop off its graph.
+    Each file is replaced atomically; the caller holds the results lock. Returns how many stored
+    results (one per benchmark and file) were migrated."""
+    from asv import util as asv_util
+    from asv.benchmarks import Benchmarks
+    from asv.results import Results, iter_results_paths
+
+    chains = {f"{lay.module}.{lay.suite}": {step.old: step for step in lay.migrations}
+              for lay in layouts if lay.migrations}
+
+    def steps(name: str, version: Any) -> list[AxisAdded]:
+        """The steps from ``version`` to the current one of the layout of benchmark ``name``."""
+        chain, out = chains.get(name.rpartition(".")[0], {}), []
+        while version in chain and len(out) < len(chain):
+            out.append(chain[version])
+            version = chain[version].new
+        return out
+
+    if not chains:
+        return 0
+    migrated = 0
+    tmp = tempfile.mkdtemp(prefix=".migrating-",
+                           dir=os.path.dirname(project.results_dir.rstrip("/")) or ".")
+    try:
+        bench_path = Benchmarks.get_benchmark_file_path(project.results_dir)
+        try:
+            described = asv_util.load_json(bench_path, api_version=Benchmarks.api_version)
+        except (OSError, asv_util.UserError):
+            described = {}  # none yet; an unreadable one is _read_store's to report
+        described.pop("version", None)
+        todo = {name: steps(name, d.get("version")) for name, d in described.items()}
+        for name, chain in todo.items():
+            d = described[name]
+            for step in chain:
+                d.update(params=step.params(d.get("params") or []), version=step.new,
+                         param_names=[*d.get("param_names", []), step.axis])
+        if any(todo.values()):
+            Benchmarks(_Conf(tmp, project.benchmark_dir), list(described.values())).save()
+            _replace_from(tmp, project.results_dir, os.path.basename(bench_path))
+        for root, filename, _ in iter_results_paths(project.results_dir):
+            path = os.path.join(root, filename)
+            try:
+                results = Results.load(path)
+            except asv_util.UserError:
+                continue  # asv's readers skip it too; this commit's own is _read_store's to report
+            n = 0
+            for key in list(results.get_all_result_keys()):
+                chain = steps(key, results.benchmark_version.get(key))
+                if chain:
+                    params = results.get_result_params(key)
+                    for step in chain:
+                        params = step.params(params)
+                    relayout_result(results, key, params, chain[-1].new)
+                    n += 1
+            if n:
+                results.save(tmp)  # under the last two parts of its path, as Results.load names it
+                os.replace(os.path.join(tmp, *path.split(os.sep)[-2:]), path)
+                migrated += n
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return migrated
+
+
 def record(samples: Iterable[Sample], to: RecordTarget, layout_of: LayoutOf,
            fp: Mapping[str, Any] | None = None, started_at: _dt.datetime | None = None) -> RecordSummary:
     """Merge ``samples`` into asv's results for ``to.commit`` on ``to.machine``, each laid out
     as ``layout_of(benchmark)`` says.
 
     Each case is recorded as its round values (``round_samples``), its value their median.
-    Under the results lock: read what is there (benchmarks.json and this commit's results file,
-    which other runners may have written), widen params to cover old and new cases, add the
-    new rounds with asv's ``Results.add_result(..., append_samples=True)`` (a case measured
-    in two runs of one commit pools its rounds; cases measured only before are kept), write
-    every file atomically.
+    Under the results lock: migrate what older versions of these layouts stored (``migrate``),
+    read what is there (benchmarks.json and this commit's results file, which other runners may
+    have written), widen params to cover old and new cases, add the new rounds with asv's
+    ``Results.add_result(..., append_samples=True)`` (a case measured in two runs of one commit
+    pools its rounds; cases measured only before are kept), write every file atomically.
     """
     from asv import util as asv_util
     from asv.benchmarks import Benchmarks
@@ -246,6 +318,7 @@ def record(samples: Iterable[Sample], to: RecordTarget, layout_of: LayoutOf,
             per.setdefault(layout.param_ids(s.case, s.info), []).extend(values)
 
     with results_lock(project.results_dir, to.lock_timeout):
+        migrated = migrate(project, [layout for layout, _, _ in grouped.values()])
         bench_path, existing, results = _read_store(project.results_dir, fp, machine, commit, date,
                                                     python, to.env_name)
         stored = set(results.get_all_result_keys())
@@ -294,7 +367,7 @@ def record(samples: Iterable[Sample], to: RecordTarget, layout_of: LayoutOf,
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     entries = sum(len(per) for _, _, per in grouped.values())
-    return RecordSummary(machine, commit, os.path.relpath(path), entries, sorted(grouped), left_out)
+    return RecordSummary(machine, commit, os.path.relpath(path), entries, sorted(grouped), left_out, migrated)
 
 
 @dataclass

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from .. import verdict_text
+from .. import stragglers, verdict_text
 from ..asv.layout import AsvLayout, generic_layout
 from ..errors import ConfigError
 from ..model import Case, Opt, Result, Sample, Tolerance, WorldSpec, time_sliced
 
 BUILTIN = ("perfsuite.bench.allreduce", "perfsuite.bench.tf_epoch", "perfsuite.bench.torch_epoch",
-           "perfsuite.bench.stalls")
+           "perfsuite.bench.stalls", "perfsuite.bench.p2p")
 ENV = "PERFSUITE_BENCHMARKS"
 ENTRY_POINTS = "perfsuite.benchmarks"
 
@@ -235,13 +235,17 @@ def heading(result: Result, *facts: str, late: str = "") -> str:
 
 
 def table(result: Result) -> str:
-    """The benchmark's own table of one world, or one line per case."""
+    """The benchmark's own table of one world (or one line per case), then the world's
+    straggler line where one of its cases named a rank (``stragglers``)."""
     spec = find(result.benchmark)
     if spec is not None and spec.table is not None:
-        return spec.table(result)
-    return "\n".join(f"{s.case.name}: " + ", ".join(f"{m.name}={m.value:.4g} {m.unit}"
-                                                      for m in s.metrics.values())
-                     for s in result.samples)
+        text = spec.table(result)
+    else:
+        text = "\n".join(f"{s.case.name}: " + ", ".join(f"{m.name}={m.value:.4g} {m.unit}"
+                                                         for m in s.metrics.values())
+                         for s in result.samples)
+    late = [line for line in [stragglers.world_line(result.samples)] if line]
+    return "\n".join([text, *late, *stragglers.link_lines(result.samples)])
 
 
 def report_rows(result: Result) -> tuple[tuple[str, ...], list[tuple[str, ...]]] | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..asv.layout import AsvLayout, AsvMetric, MeasuredAxis
+from ..asv.layout import STRAGGLER, AsvLayout, AsvMetric, AxisAdded, MeasuredAxis
 from ..errors import ConfigError
 from ..model import (DTYPES, Case, Opt, Result, Sample, Tolerance, format_size, parse_names, parse_size,
                      split_list, timing_of)
@@ -227,14 +227,17 @@ def _asv_timing(info: dict) -> str:
 # Version 2 adds the timing axis: the native and the mpi4py loop draw separate lines, so a
 # fallback from one to the other is never read as a step. Version 3: asv's samples are one value
 # per round, no longer per iteration (perfsuite.asv.layout.round_samples); asv never pools or
-# compares them with version 2's.
+# compares them with version 2's. Version 4 adds the straggler axis (a world with a late rank
+# draws its own line); version 3's points read as "none" on it.
 ASV = AsvLayout(
-    "allreduce", "allreduce", "Allreduce", ("transport", "world_size", "size", "dtype", "timing"),
+    "allreduce", "allreduce", "Allreduce",
+    ("transport", "world_size", "size", "dtype", "timing", "straggler"),
     _asv_values,
     (AsvMetric("track_latency", "latency_us", "seconds", scale=1e-6),
      AsvMetric("track_inv_busbw", "busbw_GBps", "s/GB (1/busbw)", inverse=True)),
-    version="perfsuite-allreduce-3", sort_keys={"size": parse_size},
-    measured=(MeasuredAxis(_asv_timing, _timings),))
+    version="perfsuite-allreduce-4", sort_keys={"size": parse_size},
+    measured=(MeasuredAxis(_asv_timing, _timings), STRAGGLER),
+    migrations=(AxisAdded("perfsuite-allreduce-3", "perfsuite-allreduce-4", "straggler", "none"),))
 
 OPTIONS = (
     Opt("sizes", DEFAULT_SIZES, "message sizes: 4,1024,1MiB or a range MIN:MAX[:FACTOR] (default x4)",

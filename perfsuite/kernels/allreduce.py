@@ -15,6 +15,8 @@ import numpy as np
 
 from ..model import DTYPES, Case, Metric, Sample, time_sliced_label
 from ..transports import load as load_transport
+from ..transports.hosts import node_name
+from . import ranks
 from .context import RankContext
 from .contention import Probe, world_view
 from .faults import slowdown_fraction, spin
@@ -80,12 +82,16 @@ def expected_sum(world_size: int, count: int, dtype: str) -> np.ndarray:
 
 def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: int,
               inplace: bool, copy_GBps: float | None = None,
-              machine: dict | None = None) -> Sample:
+              machine: dict | None = None, nodes: list[str] | None = None,
+              reordered: np.ndarray | None = None) -> Sample:
     """``times`` is iterations x ranks, seconds. Pure, so it is unit-tested without MPI.
 
     ``copy_GBps``: the buffers' own memory-copy bandwidth (device transports measure it), so
     busbw is also stated as a fraction of what the memory itself can move. ``machine``: the
-    world's contention figures over the timed loop (``contention.world_view``).
+    world's contention figures over the timed loop (``contention.world_view``). ``nodes``: each
+    rank's node, for the straggler rule (``stragglers``): a rank's own time from its barrier
+    exit to the end of its call is when it arrives at the next barrier; ``reordered``: calls x
+    ranks timed over the second rank order, where the first showed a late rank.
     """
     n = times.shape[1]
     per_rank_mean = times.mean(axis=0)
@@ -106,6 +112,10 @@ def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: in
         "algbw_GBps": algbw, "busbw_GBps": algbw * factor, "valid": bool(valid),
         **(machine or {}),
     }
+    if n > 1:  # for the straggler rule, judged on the analysing side (stragglers.annotate)
+        info.update(nodes=list(nodes or [f"rank{r}" for r in range(n)]), **ranks.kept(times, "arrival"))
+        if reordered is not None:
+            info["reordered_blocks"] = [[round(float(v), 5) for v in row] for row in ranks.block_ratios(reordered)]
     if copy_GBps and n > 1:
         info["copy_GBps"] = copy_GBps
         # Both sides count the bytes of one buffer once: copy_GBps is bytes copied per second
@@ -275,6 +285,8 @@ def run(ctx: RankContext) -> dict:
     # The canary runs between blocks of every size's loop (0 turns it off): verdicts compare
     # rounds in one machine mode only, and the canary is what tells the modes apart.
     canary_blocks = int(ctx.options.get("canary", CANARY_BLOCKS))
+    nodes = comm.gather(node_name(), root=0)
+    second = SecondOrder(comm, transport)
     # Device transports measure their memory's copy bandwidth (D2D) once, before the cases, so
     # every sample can state busbw as a fraction of it (rank 0's GPU; the others wait). Host
     # transports answer None; their ceiling is the host copy bandwidth measured after the cases.
@@ -326,6 +338,9 @@ def run(ctx: RankContext) -> dict:
         checked = [bool(comm.allreduce(checks.get(k, True), op=MPI.LAND)) for k in ("timed", "fresh")]
         ok = all(checked)
         gathered = comm.gather((times, machine), root=0)
+        reordered = None
+        if second.wanted(gathered, batch):
+            reordered = comm.gather(second.time(send, recv, iters, case), root=0)
         if ctx.is_root:
             timing = {"timing": loop_timing(transport, recv),
                       "clock": transport.clock, "calls_per_sample": batch}
@@ -335,9 +350,12 @@ def run(ctx: RankContext) -> dict:
                 timing.update(valid_timed=bool(checked[0]), valid_fresh=bool(checked[1]))
             if sliced:
                 timing["time_sliced"] = sliced
+            if reordered is not None:
+                timing["reordered_calls"] = len(reordered[0])
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1), ok, iters, warmup,
                                inplace, copy_GBps=copy_gbps,
-                               machine={**world_view([g[1] for g in gathered]), **timing})
+                               machine={**world_view([g[1] for g in gathered]), **timing}, nodes=nodes,
+                               reordered=None if reordered is None else np.stack(reordered, axis=1))
             ctx.emit(sample.to_dict())
         del send, recv
     extra = {"transport_facts": transport.describe(), "inplace": inplace,
@@ -349,8 +367,44 @@ def run(ctx: RankContext) -> dict:
     if copy_gbps is not None:
         extra["device_copy_GBps"] = copy_gbps
     comm.Barrier()
+    second.close()
     transport.close()  # after the barrier: no rank is still inside a call
     return extra
+
+
+class SecondOrder:
+    """The straggler rule's second rank order (``ranks.reorder``): the transport made
+    again over the world's ranks in that order, once a case's calls show a late rank (by its
+    place in the collective, or a slow node: only the second order tells), then a loop of the
+    same calls over it. Collective: rank 0 decides, every rank follows."""
+
+    def __init__(self, comm, transport):
+        self.comm, self.transport = comm, transport
+        self.other = None
+
+    def wanted(self, gathered: list | None, batch: int) -> bool:
+        n = self.comm.Get_size()
+        want = False
+        if self.comm.Get_rank() == 0 and n >= 2 and batch == 1:
+            want = ranks.wants_second_order(np.stack([g[0] for g in gathered], axis=1))
+        want = bool(self.comm.bcast(want, root=0))
+        if want and self.other is None:
+            comm = self.comm.Split(0, ranks.reorder(n)[self.comm.Get_rank()])
+            self.other = self.transport.reordered(comm) or False
+        return want and bool(self.other)
+
+    def time(self, send, recv, iters: int, case: Case) -> np.ndarray:
+        """This rank's times of the same calls over the second order (no fault, no slowdown)."""
+        calls = min(iters, ranks.REORDERED_CALLS)
+        for _ in range(max(MIN_WARMUP, calls // 10)):
+            self.other.allreduce(send, recv)
+        return timed_loop(self.other, send, recv, calls, self.other.comm.Barrier, None, case)
+
+    def close(self) -> None:
+        if self.other:
+            self.other.close()
+            self.other.comm.Free()
+        self.other = None
 
 
 def loop_timing(transport, recv) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..model import Case
 from ..transports import load as load_transport
+from ..transports.hosts import node_name
 from ..transports.tf.support import import_tf
 from ..transports.tf.train import plain_train_step
 from .context import RankContext
@@ -73,6 +74,7 @@ def run(ctx: RankContext) -> dict:
     slow = slowdown_fraction()
     spinner = spin(slow)
     loss_fn = _loss(tf)
+    nodes = comm.gather(node_name(), root=0)
     for case in ctx.cases:
         image, classes = _image_classes(case, opts)
         batch = int(case.batch)
@@ -108,7 +110,7 @@ def run(ctx: RankContext) -> dict:
                     **(feed.describe() if feed is not None else {"data": "synthetic"})}
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1),
                                np.stack([g[1] for g in gathered], axis=1), baseline, info,
-                               valid=identical)
+                               valid=identical, nodes=nodes)
             ctx.emit(sample.to_dict())
         del model, optimizer, step
     comm.Barrier()

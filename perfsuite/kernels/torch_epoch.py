@@ -26,6 +26,7 @@ import numpy as np
 
 from ..model import Case
 from ..transports import load as load_transport
+from ..transports.hosts import node_name
 from ..transports.torch.support import import_torch
 from .context import RankContext, whole_option
 from .contention import world_view
@@ -77,6 +78,7 @@ def run(ctx: RankContext) -> dict:
     start_s = time.perf_counter() - t0
     slow = slowdown_fraction()
     spinner = spin(slow)
+    nodes = comm.gather(node_name(), root=0)
     for case in ctx.cases:
         image, classes = _image_classes(case, opts)
         batch = int(case.batch)
@@ -115,7 +117,7 @@ def run(ctx: RankContext) -> dict:
                     **(feed.describe() if feed is not None else {"data": "synthetic"})}
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1),
                                np.stack([g[1] for g in gathered], axis=1), baselines.get(case.name), info,
-                               valid=identical)
+                               valid=identical, nodes=nodes)
             if halves and sum(plain_ddp_s) > 0:
                 plain_img = ctx.world_size * batch * opts["steps"] / sum(plain_ddp_s)
                 sample.info.update(plain_ddp_img_per_s=plain_img,

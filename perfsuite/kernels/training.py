@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..model import Case, Metric, Sample
 from .context import RankContext, whole_option
+from . import ranks
 from .contention import Probe
 from .faults import Spin
 
@@ -80,9 +81,12 @@ def plain_epoch(train_step: Callable[[], Any], steps: int,
 
 
 def summarize(case: Case, times: np.ndarray, allreduce: np.ndarray | None,
-              baseline: Sequence[float] | None, info: dict[str, Any], valid: bool = True) -> Sample:
+              baseline: Sequence[float] | None, info: dict[str, Any], valid: bool = True,
+              nodes: Sequence[str] | None = None) -> Sample:
     """``times`` and ``allreduce`` are steps x ranks, seconds; ``baseline`` the plain loop's step
-    times of one worker. Pure, so it is unit-tested without TensorFlow or MPI."""
+    times of one worker; ``nodes`` each rank's node, for the straggler rule on each rank's
+    compute (its step apart from the exchange, where the transport shows the exchange). Pure,
+    so it is unit-tested without TensorFlow or MPI."""
     n = times.shape[1]
     batch = int(case.batch or 0)
     world_time = times.max(axis=1)  # per step, the slowest rank: the time the world spent
@@ -116,6 +120,9 @@ def summarize(case: Case, times: np.ndarray, allreduce: np.ndarray | None,
         info.update(allreduce_ms_p50=ar_p50 * 1e3, allreduce_share=share,
                     compute_ms_p50=(p50 - ar_p50) * 1e3)
         metrics["allreduce_share"] = Metric("allreduce_share", share, "", False)
+        if n > 1 and not np.any(np.isnan(allreduce)):  # for the straggler rule (stragglers.annotate)
+            info.update(nodes=list(nodes or [f"rank{r}" for r in range(n)]),
+                        **ranks.kept(np.maximum(times - allreduce, 1e-9), "compute"))
     else:
         info.setdefault("allreduce_share", None)  # inside TF's graph: not visible from Python
     return Sample(case, metrics, bool(valid), tuple(float(v) for v in world_time), info)

@@ -56,7 +56,8 @@ def prepared(world_size: int, launch: LaunchConfig, *, network: Any = None, disk
         if network is not None:
             from . import netns
 
-            reason = netns.unavailable_reason()
+            reason = netns.unavailable_reason() or (
+                netns.cpu_unavailable_reason() if any(f.cpu for f in network.faults) else None)
             if reason:
                 raise Unavailable(reason)
             if world_size < 2:
@@ -81,10 +82,11 @@ def _crossed(result: Result, net: Any, sent: int, wire_bytes: Callable[[Sample],
         f"the emulated links sent {sent} bytes, fewer than the {need} the collectives must send: "
         "traffic did not cross the emulated network")}
     samples = tuple(replace(s, valid=s.valid and crossed,
-                            info={**s.info, "emulated_network": net.rate, "wire_bytes_sent": sent,
+                            info={**s.info, "emulated_network": net.label, "wire_bytes_sent": sent,
                                   "wire_bytes_min": need, **why})
                     for s in result.samples)
     extra = {**result.extra, "emulated_network": {"rate": net.rate, "nodes": net.nodes,
+             **({"faults": [f.label for f in net.faults]} if net.faults else {}),
              "wire_bytes_sent": sent, "wire_bytes_min": need, "crossed": crossed}}
     return replace(result, samples=samples, extra=extra)
 

@@ -13,6 +13,12 @@ sends to another crosses exactly one shaped link (full duplex, like a NIC port),
 counters prove that it did. Every node names its interface ``psv0``, so one
 ``FI_TCP_IFACE=psv0`` serves every rank.
 
+One node may be made worse than the rest, to check that perfsuite names it
+(``1gbit,node2=100mbit,node3=cpu:0.5``): a slower link is that node's egress tbf at the lower
+rate plus a tbf at the same rate on the hub's port towards it, so the link is slow both ways as
+a NIC that trained down is; a throttled CPU is a cgroup v1 ``cpu`` quota that the node's launcher
+joins before it starts anything, so the node's ranks get that many cores' worth of time.
+
 How ranks get into the nodes: Hydra (MPICH's mpiexec) runs inside the hub namespace with the
 node addresses as its host list and ``-launcher ssh -launcher-exec <node-exec>``, where
 node-exec is a small shell script that Hydra calls exactly as it would call ssh
@@ -43,7 +49,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, LaunchError
 from .launchers import LaunchConfig
-from ..transports.hosts import NODE_IFACE_ENV  # tells a framework's rank its node's address
+from ..transports.hosts import NODE_IFACE_ENV, NODE_NAME_ENV  # what a rank learns of its node
 
 PREFIX = "psns-"
 SUBNET = "10.200.0"  # private to our own namespaces: no host route can clash with it
@@ -59,6 +65,11 @@ _UNITS = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "kbps": 8 * 10**3, "mbps"
           "gbps": 8 * 10**9}
 _SENT = re.compile(r"Sent (\d+) bytes (\d+) pkt")
 NO_NETEM = "no netem on this kernel: only bandwidth (tbf) can be emulated, not delay"
+CPU_ROOT = "/sys/fs/cgroup/cpu"
+#: A short period spreads the quota over a step's work (as a slower CPU would) instead of letting
+#: the node run at full speed for part of each 100 ms, the kernel's default period.
+CFS_PERIOD_US = 10_000
+
 Runner = Callable[..., object]  # run_command(argv, timeout=..., check=...) -> CompletedProcess
 
 
@@ -82,23 +93,63 @@ def format_rate(bps: int) -> str:
 
 
 @dataclass(frozen=True)
+class NodeFault:
+    """One emulated node made worse than the others: its link rate, or the cores its ranks get."""
+
+    node: int
+    rate_bps: int | None = None
+    cpu: float | None = None  # cores' worth of CPU time (cgroup cfs quota / period)
+
+    @property
+    def label(self) -> str:
+        what = format_rate(self.rate_bps) if self.rate_bps is not None else f"cpu:{self.cpu:g}"
+        return f"node{self.node}={what}"
+
+
+@dataclass(frozen=True)
 class EmulatedNetwork:
-    """``nodes`` namespaces joined through a hub, each node's egress shaped to ``rate_bps``."""
+    """``nodes`` namespaces joined through a hub, each node's egress shaped to ``rate_bps``
+    (or a fault's own rate), some nodes' CPU throttled by ``faults``."""
 
     nodes: int
     rate_bps: int
     delay: str | None = None  # asked-for one-way delay (needs netem; refused where absent)
     tag: str = field(default_factory=lambda: f"{os.getpid()}-0")  # pid + sequence: ours alone
+    faults: tuple[NodeFault, ...] = ()
 
     def __post_init__(self):
         if self.nodes < 2 or self.nodes > 200:
             raise ConfigError(f"emulated nodes {self.nodes} must be between 2 and 200")
         if not re.fullmatch(r"\d+-\d+", self.tag):
             raise ConfigError(f"namespace tag {self.tag!r} must be '<pid>-<n>'")
+        for f in self.faults:
+            if f.node >= self.nodes:
+                raise ConfigError(f"emulated network names node{f.node}, but this world has "
+                                  f"{self.nodes} nodes (node0..node{self.nodes - 1}); give "
+                                  f"--world-sizes {f.node + 1} or more, or name a node below node{self.nodes}")
 
     @property
     def rate(self) -> str:
         return format_rate(self.rate_bps)
+
+    @property
+    def label(self) -> str:
+        """'1gbit', or with the nodes made worse: '1gbit,node2=100mbit'."""
+        return ",".join([self.rate, *(f.label for f in self.faults)])
+
+    def rate_of(self, i: int) -> int:
+        """Node i's link rate (both ways), bits/s."""
+        return next((f.rate_bps for f in self.faults if f.node == i and f.rate_bps is not None), self.rate_bps)
+
+    def cpu_of(self, i: int) -> float | None:
+        """The cores node i's ranks may use, or None (unthrottled)."""
+        return next((f.cpu for f in self.faults if f.node == i and f.cpu is not None), None)
+
+    def node_name(self, i: int) -> str:
+        return f"node{i}"
+
+    def cpu_cgroup(self, i: int) -> str:
+        return f"{CPU_ROOT}/{self.node(i)}"
 
     @property
     def hub(self) -> str:
@@ -124,43 +175,83 @@ class EmulatedNetwork:
 
     @property
     def burst_bytes(self) -> int:
-        # tbf needs a bucket of at least one GSO packet (64 KiB); 1 ms of traffic above that
-        # keeps high rates (25gbit) from being capped by timer granularity.
-        return max(64 * 1024 + 1514, self.rate_bps // 8 // 1000)
+        return burst_bytes(self.rate_bps)
 
     @property
     def limit_bytes(self) -> int:
-        # Queue up to 50 ms of traffic: a shallow queue would drop and make TCP, not the
-        # emulated link, the bottleneck.
-        return max(4 * self.burst_bytes, self.rate_bps // 8 // 20)
+        return limit_bytes(self.rate_bps)
+
+
+def burst_bytes(rate_bps: int) -> int:
+    # tbf needs a bucket of at least one GSO packet (64 KiB); 1 ms of traffic above that
+    # keeps high rates (25gbit) from being capped by timer granularity.
+    return max(64 * 1024 + 1514, rate_bps // 8 // 1000)
+
+
+def limit_bytes(rate_bps: int) -> int:
+    # Queue up to 50 ms of traffic: a shallow queue would drop and make TCP, not the
+    # emulated link, the bottleneck.
+    return max(4 * burst_bytes(rate_bps), rate_bps // 8 // 20)
 
 
 @dataclass(frozen=True)
 class Shaping:
-    """What the user asked for (``--emulated-network 1gbit[,delay=5ms]``); the node count comes
-    from each world's size (one rank per emulated node)."""
+    """What the user asked for (``--emulated-network 1gbit[,delay=5ms][,node2=100mbit]
+    [,node3=cpu:0.5]``); the node count comes from each world's size (one rank per emulated
+    node)."""
 
     rate_bps: int
     delay: str | None = None
+    faults: tuple[NodeFault, ...] = ()
 
     @property
     def label(self) -> str:
-        return format_rate(self.rate_bps) + (f"-delay{self.delay}" if self.delay else "")
+        return (format_rate(self.rate_bps) + (f"-delay{self.delay}" if self.delay else "")
+                + "".join(f"-{f.label.replace('=', '-').replace(':', '')}" for f in self.faults))
+
+    @property
+    def nodes_needed(self) -> int:
+        """The fewest nodes a world needs for every named node to exist."""
+        return max((f.node + 1 for f in self.faults), default=2)
 
     def network(self, nodes: int) -> EmulatedNetwork:
-        return EmulatedNetwork(nodes, self.rate_bps, self.delay, tag=next_tag())
+        return EmulatedNetwork(nodes, self.rate_bps, self.delay, tag=next_tag(), faults=self.faults)
+
+
+_NODE = re.compile(r"node(\d+)")
+_CPU = re.compile(r"cpu:(\d+(?:\.\d+)?)")
 
 
 def parse_shaping(text: str) -> Shaping:
-    """'1gbit' or '1gbit,delay=5ms' -> Shaping (the delay is refused later where there is no netem)."""
+    """'1gbit', '1gbit,delay=5ms', '1gbit,node2=100mbit', '1gbit,node3=cpu:0.5' -> Shaping
+    (the delay is refused later where there is no netem, a CPU quota where there is no cgroup)."""
     rate, *rest = [p.strip() for p in str(text).split(",")]
-    delay = None
+    delay, faults = None, {}
     for part in rest:
         key, sep, value = part.partition("=")
-        if key != "delay" or not sep or not re.fullmatch(r"\d+(\.\d+)?(us|ms|s)", value):
-            raise ConfigError(f"emulated network option {part!r} must be delay=<time>, e.g. delay=5ms")
-        delay = value
-    return Shaping(parse_rate(rate), delay)
+        node = _NODE.fullmatch(key)
+        if key == "delay" and sep and re.fullmatch(r"\d+(\.\d+)?(us|ms|s)", value):
+            delay = value
+        elif node and sep:
+            i = int(node.group(1))
+            fault = faults.get(i, NodeFault(i))
+            if cpu := _CPU.fullmatch(value):
+                cores = float(cpu.group(1))
+                if not 0.01 <= cores <= 64:
+                    raise ConfigError(f"emulated node {part!r}: cpu:{cpu.group(1)} must be 0.01 to 64 cores, "
+                                      "e.g. cpu:0.5 for half a core")
+                fault = replace(fault, cpu=cores)
+            else:
+                try:
+                    fault = replace(fault, rate_bps=parse_rate(value))
+                except ConfigError:
+                    raise ConfigError(f"emulated node {part!r} must give a link rate or a CPU quota, e.g. "
+                                      f"{key}=100mbit or {key}=cpu:0.5") from None
+            faults[i] = fault
+        else:
+            raise ConfigError(f"emulated network option {part!r} must be delay=<time> (delay=5ms) or "
+                              "nodeK=<rate> / nodeK=cpu:<cores> (node2=100mbit, node3=cpu:0.5)")
+    return Shaping(parse_rate(rate), delay, tuple(faults[i] for i in sorted(faults)))
 
 
 def setup_commands(net: EmulatedNetwork) -> list[list[str]]:
@@ -183,14 +274,46 @@ def setup_commands(net: EmulatedNetwork) -> list[list[str]]:
             ["ip", "-n", node, "link", "set", NODE_IFACE, "up"],
             shape_command(net, i),
         ]
+        if net.rate_of(i) != net.rate_bps:
+            cmds.append(inbound_shape_command(net, i))
     return cmds
 
 
 def shape_command(net: EmulatedNetwork, i: int, verb: str = "add") -> list[str]:
     """tbf on node i's egress: the emulated NIC's line rate."""
+    rate = net.rate_of(i)
     return ["tc", "-n", net.node(i), "qdisc", verb, "dev", NODE_IFACE, "root", "handle", "1:",
-            "tbf", "rate", f"{net.rate_bps}bit", "burst", str(net.burst_bytes),
-            "limit", str(net.limit_bytes)]
+            "tbf", "rate", f"{rate}bit", "burst", str(burst_bytes(rate)), "limit", str(limit_bytes(rate))]
+
+
+def inbound_shape_command(net: EmulatedNetwork, i: int) -> list[str]:
+    """tbf on the hub's port towards node i, for a node whose link is slower than the rest: its
+    link is then slow both ways (its egress tbf is the other way)."""
+    rate = net.rate_of(i)
+    return ["tc", "-n", net.hub, "qdisc", "add", "dev", net.hub_port(i), "root", "handle", "1:",
+            "tbf", "rate", f"{rate}bit", "burst", str(burst_bytes(rate)), "limit", str(limit_bytes(rate))]
+
+
+def cpu_mount(scratch: str | Path, i: int) -> str:
+    """Where node i's cgroup is bind-mounted: ``ip netns exec`` mounts a fresh /sys for the
+    namespace, so /sys/fs/cgroup is out of reach of the node's launcher, but a mount elsewhere
+    (taken before the world starts) is copied into its mount namespace."""
+    return f"{scratch}/cpu-n{i}"
+
+
+def cpu_commands(net: EmulatedNetwork, scratch: str | Path) -> list[list[str]]:
+    """The cgroup of each CPU-throttled node, with its quota (cgroup v1 ``cpu``), bind-mounted
+    where the node's launcher can join it."""
+    cmds = []
+    for i in range(net.nodes):
+        cores = net.cpu_of(i)
+        if cores is not None:
+            cg, at = net.cpu_cgroup(i), cpu_mount(scratch, i)
+            cmds += [["mkdir", cg],
+                     ["sh", "-c", f"echo {CFS_PERIOD_US} > '{cg}/cpu.cfs_period_us' && "
+                                  f"echo {round(cores * CFS_PERIOD_US)} > '{cg}/cpu.cfs_quota_us'"],
+                     ["mkdir", at], ["mount", "--bind", cg, at]]
+    return cmds
 
 
 def delay_command(net: EmulatedNetwork, i: int) -> list[str]:
@@ -221,7 +344,7 @@ def list_namespaces(ip_netns_list: str) -> list[str]:
     return [line.split()[0] for line in ip_netns_list.splitlines() if line.strip()]
 
 
-def node_exec_script(net: EmulatedNetwork, ip: str = "ip") -> str:
+def node_exec_script(net: EmulatedNetwork, ip: str = "ip", scratch: str | Path = "") -> str:
     """The ssh stand-in Hydra calls as ``node-exec [-x] HOST COMMAND...``.
 
     Hydra quotes its arguments for a remote shell, as ssh would hand them to one, so the
@@ -232,9 +355,14 @@ def node_exec_script(net: EmulatedNetwork, ip: str = "ip") -> str:
              'while [ "${1#-}" != "$1" ]; do shift; done  # ssh options Hydra adds (-x)',
              'host="$1"; shift', 'case "$host" in']
     for i in range(net.nodes):
-        lines.append(f"  {net.address(i)}) ns={shlex.quote(net.node(i))} ;;")
+        # A throttled node's launcher joins its cgroup first: the proxy and the ranks inherit it.
+        join = (f" echo $$ > {shlex.quote(cpu_mount(scratch, i) + '/cgroup.procs')} || exit 2;"
+                if net.cpu_of(i) is not None else "")
+        lines.append(f"  {net.address(i)}) ns={shlex.quote(net.node(i))};{join} "
+                     f"{NODE_NAME_ENV}={net.node_name(i)} ;;")
     lines += ['  *) echo "perfsuite node-exec: $host is not an emulated node of this run" >&2; exit 2 ;;',
-              "esac", f'exec {shlex.quote(ip)} netns exec "$ns" /bin/sh -c "$*"', ""]
+              "esac", f"export {NODE_NAME_ENV}",
+              f'exec {shlex.quote(ip)} netns exec "$ns" /bin/sh -c "$*"', ""]
     return "\n".join(lines)
 
 
@@ -275,6 +403,13 @@ def unavailable_reason(is_root: bool | None = None) -> str | None:
     return None
 
 
+def cpu_unavailable_reason() -> str | None:
+    """Why a node's CPU cannot be throttled here, or None."""
+    if not os.path.exists(f"{CPU_ROOT}/cpu.cfs_quota_us"):
+        return f"no cgroup v1 cpu controller at {CPU_ROOT} (cannot throttle an emulated node's CPU here)"
+    return None
+
+
 _SEQ = [0]
 _SEQ_LOCK = threading.Lock()
 
@@ -295,6 +430,8 @@ class NetnsSession:
         self.run = run_command
         self.timeout = timeout
         self.created: list[str] = []
+        self.cgroups: list[str] = []
+        self.mounts: list[str] = []
         self.scratch: Path | None = None
         self._old_term = None
 
@@ -309,6 +446,13 @@ class NetnsSession:
                 if argv[:3] == ["ip", "netns", "add"]:
                     self.created.append(argv[3])  # before running: a half-made one is removed too
                 self._cmd(argv)
+            self.scratch = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{self.net.tag}-"))
+            for argv in cpu_commands(self.net, self.scratch):
+                if argv[0] == "mkdir" and argv[1].startswith(CPU_ROOT):
+                    self.cgroups.append(argv[1])
+                self._cmd(argv)
+                if argv[0] == "mount":
+                    self.mounts.append(argv[-1])
             if self.net.delay:
                 for i in range(self.net.nodes):
                     proc = self._cmd(delay_command(self.net, i), check=False)
@@ -316,7 +460,6 @@ class NetnsSession:
                         why = (getattr(proc, "stderr", "") or "").strip().splitlines()[-1:]
                         raise ConfigError(f"delay {self.net.delay!r} asked for, but {NO_NETEM} "
                                           f"(tc: {' '.join(why) or 'netem refused'})")
-            self.scratch = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{self.net.tag}-"))
         except BaseException:
             self.close()
             raise
@@ -333,15 +476,26 @@ class NetnsSession:
             if getattr(proc, "returncode", 0) != 0 and ns in self.existing():
                 left.append(ns)
         self.created = []
-        if self.scratch is not None:
+        for at in reversed(self.mounts):
+            proc = self._cmd(["umount", at], check=False)
+            if getattr(proc, "returncode", 0) != 0:
+                left.append(at)
+        self.mounts = []
+        for cg in reversed(self.cgroups):  # empty once the world's processes are gone
+            proc = self._cmd(["rmdir", cg], check=False)
+            if getattr(proc, "returncode", 0) != 0 and os.path.isdir(cg):
+                left.append(cg)
+        self.cgroups = []
+        if self.scratch is not None and not left:  # never remove through a mount still held
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
         if self._old_term is not None:
             signal.signal(signal.SIGTERM, self._old_term)
             self._old_term = None
         if left:
-            raise LaunchError(f"could not remove network namespaces {', '.join(left)}; "
-                              f"remove them with: ip netns delete NAME")
+            raise LaunchError(f"could not remove {', '.join(left)}; remove them with: ip netns delete "
+                              "NAME (a namespace), umount PATH (a mount) or rmdir PATH (a cgroup, once its "
+                              "processes are gone)")
         return left
 
     def existing(self) -> list[str]:
@@ -361,7 +515,7 @@ class NetnsSession:
         hub = self.scratch / "hub-mpiexec"
         node = self.scratch / "node-exec"
         hub.write_text(hub_exec_script(self.net, mpiexec, ip))
-        node.write_text(node_exec_script(self.net, ip))
+        node.write_text(node_exec_script(self.net, ip, self.scratch))
         for p in (hub, node):
             p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         return launch_config(self.net, base, world_size, str(hub), str(node))

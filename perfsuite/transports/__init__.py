@@ -102,6 +102,8 @@ def load(name: str, benchmark: str = "allreduce"):
 
 register(TransportSpec("mpi", "MPI_Allreduce on host (numpy) buffers, timed by a C loop", ("allreduce",),
                        "perfsuite.transports.mpi:MpiAllreduce", native=True))
+register(TransportSpec("mpi", "MPI point-to-point (Isend/Irecv) between pairs of nodes", ("p2p",),
+                       "perfsuite.transports.mpi:MpiAllreduce"), key="p2p:mpi")
 register(TransportSpec("ring", "Baidu ring allreduce: reduce-scatter + allgather over MPI Sendrecv",
                        ("allreduce",), "perfsuite.transports.ring:RingAllreduce"))
 for _proto in ("verbs", "mpi", "gdr"):

@@ -47,6 +47,12 @@ class AllreduceTransport:
         self.comm = comm
         self.options = dict(options or {})
 
+    def reordered(self, comm) -> "AllreduceTransport | None":
+        """This transport over ``comm``, the same ranks in another order (collective), or None
+        where it cannot be made twice in one world (a framework's process group): the straggler
+        rule's second rank order, which tells a slow node from its partner on a slow link."""
+        return None
+
     def alloc(self, count: int, dtype: str):
         return self.xp.zeros(count, dtype=dtype)
 

@@ -9,6 +9,8 @@ LOOPBACK = "127.0.0.1"
 
 #: Set by the emulated network (``launch.netns``): the interface each emulated node talks on.
 NODE_IFACE_ENV = "PERFSUITE_NODE_IFACE"
+#: Set in each emulated node's launcher: the node's name (its ranks share the machine's host name).
+NODE_NAME_ENV = "PERFSUITE_NODE"
 _SIOCGIFADDR = 0x8915
 
 
@@ -26,3 +28,9 @@ def node_address() -> str:
         packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", iface[:15].encode()))
     return socket.inet_ntoa(packed[20:24])
 
+
+
+def node_name() -> str:
+    """The node a rank runs on, as a straggler report names it: the host name, or the emulated
+    node's own name."""
+    return os.environ.get(NODE_NAME_ENV) or socket.gethostname()

@@ -30,6 +30,9 @@ class MpiAllreduce(AllreduceTransport):
         self.timing = "native" if self.native is not None else "python"
         self.native_note = (self.options.get("native_loop") or {}).get("note")  # e.g. rebuilt
 
+    def reordered(self, comm) -> AllreduceTransport:
+        return type(self)(comm, self.options)
+
     def allreduce(self, send, recv) -> None:
         if recv is send:
             self._allreduce(self._in_place, recv, self._sum)

@@ -81,6 +81,9 @@ class RingAllreduce(AllreduceTransport):
     def _reduce_into(dst, src) -> None:
         np.add(dst, src, out=dst)
 
+    def reordered(self, comm) -> AllreduceTransport:
+        return type(self)(comm, self.options)
+
     def allreduce(self, send, recv) -> None:
         if recv is not send:
             recv[...] = send

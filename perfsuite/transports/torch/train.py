@@ -5,7 +5,7 @@ DDP exchanges gradients inside ``backward()``: its autograd hooks fill buckets o
 ``bucket_cap_mb`` megabytes (torch's default 25, the analogue of Horovod's fusion threshold) and
 allreduce each bucket as soon as it is full, overlapping the exchange with the rest of the
 backward pass. So the allreduce's own time is not visible from Python (as for TensorFlow's
-MWMS), and a step reports its time only. Every rank starts from rank 0's weights because DDP
+MWMS); a step reports the time its rank was not computing (``make_step``), the exposed exchange. Every rank starts from rank 0's weights because DDP
 broadcasts them when it wraps the model.
 
 - ``torch-gloo``: host tensors, gloo; ``torch-mpi``: host tensors, MPI (torch built with it);
@@ -14,6 +14,7 @@ broadcasts them when it wraps the model.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -57,16 +58,36 @@ class TorchTraining:
         ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=self.bucket_cap_mb)
 
-    def make_step(self, model: Any, optimizer: Any, loss_fn: Any, x: Any, y: Any) -> Callable[[], None]:
+    def make_step(self, model: Any, optimizer: Any, loss_fn: Any, x: Any, y: Any) -> Callable[[], float]:
+        """One training step, returning the seconds this rank spent on the exchange rather than
+        on its own compute (so a rank whose compute is slow can be told from the ranks that
+        wait for it, ``stragglers``): before its forward starts (DDP's buffer broadcast), and
+        from its last gradient to the end of ``backward()`` (the last bucket's allreduce, and
+        the wait for every bucket). Two hooks mark those moments: a forward pre-hook on the
+        wrapped module, after DDP's own, and a gradient hook on its first parameter, whose
+        gradient backward computes last."""
         done = self.finish()
+        clock = time.perf_counter
+        marks = [0.0, 0.0]
+        inner = getattr(model, "module", model)
+        inner.register_forward_pre_hook(lambda *_: marks.__setitem__(0, clock()))
+        first = next((p for p in inner.parameters() if p.requires_grad), None)
+        if first is not None:
+            first.register_hook(lambda grad: marks.__setitem__(1, clock()))
 
-        def step() -> None:
+        def step() -> float:
+            t0 = clock()
+            marks[0] = marks[1] = 0.0
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
             loss.backward()  # DDP's buckets are allreduced in here
+            backward_end = clock()
             optimizer.step()
             loss.item()
             done()
+            if not marks[0] or not marks[1]:
+                return 0.0
+            return (marks[0] - t0) + (backward_end - marks[1])
 
         return step
 

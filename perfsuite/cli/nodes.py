@@ -1,0 +1,84 @@
+"""``perfsuite nodes``: every link between the nodes, one rank per node, in round-robin rounds
+(the p2p benchmark); names the node whose links are slow, or the slow links. Exit 1 when one is
+named, so a nightly step can stop on it."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+from .. import formats, interrupts, options, report, stragglers, suite
+from ..errors import ConfigError
+from ..model import whole_number
+from .common import EXIT_OK, EXIT_REGRESSION, EXIT_WORLD, exit_status, say
+
+COMMANDS = {}
+
+NODES_OPTIONS = ("launcher", "launcher-program", "launcher-args", "mpi-flavor", "hostfile", "hosts", "env",
+                 "timeout", "workdir", "iters", "repeats", "emulated-network")
+
+
+def add_nodes(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodes", metavar="N", help="how many nodes (one rank each) [default: the --hosts or "
+                   "--hostfile count, or Slurm's SLURM_NNODES inside an allocation]")
+    p.add_argument("--sizes", metavar="SIZES", help="message sizes: latency up to 8 KiB, bandwidth above "
+                   "[default: 4,1MiB]")
+    options.add_options(p.add_argument, names=NODES_OPTIONS)
+    p.add_argument("--json", metavar="PATH", help="write the versioned results file here")
+
+
+def node_count(args: argparse.Namespace) -> int:
+    """--nodes, else the hosts named, else the Slurm allocation's node count."""
+    if args.nodes is not None:
+        n = whole_number(args.nodes, "nodes", low=2)
+    elif args.hosts:
+        n = len([h for h in str(args.hosts).split(",") if h.strip()])
+    elif args.hostfile:
+        try:
+            with open(args.hostfile) as f:
+                n = len([line for line in f if line.split("#", 1)[0].strip()])
+        except OSError as exc:
+            raise ConfigError(f"hostfile {args.hostfile!r} cannot be read ({exc.strerror})") from None
+    elif os.environ.get("SLURM_NNODES"):
+        n = whole_number(os.environ["SLURM_NNODES"], "SLURM_NNODES", low=1)
+    else:
+        raise ConfigError("say how many nodes: --nodes N (or --hosts, --hostfile, or run inside a Slurm "
+                          "allocation)")
+    if n < 2:
+        raise ConfigError(f"nodes {n} cannot form a link; give --nodes 2 or more (3 or more to name a node)")
+    return n
+
+
+def do_nodes(args: argparse.Namespace) -> int:
+    n = node_count(args)
+    values = {**vars(args), "benchmarks": "p2p", "transports": "mpi", "world_sizes": str(n), "ppn": "1",
+              "link_sizes": args.sizes, "rounds": None}
+    sel = options.selection(values, "p2p")
+    cases = suite.select_cases(sel)
+    cfg = options.suite_config(values)
+    with interrupts.handled() as signals:
+        run = suite.run(cases, cfg)
+        signals.defer()
+        say(report.run_summary(run))
+        kept = True
+        if args.json:
+            where, why = formats.write_run_kept(args.json, run)
+            say(f"# results written to {where}" + (f" because {why}" if why else ""))
+            kept = why is None
+        if run.interrupted or signals.raised:
+            return 128 + signal.Signals[run.interrupted or signals.raised.name].value
+    samples = run.samples()
+    names = samples[0].info.get("nodes") or [] if samples else []
+    if len(set(names)) < len(names):
+        say(f"# nodes: {len(names)} ranks on {len(set(names))} host(s) ({', '.join(sorted(set(names)))}): "
+            "ranks that share a host measure its memory, not a link; give one host per rank (--hosts, "
+            "--hostfile, a Slurm allocation, or --emulated-network)")
+    found = bool(stragglers.named(samples)) or any(s.info.get("slow_links") for s in samples)
+    if not found and run.ok:
+        say(f"# nodes: {n} nodes, {len(samples)} case(s): no node or link stands out")
+    return exit_status(EXIT_OK if run.ok and kept else EXIT_WORLD, EXIT_REGRESSION if found else EXIT_OK)
+
+
+COMMANDS["nodes"] = (add_nodes, do_nodes,
+                     "measure every link between the nodes (one rank per node, round-robin pairs) and name "
+                     "the slow node or links; exit 1 when one is named")
