@@ -202,8 +202,8 @@ def migrate(project: AsvProject, layouts: Iterable[AsvLayout]) -> int:
     ``migrations``: benchmarks.json and every results file, of every machine and commit,
     ``asv run``'s included. asv reads a stored result only under its benchmark's own version and
     by the product of its params, so without this every older point would drop off its graph.
-    Each file is replaced atomically; the caller holds the results lock. Returns how many stored
-    results (one per benchmark and file) were migrated."""
+    Each file is replaced atomically, benchmarks.json last; the caller holds the results lock.
+    Returns how many stored results (one per benchmark and file) were migrated."""
     from asv import util as asv_util
     from asv.benchmarks import Benchmarks
     from asv.results import Results, iter_results_paths
@@ -232,14 +232,11 @@ def migrate(project: AsvProject, layouts: Iterable[AsvLayout]) -> int:
             described = {}  # none yet; an unreadable one is _read_store's to report
         described.pop("version", None)
         todo = {name: steps(name, d.get("version")) for name, d in described.items()}
-        for name, chain in todo.items():
-            d = described[name]
-            for step in chain:
-                d.update(params=step.params(d.get("params") or []), version=step.new,
-                         param_names=[*d.get("param_names", []), step.axis])
-        if any(todo.values()):
-            Benchmarks(_Conf(tmp, project.benchmark_dir), list(described.values())).save()
-            _replace_from(tmp, project.results_dir, os.path.basename(bench_path))
+        # benchmarks.json is rewritten last, so at the current versions it says every results
+        # file was migrated (a run cut short in between migrates the rest next time), and a
+        # store with nothing to migrate is not read file by file on every record.
+        if not any(todo.values()):
+            return 0
         for root, filename, _ in iter_results_paths(project.results_dir):
             path = os.path.join(root, filename)
             try:
@@ -259,6 +256,13 @@ def migrate(project: AsvProject, layouts: Iterable[AsvLayout]) -> int:
                 results.save(tmp)  # under the last two parts of its path, as Results.load names it
                 os.replace(os.path.join(tmp, *path.split(os.sep)[-2:]), path)
                 migrated += n
+        for name, chain in todo.items():
+            d = described[name]
+            for step in chain:
+                d.update(params=step.params(d.get("params") or []), version=step.new,
+                         param_names=[*d.get("param_names", []), step.axis])
+        Benchmarks(_Conf(tmp, project.benchmark_dir), list(described.values())).save()
+        _replace_from(tmp, project.results_dir, os.path.basename(bench_path))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return migrated
