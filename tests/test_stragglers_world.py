@@ -71,3 +71,13 @@ def test_a_training_world_names_the_throttled_node_by_its_compute(tmp_path, no_l
     assert re.search(r"^# straggler: rank 3 on node node3, x\d\.\d+ \[.*later than the others \(compute;",
                      r.stdout, re.M), r.stdout
     assert not [d for d in os.listdir(netns.CPU_ROOT) if d.startswith(netns.PREFIX)], "cgroup left behind"
+
+
+@needs_nodes
+def test_two_nodes_are_measured_but_not_judged(tmp_path, no_leftover_ranks):
+    """One link has no other to stand out against: the run says so instead of 'nothing stands out'."""
+    r = perfsuite("nodes", "--nodes", "2", "--emulated-network", "1gbit,node1=100mbit", "--sizes", "1MiB",
+                  cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "nothing judged (a node is told from its links only with 3 or more nodes)" in r.stdout, r.stdout
+    assert "stands out" not in r.stdout and "straggler:" not in r.stdout

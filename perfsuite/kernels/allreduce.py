@@ -391,6 +391,8 @@ class SecondOrder:
         if want and self.other is None:
             comm = self.comm.Split(0, ranks.reorder(n)[self.comm.Get_rank()])
             self.other = self.transport.reordered(comm) or False
+            if not self.other:  # a transport made once per world: no second order
+                comm.Free()
         return want and bool(self.other)
 
     def time(self, send, recv, iters: int, case: Case) -> np.ndarray:

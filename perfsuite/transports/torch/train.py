@@ -5,8 +5,9 @@ DDP exchanges gradients inside ``backward()``: its autograd hooks fill buckets o
 ``bucket_cap_mb`` megabytes (torch's default 25, the analogue of Horovod's fusion threshold) and
 allreduce each bucket as soon as it is full, overlapping the exchange with the rest of the
 backward pass. So the allreduce's own time is not visible from Python (as for TensorFlow's
-MWMS); a step reports the time its rank was not computing (``make_step``), the exposed exchange. Every rank starts from rank 0's weights because DDP
-broadcasts them when it wraps the model.
+MWMS); on host tensors a step reports the time its rank was not computing (``make_step``), the
+exposed exchange. Every rank starts from rank 0's weights because DDP broadcasts them when it
+wraps the model.
 
 - ``torch-gloo``: host tensors, gloo; ``torch-mpi``: host tensors, MPI (torch built with it);
 - ``torch-nccl``: the model and batch on this rank's GPU, NCCL; a step ends when the device is
@@ -58,24 +59,28 @@ class TorchTraining:
         ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=self.bucket_cap_mb)
 
-    def make_step(self, model: Any, optimizer: Any, loss_fn: Any, x: Any, y: Any) -> Callable[[], float]:
+    def make_step(self, model: Any, optimizer: Any, loss_fn: Any, x: Any,
+                  y: Any) -> Callable[[], float | None]:
         """One training step, returning the seconds this rank spent on the exchange rather than
         on its own compute (so a rank whose compute is slow can be told from the ranks that
         wait for it, ``stragglers``): before its forward starts (DDP's buffer broadcast), and
         from its last gradient to the end of ``backward()`` (the last bucket's allreduce, and
         the wait for every bucket). Two hooks mark those moments: a forward pre-hook on the
         wrapped module, after DDP's own, and a gradient hook on its first parameter, whose
-        gradient backward computes last."""
+        gradient backward computes last. None where the host's clock cannot see it: on a GPU
+        the hooks fire when work is queued and NCCL's wait leaves the host running, so the
+        device's compute and exchange both land after ``backward()`` returns."""
         done = self.finish()
         clock = time.perf_counter
         marks = [0.0, 0.0]
-        inner = getattr(model, "module", model)
-        inner.register_forward_pre_hook(lambda *_: marks.__setitem__(0, clock()))
-        first = next((p for p in inner.parameters() if p.requires_grad), None)
-        if first is not None:
-            first.register_hook(lambda grad: marks.__setitem__(1, clock()))
+        if self.device.type == "cpu":
+            inner = getattr(model, "module", model)
+            inner.register_forward_pre_hook(lambda *_: marks.__setitem__(0, clock()))
+            first = next((p for p in inner.parameters() if p.requires_grad), None)
+            if first is not None:
+                first.register_hook(lambda grad: marks.__setitem__(1, clock()))
 
-        def step() -> float:
+        def step() -> float | None:
             t0 = clock()
             marks[0] = marks[1] = 0.0
             optimizer.zero_grad(set_to_none=True)
@@ -86,7 +91,7 @@ class TorchTraining:
             loss.item()
             done()
             if not marks[0] or not marks[1]:
-                return 0.0
+                return None  # not seen by the host's clock, or a hook did not fire: unknown, not nothing
             return (marks[0] - t0) + (backward_end - marks[1])
 
         return step
