@@ -163,6 +163,7 @@ else
     failed+=("nccl-tests (no sources)")
 fi
 
+side_by_side() {
 echo "== nccl: perfsuite beside nccl-tests (one GPU, world size 1: busbw is 0 for both; time is the figure)"
 "$py" - "$out/sweep.json" "$out/graph.json" "$out/nccl-tests.log" <<'EOF' || failed+=("side-by-side table")
 import re
@@ -197,6 +198,10 @@ for size in sorted({k[1] for k in ours} | {k[1] for k in theirs}):
     print(f"{size:>12} {fmt(a):>14} {fmt(b):>14} {ratio:>7} {fmt(g):>12} {fmt(h):>10}"
           f" {fmt(ours.get(('torch', size))):>14}")
 EOF
+}
+if [[ "$stage" != all ]] || wanted nccl || wanted tests; then
+    side_by_side
+fi
 
 if [[ "$stage" == all ]]; then
     if wanted epoch; then
