@@ -113,9 +113,33 @@ def test_ci_runs_tests_and_a_quick_suite_on_every_push_and_pull_request():
     assert "push" in wf["on"] and "pull_request" in wf["on"]
     (job,) = wf["jobs"].values()
     text = steps_text(job)
-    assert 'pip install -e ".[' in text and "pytest -q" in text
     assert "perfsuite run --transports mpi,ring" in text and "--report report" in text
     assert "actions/upload-artifact" in text
+
+
+def test_ci_yml_runs_ci_run_on_its_machine_kind_with_the_horovod_cache():
+    """GitHub's CI is .ci/run itself (the [test,tf,torch] install, ruff, the tests, the skip
+    check), not a second recipe that drifts: a job that installed less would skip every torch
+    and root test unseen. Its container is .ci/expected-skips' machine kind (Debian 12, root),
+    and Horovod's wheel is restored before and saved after under keys of one family."""
+    (job,) = load("ci.yml")["jobs"].values()
+    runs = [str(s.get("run", "")) for s in job["steps"]]
+    assert sum(bool(re.search(r"(^|\s)bash \.ci/run$", r.strip())) for r in runs) == 1, runs
+    assert not any(re.search(r"pip install|pytest tests|-m pytest", r) for r in runs), \
+        "ci.yml installs or tests outside .ci/run"
+    pythons = {str(x["python"]) for x in job["strategy"]["matrix"]["include"]}
+    assert job["container"]["image"] == "python:${{ matrix.python }}-bookworm" and pythons
+    assert "--privileged" in job["container"]["options"]  # network namespaces, tc, drop_caches
+    ci_run = next(s for s in job["steps"] if ".ci/run" in str(s.get("run", "")))
+    assert 'PERFSUITE_CACHE="$PWD/.perfsuite/cache"' in ci_run["run"]
+    uses = [str(s.get("uses", "")) for s in job["steps"]]
+    restore = job["steps"][next(i for i, u in enumerate(uses) if u.startswith("actions/cache/restore"))]
+    save = job["steps"][next(i for i, u in enumerate(uses) if u.startswith("actions/cache/save"))]
+    assert job["steps"].index(restore) < job["steps"].index(ci_run) < job["steps"].index(save)
+    assert restore["with"]["path"] == save["with"]["path"] == ".perfsuite/cache"
+    assert restore["with"]["restore-keys"].startswith(restore["with"]["key"])
+    assert save["with"]["key"].startswith(restore["with"]["restore-keys"])
+    assert "always()" in save["if"]  # a red test run still keeps a wheel that built
 
 
 def test_the_python_floor_is_the_same_in_pyproject_the_readme_and_ci():
