@@ -60,7 +60,14 @@ JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "per
 #: AB 3: each arm names the commit it ran ("ref": "HEAD~1 (abc1234def)"; null for this checkout).
 #: AB 4: "stop_on_regression": whether the run stopped at the first DIFFERENT regression, so a
 #: case UNKNOWN there may only have been cut short.
-VERSIONS = {JOB: 1, RESULT: 1, RUN: 1, BASELINE: 3, DATASET: 1, AB: 4, DETECTION: 1, NATIVE: 1, COMMIT_ENV: 1,
+#: AB 5: "invalid" lists the samples that did not validate (the run stops at their pair), and each
+#: case's "values" mark by index the pairs left out of B/A ("contended", "invalid").
+#: RESULT 2: an allreduce sample's info["latency_us"] is the judged statistic (per call the
+#: slowest rank's time, p50 over calls: its metric, and the table's time, algbw and busbw); v1's
+#: latency_us/latency_min_us/latency_max_us (OMB's avg/min/max of per-rank means) are
+#: omb_avg_us/omb_min_us/omb_max_us. New, optional: "invalid_ranks", the ranks whose result was wrong.
+#: RUN 2: its samples' info as RESULT 2, the partial samples' too.
+VERSIONS = {JOB: 1, RESULT: 2, RUN: 2, BASELINE: 3, DATASET: 1, AB: 5, DETECTION: 1, NATIVE: 1, COMMIT_ENV: 1,
             STUDY_PLAN: 1, STUDY: 1, VALIDITY: 1}
 
 #: Allreduce transports timed on the host: before BASELINE 2 every one ran the mpi4py loop.
@@ -109,10 +116,54 @@ def _ab_3_to_4(d: dict) -> dict:
     return d
 
 
+def _ab_4_to_5(d: dict) -> dict:
+    """Version 4 dropped invalid pairs unrecorded and did not mark its contended ones (None:
+    not known which)."""
+    d.setdefault("invalid", [])
+    for metrics in (d.get("values") or {}).values():
+        for entry in (metrics.values() if isinstance(metrics, dict) else ()):
+            if isinstance(entry, dict):
+                entry.setdefault("contended", None)
+                entry.setdefault("invalid", [])
+    return d
+
+
+#: v1's names of OMB's avg/min/max of per-rank means -> v2's (RESULT 2, RUN 2).
+_OMB_V1 = {"latency_us": "omb_avg_us", "latency_min_us": "omb_min_us", "latency_max_us": "omb_max_us"}
+
+
+def _omb_names(sample: Any) -> None:
+    """One v1 sample's info in v2's names. Only allreduce's info has the three OMB keys; its
+    v2 ``latency_us`` is the p50 v1 stored as ``p50_us``."""
+    info = sample.get("info") if isinstance(sample, dict) else None
+    if isinstance(info, dict) and all(k in info for k in _OMB_V1) and "p50_us" in info:
+        for old, new in _OMB_V1.items():
+            info[new] = info.pop(old)
+        info["latency_us"] = info["p50_us"]
+
+
+def _result_1_to_2(d: dict) -> dict:
+    for sample in d.get("samples") or ():
+        _omb_names(sample)
+    return d
+
+
+def _run_1_to_2(d: dict) -> dict:
+    """A stamped result migrates itself when read (``load_result``); the rest are v1 samples."""
+    for r in d.get("results") or ():
+        if isinstance(r, dict) and "format" not in r:
+            _result_1_to_2(r)
+    for p in d.get("partial") or ():
+        for sample in (p.get("samples") or ()) if isinstance(p, dict) else ():
+            _omb_names(sample)
+    return d
+
+
 #: (format, old version) -> function turning such a dict into the next version's.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {
     (BASELINE, 1): _baseline_1_to_2, (BASELINE, 2): _baseline_2_to_3, (AB, 1): _ab_1_to_2, (AB, 2): _ab_2_to_3,
-    (AB, 3): _ab_3_to_4}
+    (AB, 3): _ab_3_to_4, (AB, 4): _ab_4_to_5,
+    (RESULT, 1): _result_1_to_2, (RUN, 1): _run_1_to_2}
 
 RERUN = "re-run the suite with this perfsuite to regenerate it"
 REFRESH_BASELINE = ("re-record it with `perfsuite baseline update --from results.json` "
@@ -498,3 +549,17 @@ def write_run_kept(path: str | os.PathLike, run: SuiteRun) -> tuple[Path, str | 
         why = f"{path} could not be written ({exc.strerror or exc})"
     spare = fallback_path("perfsuite-results.json")
     return write_run(spare, run), why
+
+
+def write_json_kept(path: str | os.PathLike, data: dict, spare_name: str) -> tuple[Path | None, str | None]:
+    """``write_json``, and when ``path`` fails (a disk filled, a read-only mount), the same file
+    in the temp folder: (where it is, or None where that failed too; why it is not at ``path``)."""
+    try:
+        return write_json(path, data), None
+    except OSError as exc:
+        why = f"{path} could not be written ({exc.strerror or exc})"
+    spare = fallback_path(spare_name)
+    try:
+        return write_json(spare, data), why
+    except OSError as exc:
+        return None, f"{why}, nor {spare} ({exc.strerror or exc})"

@@ -117,11 +117,12 @@ def latency_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=series_label(r, tag))
     _size_axis(ax)
     ax.set_yscale("log")
-    ax.set_ylabel("latency (µs, median per iteration)")
+    ax.set_ylabel("time (µs): slowest rank per call, p50")
     ax.set_title(title)
     ax.legend(fontsize="small")
     return Plot("latency", title, _save(fig, path),
-                caption="Median per-iteration time of each size (log-log); lower is better.")
+                caption="Each size's time as the table's: per call the slowest rank's, p50 over calls "
+                        "(log-log); lower is better.")
 
 
 def busbw_plot(tagged: Sequence[Tagged], path: Path) -> Plot:

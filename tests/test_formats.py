@@ -64,16 +64,17 @@ def test_an_older_v1_run_file_names_worlds_by_label_only(tmp_path):
 
 
 def test_a_migration_reads_an_old_version_and_none_means_a_hint(monkeypatch):
-    old = {"format": formats.RUN, "version": 1, "results": []}
-    monkeypatch.setitem(formats.VERSIONS, formats.RUN, 2)
-    with pytest.raises(FormatError, match=r"perfsuite-run version 1 is not supported \(this perfsuite reads "
-                                          r"version 2\); re-run the suite"):
+    v = formats.VERSIONS[formats.RUN]  # the current version, made old by a next one
+    old = {"format": formats.RUN, "version": v, "results": []}
+    monkeypatch.setitem(formats.VERSIONS, formats.RUN, v + 1)
+    with pytest.raises(FormatError, match=rf"perfsuite-run version {v} is not supported \(this perfsuite reads "
+                                          rf"version {v + 1}\); re-run the suite"):
         formats.check_format(dict(old), formats.RUN, "old.json")
-    monkeypatch.setitem(formats.MIGRATIONS, (formats.RUN, 1), lambda d: {**d, "created": "migrated"})
+    monkeypatch.setitem(formats.MIGRATIONS, (formats.RUN, v), lambda d: {**d, "created": "migrated"})
     d = formats.check_format(dict(old), formats.RUN, "old.json")
-    assert d["version"] == 2 and d["created"] == "migrated"
-    with pytest.raises(FormatError, match="version 3 .*upgrade perfsuite"):
-        formats.check_format({**old, "version": 3}, formats.RUN, "new.json")
+    assert d["version"] == v + 1 and d["created"] == "migrated"
+    with pytest.raises(FormatError, match=f"version {v + 2} .*upgrade perfsuite"):
+        formats.check_format({**old, "version": v + 2}, formats.RUN, "new.json")
 
 
 @pytest.mark.parametrize("content,error,match", [

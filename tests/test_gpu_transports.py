@@ -304,7 +304,7 @@ def run_gpu_world(monkeypatch, transport, n, sizes, env=None, **opts):
 @pytest.mark.parametrize("n,path", [(2, "direct"), (3, "staged"), (3, "direct")])
 def test_gpu_ring_on_host_arrays_validates(monkeypatch, no_leftover_ranks, n, path):
     # 4 B is fewer elements than ranks (empty chunks); 1028 B does not split evenly.
-    out = run_gpu_world(monkeypatch, "gpu-ring", n, [4, 1028, 65536], ring_path=path)
+    out = run_gpu_world(monkeypatch, "gpu-ring", n, [4, 1028, 65536], ring_path=path, copy_bw=True)
     assert out.failure is None and out.skipped is None, out.failure or out.skipped
     res = out.result
     assert [s.case.size_bytes for s in res.samples] == [4, 1028, 65536]

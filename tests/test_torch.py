@@ -19,7 +19,7 @@ from perfsuite.errors import ConfigError
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_program
 from perfsuite.model import Case, WorldSpec
-from perfsuite.regress import RoundsPolicy
+from perfsuite.rounds import RoundsPolicy
 from perfsuite.transports.torch import support
 
 HAS_TORCH = transports.has_module("torch")
@@ -118,7 +118,7 @@ def test_torch_nccl_code_batches_and_checks_on_host_tensors(monkeypatch, no_left
     """torch-nccl's own code (device choice, batch timing, copy bandwidth), over gloo on the host."""
     without_check(monkeypatch, "torch-nccl")
     (world,) = suite.plan(allreduce_cases(["torch-nccl"], [2], [4, 4096]),
-                          {"iters": 40, "warmup": 2, "torch_device": "cpu", "copy_bytes": 1 << 20})
+                          {"iters": 40, "warmup": 2, "torch_device": "cpu", "copy_bytes": 1 << 20, "copy_bw": True})
     res = measured(world)
     for s in res.samples:
         assert s.valid and s.info["calls_per_sample"] == 4 and len(s.times_s) == 10

@@ -270,6 +270,12 @@ def test_corrupted_sum_fails_the_case_not_silently(monkeypatch, no_leftover_rank
     assert not run.ok
 
 
+def test_the_sample_names_the_rank_whose_sum_was_wrong(monkeypatch, no_leftover_ranks):
+    monkeypatch.setenv("PERFSUITE_TEST_FAULT", "corrupt@1@1024")
+    res = run_world(world("mpi", 2, [4, 1024]), LaunchConfig(), timeout=60)
+    assert [(s.valid, s.info["invalid_ranks"]) for s in res.samples] == [(True, []), (False, [1])]
+
+
 def test_a_failed_world_does_not_stop_the_others(monkeypatch, no_leftover_ranks):
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "raise@0@1024")
     cfg = suite.SuiteConfig(options=FAST, timeout=60)
@@ -293,7 +299,7 @@ def test_summary_uses_slowest_rank_and_busbw_factor():
     times = np.array([[1e-3, 2e-3, 1e-3, 1e-3]] * 10)  # rank 1 is always slowest
     s = summarize(case, times, True, 10, 1, False)
     assert s.info["p50_us"] == pytest.approx(2000)
-    assert s.info["latency_max_us"] == pytest.approx(2000) and s.info["latency_min_us"] == pytest.approx(1000)
+    assert s.info["omb_max_us"] == pytest.approx(2000) and s.info["omb_min_us"] == pytest.approx(1000)
     assert s.info["algbw_GBps"] == pytest.approx((1 << 20) / 2e-3 / 1e9)
     assert s.info["busbw_GBps"] == pytest.approx(s.info["algbw_GBps"] * 2 * 3 / 4)
     assert s.metrics["busbw_GBps"].higher_is_better and not s.metrics["latency_us"].higher_is_better
@@ -339,7 +345,7 @@ def _fake_result(case, value_us, extra=None):
 
 
 def test_a_later_round_failing_keeps_the_finished_rounds(monkeypatch):
-    from perfsuite.regress import RoundsPolicy
+    from perfsuite.rounds import RoundsPolicy
 
     (spec,) = suite.plan(allreduce_cases(["mpi"], [2], [4]))
     calls = []
@@ -359,7 +365,7 @@ def test_a_later_round_failing_keeps_the_finished_rounds(monkeypatch):
 
 
 def test_a_world_found_unavailable_is_not_rerun_every_round(monkeypatch):
-    from perfsuite.regress import RoundsPolicy
+    from perfsuite.rounds import RoundsPolicy
 
     (spec,) = suite.plan(allreduce_cases(["mpi"], [2], [4]))
     calls = []
