@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from scipy import stats as _sps
+from scipy import special as _special
 
 from . import stats
 from .errors import ConfigError
@@ -24,14 +24,9 @@ from .model import Tolerance, Verdict
 
 #: Significance level: the chance that any verdict of one run wrongly says DIFFERENT.
 DEFAULT_ALPHA = 0.01
-#: Tolerance per metric name; others get ``DEFAULT_TOLERANCE`` (docs/baselines.md says why).
-DEFAULT_TOLERANCES: dict[str, Tolerance] = {
-    "busbw_GBps": Tolerance(-0.03, 0.03),
-    "latency_us": Tolerance(-0.03, 0.03),
-}
+#: The tolerance of a metric no benchmark declares one for (``regress.default_tolerance`` is the
+#: one lookup: the user's, the baseline's, the benchmark's, then this; docs/baselines.md says why).
 DEFAULT_TOLERANCE = Tolerance(-0.05, 0.05)
-def default_tolerance(metric: str) -> Tolerance:
-    return DEFAULT_TOLERANCES.get(metric, DEFAULT_TOLERANCE)
 
 
 def parse_alpha(text: str | float | None) -> float:
@@ -72,44 +67,70 @@ class Evidence:
     """One change in log units: its estimate, and its interval and p-values at any level, so
     that a family adjustment can read it at the level it grants. ``p_beyond(lo, hi)``: the
     smallest 1 - confidence at which the interval lies wholly outside [lo, hi];
-    ``p_within``: wholly inside."""
+    ``p_within``: wholly inside. ``limit``: the same evidence once the candidate's own rounds
+    are without number (their standard error 0), what no further round can narrow; None where
+    more rounds narrow it without bound (rank evidence), so that more rounds can always decide."""
 
     estimate: float
     interval: Callable[[float], tuple[float, float]]
     p_beyond: Callable[[float, float], float]
     p_within: Callable[[float, float], float]
+    limit: Evidence | None = None
 
 
 def rank_evidence(test: stats.RankTest) -> Evidence:
     return Evidence(test.estimate, test.interval, test.p_beyond, test.p_within)
 
 
-def normal_evidence(est: float, se: float, df: float | None = None, span: float = 0.0) -> Evidence:
+class _Normal:
+    """Student's t on ``df`` degrees of freedom (None: the normal): its ``sf`` and ``ppf`` as
+    scipy.stats computes them, without a frozen distribution's checks, which cost ~50 us a call
+    and verdicts make thousands of calls in a simulation."""
+
+    def __init__(self, df: float | None = None):
+        self.df = df
+
+    def sf(self, z: float) -> float:
+        return float(_special.stdtr(self.df, -z) if self.df else _special.ndtr(-z))
+
+    def ppf(self, p: float) -> float:
+        return float(_special.stdtrit(self.df, p) if self.df else _special.ndtri(p))
+
+
+def _z(x: float, se: float) -> float:
+    """x in standard errors; a known value (se 0) is infinitely many of them either way."""
+    return x / se if se > 0 else (math.copysign(math.inf, x) if x else 0.0)
+
+
+def normal_evidence(est: float, se: float, df: float | None = None, span: float = 0.0,
+                    floor: float | None = None) -> Evidence:
     """A change known to within ``se`` (t on ``df`` degrees of freedom, normal when None),
     and, when ``span`` > 0, only up to a level shift of +-span as well: such a change can be
-    shown beyond a tolerance, never within it."""
-    dist = _sps.t(df) if df else _sps.norm
+    shown beyond a tolerance, never within it. ``floor``: the part of ``se`` that no number of
+    further rounds removes (the drift between sessions); None: more rounds remove all of it."""
+    dist = _Normal(df)
 
     def interval(confidence: float) -> tuple[float, float]:
         if not math.isfinite(se):
             return -math.inf, math.inf
-        q = float(dist.ppf(0.5 + confidence / 2.0)) * se
+        q = float(dist.ppf(0.5 + confidence / 2.0)) * se if se > 0 else 0.0
         return est - span - q, est + span + q
 
     def sf(x: float) -> float:
-        return float(dist.sf(x)) if math.isfinite(se) and se > 0 else (0.0 if x > 0 else 1.0)
+        return float(dist.sf(_z(x, se)))
 
     def beyond(lo: float, hi: float) -> float:
         if not math.isfinite(se):
             return 1.0
-        return min(1.0, 2.0 * min(sf((est - span - hi) / se), sf((lo - est - span) / se)))
+        return min(1.0, 2.0 * min(sf(est - span - hi), sf(lo - est - span)))
 
     def within(lo: float, hi: float) -> float:
         if span > 0 or not math.isfinite(se):
             return 1.0
-        return min(1.0, 2.0 * max(sf((est - lo) / se), sf((hi - est) / se)))
+        return min(1.0, 2.0 * max(sf(est - lo), sf(hi - est)))
 
-    return Evidence(est, interval, beyond, within)
+    limit = normal_evidence(est, floor, df, span) if floor is not None else None
+    return Evidence(est, interval, beyond, within, limit)
 
 
 def band_evidence(estimate: float, level: float, se: float, band: tuple[float, float],
@@ -120,41 +141,110 @@ def band_evidence(estimate: float, level: float, se: float, band: tuple[float, f
     (log ``band`` = lowest, highest), so an unchanged candidate lies within
     [band high - span, band low + span]. The interval is how far beyond that window the
     candidate lies, at each side; it covers 0 under no change, and never shows sameness.
-    ``estimate`` is the change shown (the shift against the baseline's rounds)."""
+    ``estimate`` is the change shown (the shift against the baseline's rounds). Its limit (the
+    candidate's level known exactly) is [level - band low - span, level - band high + span]."""
+    return replace(_band(estimate, level, se, band, span), limit=_band(estimate, level, 0.0, band, span))
+
+
+def _band(estimate: float, level: float, se: float, band: tuple[float, float], span: float) -> Evidence:
     lo_b, hi_b = band
-    dist = _sps.norm
+    dist = _Normal()
 
     def interval(confidence: float) -> tuple[float, float]:
         if not math.isfinite(se):
             return -math.inf, math.inf
-        q = float(dist.ppf(0.5 + confidence / 2.0)) * se
+        q = float(dist.ppf(0.5 + confidence / 2.0)) * se if se > 0 else 0.0
         return level - q - lo_b - span, level + q - hi_b + span
 
     def beyond(lo: float, hi: float) -> float:
         if not math.isfinite(se):
             return 1.0
-        up = (level - lo_b - span - hi) / se if se > 0 else math.copysign(math.inf, level - lo_b - span - hi)
-        down = (lo - level + hi_b - span) / se if se > 0 else math.copysign(math.inf, lo - level + hi_b - span)
+        up = _z(level - lo_b - span - hi, se)
+        down = _z(lo - level + hi_b - span, se)
         return min(1.0, 2.0 * min(float(dist.sf(up)), float(dist.sf(down))))
 
     return Evidence(estimate, interval, beyond, lambda lo, hi: 1.0)
 
 
+#: Where ``either`` stops looking for the level at which two intervals part: an interval at
+#: 1 - 5e-16 confidence reaches 8 standard errors; two that do not meet even there never do.
+_FIRST_LEVEL = 1e-15
+
+
 def either(a: Evidence, b: Evidence) -> Evidence:
-    """Two intervals of one change, each valid under its own assumption, read as one: their
-    intersection, each at half the level (Bonferroni), so that either may decide. When they do
-    not meet, one assumption failed and the data cannot say which: their hull, which holds the
-    change if either does, and decides only what both would."""
+    """Two intervals of one change, each valid under its own assumption, read as one: each at
+    half the level (Bonferroni), their intersection where they meet, so that either may
+    decide. Where they do not (one assumption failed, and the data cannot say which), their
+    hull, which holds the change if either does, and decides only what both would.
+
+    So that the intervals nest (each confidence's inside the next higher one's) and the
+    p-values are one inversion of them (the smallest level at which the interval shown lies
+    beyond, or within), the levels at which the two still meet also hold the hull of the level
+    where they part. Two that meet at every level are simply their intersection: so have a
+    stored verdict's span band and drift interval in every run simulated (experiments/validity)."""
+    memo: dict[str, object] = {}
+
+    def halves(level: float) -> tuple[tuple[float, float], tuple[float, float]]:
+        confidence = 1.0 - level / 2.0
+        return a.interval(confidence), b.interval(confidence)
+
+    def meet(level: float) -> bool:
+        (lo1, hi1), (lo2, hi2) = halves(level)
+        return max(lo1, lo2) <= min(hi1, hi2)
+
+    def parting() -> float:
+        """The highest level at which the two intervals still meet (1: at every level; 0: at
+        none), and their hull there."""
+        if "level" not in memo:
+            if meet(1.0):
+                level = 1.0
+            elif not meet(_FIRST_LEVEL):
+                level = 0.0
+            else:  # they meet below ``low`` and part above ``high``: bisect in log level
+                low, high = math.log(_FIRST_LEVEL), 0.0
+                for _ in range(60):
+                    mid = (low + high) / 2.0
+                    low, high = (mid, high) if meet(math.exp(mid)) else (low, mid)
+                level = math.exp(low)
+            memo["level"] = level
+            if 0.0 < level < 1.0:
+                (lo1, hi1), (lo2, hi2) = halves(level)
+                memo["hull"] = (min(lo1, lo2), max(hi1, hi2))
+        return memo["level"]  # type: ignore[return-value]
 
     def interval(confidence: float) -> tuple[float, float]:
-        half = 1.0 - (1.0 - confidence) / 2.0
-        (lo1, hi1), (lo2, hi2) = a.interval(half), b.interval(half)
+        level = 1.0 - confidence
+        (lo1, hi1), (lo2, hi2) = halves(level)
+        parted = parting()
+        if level > parted:
+            return min(lo1, lo2), max(hi1, hi2)
         lo, hi = max(lo1, lo2), min(hi1, hi2)
-        return (lo, hi) if lo <= hi else (min(lo1, lo2), max(hi1, hi2))
+        if "hull" in memo:
+            hull_lo, hull_hi = memo["hull"]  # type: ignore[misc]
+            lo, hi = min(lo, hull_lo), max(hi, hull_hi)
+        return lo, hi
 
-    return Evidence(a.estimate, interval,
-                    lambda lo, hi: min(1.0, 2.0 * min(a.p_beyond(lo, hi), b.p_beyond(lo, hi))),
-                    lambda lo, hi: min(1.0, 2.0 * min(a.p_within(lo, hi), b.p_within(lo, hi))))
+    def side(pa: float, pb: float) -> float:
+        """The smallest level at which the interval shown lies past a point, given the levels
+        at which each of the two does (each at half the level): either of them where they
+        still meet and both did at the parting, else both."""
+        pa, pb = min(1.0, 2.0 * pa), min(1.0, 2.0 * pb)
+        return min(pa, pb) if max(pa, pb) <= parting() else max(pa, pb)
+
+    def above(ev: Evidence, x: float) -> float:  # the lowest end above x
+        return ev.p_beyond(-math.inf, x)
+
+    def below(ev: Evidence, x: float) -> float:  # the highest end below x
+        return ev.p_beyond(x, math.inf)
+
+    def beyond(lo: float, hi: float) -> float:
+        return min(side(above(a, hi), above(b, hi)), side(below(a, lo), below(b, lo)))
+
+    def within(lo: float, hi: float) -> float:
+        return max(side(above(a, lo), above(b, lo)), side(below(a, hi), below(b, hi)))
+
+    limit = either(a.limit, b.limit) if a.limit is not None and b.limit is not None else None
+    return Evidence(a.estimate, interval, beyond, within, limit)
 
 
 # --- looks -----------------------------------------------------------------------------------
@@ -183,11 +273,13 @@ def stored_looks(first: int, cap: int | None) -> tuple[int, ...]:
 
 
 def paired_looks(max_pairs: int, alpha: float = DEFAULT_ALPHA, cases: int = 1) -> tuple[int, ...]:
-    """Pair counts (even, as the grid has always been) at which an A/B verdict may be taken: about 25% more
-    pairs each time, keeping only looks where n pairs can reach their level at all (the
-    signed-rank test's smallest two-sided p is 2^(1-n)), so no alpha is spent on a look that
-    cannot decide."""
+    """Pair counts at which an A/B verdict may be taken: even ones, about 25% more pairs each
+    time, and ``max_pairs`` itself last, so that a run that goes on to its last pair judges it at
+    a look alpha was budgeted for (an odd cap replaces the even look below it); keeping only
+    looks where n pairs can reach their level at all (the signed-rank test's smallest two-sided
+    p is 2^(1-n)), so no alpha is spent on a look that cannot decide."""
     grid = _grid(2, max(2, max_pairs - max_pairs % 2), step=2)
+    grid[-1] = max(grid[-1], max_pairs)
     looks = grid
     for _ in range(len(grid)):
         level = alpha / (len(looks) * max(1, cases))
@@ -270,7 +362,7 @@ def judge(questions: Sequence[Question], alpha: float = DEFAULT_ALPHA,
         bounds = []
         for i in members:
             q = questions[i]
-            tol = q.verdict.tolerance or default_tolerance(q.verdict.metric)
+            tol = q.verdict.tolerance or DEFAULT_TOLERANCE  # regress gives every open question its own
             bounds.append((math.log1p(tol.lower), math.log1p(tol.upper)))
         p_diff = [min(1.0, questions[i].evidence.p_beyond(*b) / questions[i].share)
                   for i, b in zip(members, bounds)]
@@ -284,28 +376,46 @@ def judge(questions: Sequence[Question], alpha: float = DEFAULT_ALPHA,
             if not hit:
                 same_level, same_hit = same[k]
                 level = same_level if same_hit else min(level, same_level)
-            out[i] = _decide(questions[i], level, p_diff[k], size, alpha)
+            out[i] = _decide(questions[i], level, p_diff[k], size, alpha, share_alpha)
     return out
 
 
-def _decide(q: Question, level: float, p: float, family: int, alpha: float) -> Verdict:
+def _decide(q: Question, level: float, p: float, family: int, alpha: float, most: float) -> Verdict:
+    """``q``'s verdict at ``level``; ``most``: the highest level its group may grant it at any
+    look (all of the group's alpha), against which an UNKNOWN is ``futile`` when even its
+    evidence's limit could not decide there."""
     v, ev = q.verdict, q.evidence
     conf = 1.0 - level * q.share
     lo, hi = ev.interval(conf)
-    tol = v.tolerance or default_tolerance(v.metric)
-    status = interval_status(_change(lo), _change(hi), tol, v.higher_is_better)
-    if v.reason in ("other-mode", "span"):  # a span-widened interval never shows sameness
-        status = "unknown" if status == "same" else status
+    tol = v.tolerance or DEFAULT_TOLERANCE
+    status = _status(v, lo, hi, tol)
+    if v.reason in ("other-mode", "span"):
         reason = ("across-modes" if v.reason == "other-mode" else "beyond-span") if status != "unknown" else v.reason
     elif status != "unknown":
         reason = "decided"
     else:
         reason = "unbounded" if not math.isfinite(hi) or not math.isfinite(lo) else "straddles"
+    facts = {**v.facts, "family": family, "alpha": alpha, "looks": round(1 / q.share)}
+    if status == "unknown" and ev.limit is not None:
+        if _status(v, *ev.limit.interval(1.0 - most * q.share), tol) == "unknown":
+            facts["futile"] = True
     return replace(v, status=status, change=_change(ev.estimate), low=_change(lo),
                    high=_change(hi), tolerance=tol, p_value=p, reason=reason, confidence=conf,
-                   facts={**v.facts, "family": family, "alpha": alpha, "looks": round(1 / q.share)})
+                   facts=facts)
+
+
+def _status(v: Verdict, lo: float, hi: float, tol: Tolerance) -> str:
+    """The status of ``v``'s change known to lie in [lo, hi] (log)."""
+    status = interval_status(_change(lo), _change(hi), tol, v.higher_is_better)
+    if v.reason in ("other-mode", "span") and status == "same":  # a span-widened interval never shows sameness
+        return "unknown"
+    return status
 
 
 def decided(v: Verdict) -> bool:
-    """Whether more rounds could change this verdict (UNKNOWN is the only undecided one)."""
-    return v.status != "unknown"
+    """Whether more rounds are spent in vain on this verdict: it is decided (DIFFERENT or
+    SAME), or it is UNKNOWN where no number of further rounds could decide it (``futile``:
+    its evidence's limit straddles the tolerance even at the most alpha it may be granted), or
+    it holds no evidence that rounds could bring (``timing``: baseline and run timed by two
+    loops, whose ~0.5 us a call is no change of the code's)."""
+    return v.status != "unknown" or bool(v.facts.get("futile")) or v.reason == "timing"

@@ -6,6 +6,7 @@ plain floats, so callers never hold numpy scalars in frozen records or JSON.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -192,6 +193,18 @@ def _check_confidence(confidence: float) -> None:
         raise ValueError(f"confidence {confidence!r} must be between 0 and 1, e.g. 0.95")
 
 
+#: Rank nulls kept per kind: each depends only on the sizes, which the cases of one look, and
+#: runs of one experiment, share; at most 20001 probabilities each (EXACT_LIMIT), so a kind's
+#: cache stays within about 40 MB. Kept read-only, so no caller can corrupt a shared one.
+NULLS_KEPT = 256
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+@functools.lru_cache(maxsize=NULLS_KEPT)
 def _mwu_null(m: int, n: int) -> np.ndarray:
     """P(U = u) for u = 0..m*n under no shift, U the Mann-Whitney count over m x n pairs
     (counting arrangements, the classic recursion)."""
@@ -205,15 +218,20 @@ def _mwu_null(m: int, n: int) -> np.ndarray:
         counts = counts - shifted
         for u in range(i, m * n + 1):  # divide by (1 - q^i): running sum with stride i
             counts[u] += counts[u - i]
-    return counts / counts.sum()
+    return _frozen(counts / counts.sum())
 
 
 def _mwu_sum_null(sizes: Sequence[tuple[int, int]]) -> np.ndarray:
     """P(U = u) for U the sum of independent Mann-Whitney counts over the (m, n) strata."""
+    return _mwu_sum_null_of(tuple(sorted((int(m), int(n)) for m, n in sizes)))  # convolution commutes
+
+
+@functools.lru_cache(maxsize=NULLS_KEPT)
+def _mwu_sum_null_of(sizes: tuple[tuple[int, int], ...]) -> np.ndarray:
     pmf = np.ones(1)
     for m, n in sizes:
         pmf = np.convolve(pmf, _mwu_null(m, n))
-    return pmf
+    return _frozen(pmf)
 
 
 def _mwu_sum_sd(sizes: Sequence[tuple[int, int]]) -> float:
@@ -221,6 +239,7 @@ def _mwu_sum_sd(sizes: Sequence[tuple[int, int]]) -> float:
     return math.sqrt(sum(m * n * (m + n + 1) / 12.0 for m, n in sizes))
 
 
+@functools.lru_cache(maxsize=NULLS_KEPT)
 def _signed_rank_null(n: int) -> np.ndarray:
     """P(T = t) for t = 0..n(n+1)/2 under no shift, T Wilcoxon's signed-rank statistic of n
     values (the count of positive Walsh averages): each rank's sign a fair coin."""
@@ -228,7 +247,16 @@ def _signed_rank_null(n: int) -> np.ndarray:
     counts[0] = 1.0
     for i in range(1, n + 1):
         counts[i:] = counts[i:] + counts[:-i].copy()
-    return counts / counts.sum()
+    return _frozen(counts / counts.sum())
+
+
+@functools.lru_cache(maxsize=NULLS_KEPT)
+def _signed_rank_sum_null(ns: tuple[int, ...]) -> np.ndarray:
+    """P(T = t) for T the sum of independent signed-rank statistics of strata of ``ns`` values."""
+    out = np.ones(1)
+    for n in ns:
+        out = np.convolve(out, _signed_rank_null(n))
+    return _frozen(out)
 
 
 #: Above this many differences (Walsh averages or between-sample pairs) a rank null is taken
@@ -296,11 +324,27 @@ class RankTest:
                                   self.lower_cdf(self._count(">", upper))))
 
 
-def _rank_test(d: np.ndarray, pmf_of: Callable[[], np.ndarray], var: float) -> RankTest:
+def _rank_test(d: np.ndarray, cdf_of: Callable[[], np.ndarray], var: float) -> RankTest:
     d = np.sort(d)
     total = d.size
-    cdf = np.cumsum(pmf_of()) if total <= EXACT_LIMIT else None
-    return RankTest(d, float(np.median(d)), cdf, total / 2.0, math.sqrt(var))
+    cdf = cdf_of() if total <= EXACT_LIMIT else None
+    middle = (float(d[(total - 1) // 2]) + float(d[total // 2])) / 2.0  # the median of sorted d
+    return RankTest(d, middle, cdf, total / 2.0, math.sqrt(var))
+
+
+@functools.lru_cache(maxsize=NULLS_KEPT)
+def _cdf(kind: str, sizes: tuple) -> np.ndarray:
+    """P(U <= j) of a kept null: "signed-rank" of strata of ``sizes`` values, or "mann-whitney"
+    of (m, n) strata."""
+    pmf = _signed_rank_sum_null(sizes) if kind == "signed-rank" else _mwu_sum_null(sizes)
+    return _frozen(np.cumsum(pmf))
+
+
+@functools.lru_cache(maxsize=NULLS_KEPT)
+def _walsh_pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j) for i <= j < n: the pairs whose averages are the Walsh averages of n values."""
+    i, j = np.triu_indices(n)
+    return _frozen(i), _frozen(j)
 
 
 def stratified_shift_test(strata: Sequence[tuple[Sequence[float], Sequence[float]]]) -> RankTest:
@@ -312,7 +356,7 @@ def stratified_shift_test(strata: Sequence[tuple[Sequence[float], Sequence[float
     pairs = _strata(strata, "a shift interval")
     sizes = [(x.size, y.size) for x, y in pairs]
     d = np.concatenate([(x[:, None] - y[None, :]).ravel() for x, y in pairs])
-    return _rank_test(d, lambda: _mwu_sum_null(sizes), _mwu_sum_sd(sizes) ** 2)
+    return _rank_test(d, lambda: _cdf("mann-whitney", tuple(sorted(sizes))), _mwu_sum_sd(sizes) ** 2)
 
 
 def stratified_signed_rank_test(strata: Sequence[Sequence[float]]) -> RankTest:
@@ -328,17 +372,11 @@ def stratified_signed_rank_test(strata: Sequence[Sequence[float]]) -> RankTest:
         raise ValueError("a signed-rank interval needs at least one paired difference")
     walsh = []
     for x in arrays:
-        i, j = np.triu_indices(x.size)
+        i, j = _walsh_pairs(x.size)
         walsh.append((x[i] + x[j]) / 2.0)
-    ns = [x.size for x in arrays]
-
-    def pmf() -> np.ndarray:
-        out = np.ones(1)
-        for n in ns:
-            out = np.convolve(out, _signed_rank_null(n))
-        return out
-
-    return _rank_test(np.concatenate(walsh), pmf, sum(n * (n + 1) * (2 * n + 1) / 24.0 for n in ns))
+    ns = tuple(x.size for x in arrays)
+    return _rank_test(np.concatenate(walsh), lambda: _cdf("signed-rank", tuple(sorted(ns))),
+                      sum(n * (n + 1) * (2 * n + 1) / 24.0 for n in ns))
 
 
 def _strata(strata: Sequence[tuple[Sequence[float], Sequence[float]]], what: str
@@ -364,7 +402,7 @@ def stratified_mann_whitney_p(strata: Sequence[tuple[Sequence[float], Sequence[f
     total = sum(m * n for m, n in sizes)
     if total > 10000:
         return float(min(1.0, 2.0 * _sps.norm.sf(abs(u - total / 2.0) / _mwu_sum_sd(sizes))))
-    cdf = np.cumsum(_mwu_sum_null(sizes))
+    cdf = _cdf("mann-whitney", tuple(sorted(sizes)))
     low = cdf[int(math.floor(u))]  # P(U <= u)
     high = 1.0 - (cdf[int(math.ceil(u)) - 1] if u >= 1 else 0.0)  # P(U >= u)
     return float(min(1.0, 2.0 * min(low, high)))

@@ -288,3 +288,42 @@ def test_stratified_mann_whitney_p_counts_arrangements_within_strata():
     assert stats.stratified_mann_whitney_p(strata[:1]) == stats.mann_whitney_p(strata[0][1], strata[0][0])
     with pytest.raises(ValueError, match="both sides"):
         stats.stratified_mann_whitney_p([([], [1.0])])
+
+
+def test_rank_nulls_are_built_once_read_only_and_equal_to_a_fresh_count():
+    """The rank nulls a growing comparison asks for at every look are kept per sizes: the kept
+    one is the one counted afresh (and by brute force), the same object the next time, and
+    read-only, so no caller can change what every later test reads."""
+    from itertools import combinations, product
+
+    def brute_mwu(m: int, n: int) -> np.ndarray:
+        out = np.zeros(m * n + 1)
+        for xs in combinations(range(m + n), m):
+            out[sum(1 for x in xs for y in range(m + n) if y not in xs and x < y)] += 1
+        return out / out.sum()
+
+    def brute_signed_rank(n: int) -> np.ndarray:
+        out = np.zeros(n * (n + 1) // 2 + 1)
+        for signs in product((0, 1), repeat=n):
+            out[sum(r for r, s in zip(range(1, n + 1), signs) if s)] += 1
+        return out / out.sum()
+
+    def check(null, args, want) -> None:
+        kept = null(*args)
+        assert kept is null(*args), null.__name__  # built once
+        assert kept == pytest.approx(want, abs=1e-15), null.__name__
+        assert not kept.flags.writeable, null.__name__
+        with pytest.raises(ValueError, match="read-only"):
+            kept[0] = 1.0
+
+    check(stats._mwu_null, (3, 4), brute_mwu(3, 4))
+    check(stats._signed_rank_null, (7,), brute_signed_rank(7))
+    check(stats._mwu_sum_null, ([(3, 4), (2, 5)],), np.convolve(brute_mwu(3, 4), brute_mwu(2, 5)))
+    check(stats._signed_rank_sum_null, ((4, 6),), np.convolve(brute_signed_rank(4), brute_signed_rank(6)))
+    check(stats._cdf, ("signed-rank", (4, 6)), np.cumsum(np.convolve(brute_signed_rank(4), brute_signed_rank(6))))
+    assert stats._mwu_sum_null([(2, 5), (3, 4)]) is stats._mwu_sum_null([(3, 4), (2, 5)])  # the order does not matter
+    assert stats._mwu_null.__wrapped__(3, 4) == pytest.approx(stats._mwu_null(3, 4), abs=0)
+    # the tests built on them read the kept nulls unharmed: a second inversion is the first
+    rng = np.random.default_rng(3)
+    x = rng.normal(0.1, 1.0, 12)
+    assert stats.stratified_signed_rank_test([x]).interval(0.95) == stats.stratified_signed_rank_test([x]).interval(0.95)
