@@ -128,6 +128,8 @@ def line(v: Verdict) -> str:
                  f"x{f['span']:.1f} is decided)")
     elif v.reason == "across-modes":
         text += f" (across machine modes: beyond x{f['span']:.1f}, the widest spread between them)"
+    if f.get("futile"):
+        text += "; more rounds cannot decide it"
     if v.xfail:
         text += f" [expected failure: {v.xfail}]"
     return text
@@ -252,3 +254,27 @@ def cells(r: dict) -> tuple[str, ...]:
             value, "" if r["baseline"] is None else number(r["baseline"]),
             "" if r["change"] is None else percent(r["change"]), r["tolerance"], r["interval"],
             str(r["rounds"] or ""), r["note"])
+
+
+def invalid(case: str, ranks: Sequence[int] | None = None, arm: str | None = None, *,
+            at: str | None = None, why: str | None = None) -> str:
+    """The one line for a case whose results were wrong (its world failed, whatever it timed):
+    which arm (A/B), which case, on which rank(s) where the kernel could tell, and where in the
+    command's worlds (``at``: "pair 3", "round 2"); ``why`` when the check was not of the sums
+    (an emulated network the traffic did not cross)."""
+    on = (f" on rank{'s' if len(ranks) > 1 else ''} {', '.join(str(r) for r in ranks)}" if ranks
+          else "")
+    where = f" in {at}" if at else ""
+    who = f"arm {arm}: " if arm else ""
+    if why and not ranks:
+        return f"INVALID: {who}{case}{where} did not measure what it claims ({why}): a failed world, not a measurement"
+    return (f"INVALID: {who}{case} returned wrong results{on}{where} (checked against the exact expected "
+            f"values{'; ' + why if why else ''}): a failed world, not a measurement")
+
+
+def invalid_sample(sample: Any, arm: str | None = None, *, at: str | None = None) -> str:
+    """``invalid`` for a ``model.Sample`` whose ``valid`` is False (its kernel may list the
+    ranks that failed the check in ``info['invalid_ranks']``, or say why in
+    ``info['invalid_reason']``)."""
+    return invalid(sample.case.name, sample.info.get("invalid_ranks"), arm, at=at,
+                   why=sample.info.get("invalid_reason"))

@@ -174,3 +174,87 @@ def test_when_the_arms_move_the_canary_it_is_said_and_no_pair_is_dropped():
     assert v.facts["canary_moved"] and v.facts["canary_ba"] == pytest.approx(1.3, rel=0.05)
     assert v.facts["straddling"] == v.rounds and v.dropped == 0
     assert "the arms move the canary, so it does not tell the machine's modes" in ab.format_report(rep)
+
+
+def test_a_wrong_sum_stops_the_run_at_its_pair_and_keeps_it_marked():
+    """Arm B's sums go wrong on rank 1 from the 3rd pair: the run stops there (every later pair
+    would be wasted), the pairs before it stay, the wrong one is kept marked invalid, never
+    judged, and the command's status is 4 with one line naming the arm, case and rank."""
+    from perfsuite.cli.ab import ab_status
+
+    clean = fake(1.0)
+    calls = {"n": 0}
+
+    def runner(arm, cases):
+        calls["n"] += 1
+        out = clean(arm, cases)
+        if arm.name == "B" and calls["n"] > 4:  # pairs 1-2 are calls 1-4
+            out = [Sample(s.case, s.metrics, False, info={**s.info, "invalid_ranks": [1]}) for s in out]
+        return out
+
+    rep = ab.run(config(max_pairs=30), runner)
+    assert rep.pairs == 3 and calls["n"] == 6
+    assert rep.invalid == [{"pair": 3, "arm": "B", "case": CASE.name, "ranks": [1], "reason": None}]
+    assert not rep.verdicts  # stopped before the first look (10 pairs): nothing judged
+    values = rep.to_dict()["values"][CASE.name]["latency_us"]
+    assert len(values["a"]) == len(values["b"]) == 3 and values["invalid"] == [2] and values["contended"] == []
+    lines = [line for line in ab.format_report(rep).splitlines() if line.startswith("INVALID")]
+    assert lines == [f"INVALID: arm B: {CASE.name} returned wrong results on rank 1 in pair 3 (checked "
+                     "against the exact expected values): a failed world, not a measurement"]
+    assert ab_status(rep, strict=False) == 4
+
+
+def test_an_invalid_pair_is_never_evidence_at_a_look():
+    """The wrong pair lands on a look (pair 10): the run stops before judging it, and a
+    judge over its log leaves it out (its ratio would be x10)."""
+    clean = fake(1.0)
+    calls = {"n": 0}
+
+    def runner(arm, cases):
+        calls["n"] += 1
+        out = clean(arm, cases)
+        if arm.name == "B" and calls["n"] > 18:
+            out = [Sample(s.case, {k: Metric(k, m.value * 10, m.unit, m.higher_is_better) for k, m in s.metrics.items()},
+                          False, info=s.info) for s in out]
+        return out
+
+    rep = ab.run(config(max_pairs=30), runner)
+    assert rep.pairs == 10 and rep.invalid and not rep.verdicts
+    log = ab.PairLog("latency_us", "us", False)
+    for i, (a, b) in enumerate(zip(*(rep.values[CASE.name]["latency_us"][k] for k in "ab"))):
+        log.add(a, b, invalid=i in rep.values[CASE.name]["latency_us"]["invalid"])
+    [v] = ab.judge_logs({CASE.name: log}, tolerance=ab.DEFAULT_TOLERANCE, alpha=0.01, share=1.0, canary_shift=None)
+    assert v.rounds == 9 and 1 + v.high < 1.5
+
+
+def test_the_a_and_b_columns_come_from_the_pairs_b_over_a_comes_from():
+    """Three pairs in five contended, their worlds x10 slower: B/A drops them, and so must the
+    A and B columns (a median over every pair would print ~30 us beside a B/A of calm pairs)."""
+    clean = fake(1.10)
+    calls = {"n": 0}
+
+    def runner(arm, cases):
+        calls["n"] += 1
+        busy = ((calls["n"] - 1) // 2) % 5 < 3  # both worlds of a pair alike
+        return [Sample(s.case, {k: Metric(k, m.value * 10 if busy else m.value, m.unit, m.higher_is_better)
+                                for k, m in s.metrics.items()}, info={"contention": 0.5 if busy else 0.0})
+                for s in clean(arm, cases)]
+
+    rep = ab.run(config(max_pairs=30), runner)
+    [v] = rep.verdicts
+    values = rep.values[CASE.name]["latency_us"]
+    calm = [i for i in range(len(values["a"])) if i not in values["contended"]]
+    assert v.dropped == len(values["contended"]) > len(calm) > 0  # dropped ones still counted
+    assert v.baseline == pytest.approx(float(np.median([values["a"][i] for i in calm])))
+    assert v.value == pytest.approx(float(np.median([values["b"][i] for i in calm])))
+    assert 2.5 < v.baseline < 3.5 and v.value / v.baseline == pytest.approx(1 + v.change, rel=0.05)
+
+
+def test_an_ab_4_file_reads_with_no_invalid_pair_and_its_contended_ones_unknown():
+    from perfsuite import formats
+
+    four = {"format": formats.AB, "version": 4, "arms": {"a": {"ref": None}, "b": {"ref": None}}, "verdicts": [],
+            "stop_on_regression": False, "values": {CASE.name: {"latency_us": {"a": [3.0], "b": [3.1]}}}}
+    d = formats.check_format(four, formats.AB, "ab.json")
+    assert d["version"] == formats.VERSIONS[formats.AB] and d["invalid"] == []
+    assert d["values"][CASE.name]["latency_us"] == {"a": [3.0], "b": [3.1], "contended": None, "invalid": []}

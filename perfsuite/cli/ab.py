@@ -5,13 +5,13 @@ import argparse
 import sys
 from dataclasses import replace
 
-from .. import bench, formats, options, regress, suite
+from .. import bench, decision, formats, options, suite
 from ..errors import ConfigError
 from ..launch import envs
 from ..launch.launchers import parse_env
 from ..experiments.ab import DEFAULT_MAX_PAIRS
 from ..model import whole_number
-from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, say
+from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, exit_status, say
 
 COMMANDS = {}
 SHARED = ("transports", "world-sizes", "sizes", "dtypes", "models", "batches", "image-size", "launcher",
@@ -93,10 +93,22 @@ def do_ab(args: argparse.Namespace) -> int:
     rep = ab.run(cfg, ab.world_runner(replace(suite_cfg, rounds=None)),
                  progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
     say(ab.format_report(rep))
-    if args.json:
-        formats.write_json(args.json, formats.stamp(formats.AB, rep.to_dict()))
-        say(f"# A/B written to {args.json}")
-    return ab_status(rep, args.strict)
+    return exit_status(ab_status(rep, args.strict), write_kept(args.json, formats.AB, rep.to_dict(), "ab", "A/B"))
+
+
+def write_kept(path: str | None, fmt: str, body: dict, command: str, what: str) -> int:
+    """Write a command's versioned file after its worlds ran; where ``path`` fails (a read-only
+    mount, a full disk), one line naming it and the OS error, the file kept in the temp folder
+    where it can be, and 4 (what was measured could not be kept where asked); else 0."""
+    if not path:
+        return EXIT_OK
+    where, why = formats.write_json_kept(path, formats.stamp(fmt, body), f"perfsuite-{command}.json")
+    if why is None:
+        say(f"# {what} written to {where}")
+        return EXIT_OK
+    kept = f"the {what} file is in {where} instead" if where else "nothing was kept"
+    print(f"perfsuite {command}: {why}; {kept}", file=sys.stderr, flush=True)
+    return EXIT_WORLD
 
 
 def ab_config(values: dict, name: str, a, b):
@@ -109,11 +121,11 @@ def ab_config(values: dict, name: str, a, b):
         if not sel.transports:
             raise ConfigError(f"transport {arm.transport!r} does not run {name}")
         cases.append(tuple(suite.select_cases(sel)))
-    tol = regress.parse_tolerance(values["tolerance"]) if values.get("tolerance") else ab.DEFAULT_TOLERANCE
+    tol = decision.parse_tolerance(values["tolerance"]) if values.get("tolerance") else ab.DEFAULT_TOLERANCE
     budget = options.seconds(values["budget"], "budget") if values.get("budget") is not None else None
     cfg = ab.ABConfig(a, b, cases[0], cases[1],
                       max_pairs=whole_number(values["max_pairs"], "max pairs", low=2), budget_s=budget,
-                      tolerance=tol, alpha=regress.parse_alpha(values.get("alpha")),
+                      tolerance=tol, alpha=decision.parse_alpha(values.get("alpha")),
                       max_contention=options.contention_limit(values.get("max_contention") or "0.05"),
                       canary_shift=options.canary_limit(values.get("max_canary_shift") or "0.15"),
                       seed=whole_number(values.get("seed"), "seed", low=0), judged=bench.get(name).judged,
@@ -132,9 +144,10 @@ def add_judging(p: argparse.ArgumentParser) -> None:
 
 
 def ab_status(rep, strict: bool) -> int:
-    """A failed world first (its pairs are missing: the comparison is not to be trusted), then a
-    regression, then, under --strict, a case left UNKNOWN. An improvement is no failure."""
-    if rep.failures:
+    """A failed world or a wrong result first (its pairs are missing or no evidence: the
+    comparison is not to be trusted), then a regression, then, under --strict, a case left
+    UNKNOWN. An improvement is no failure."""
+    if rep.failures or rep.invalid:
         return EXIT_WORLD
     if any(v.is_failure for v in rep.verdicts):
         return EXIT_REGRESSION

@@ -63,8 +63,8 @@ def do_bisect(args: argparse.Namespace) -> int:
         say(f"# step: {a.ref} (A) vs {step_cfg.b.ref} (B)")
         rep = ab.run(step_cfg, runner, progress=note)
         say(ab.format_report(rep))
-        return b.Step(commit, b.classify(rep.verdicts, rep.failures, cases), rep.verdicts, rep.failures,
-                      rep.pairs, rep.wall_s)
+        return b.Step(commit, b.classify(rep.verdicts, rep.failures, cases, rep.invalid), rep.verdicts,
+                      rep.failures, rep.pairs, rep.wall_s, rep.invalid)
 
     # A tolerance the user set holds for every step; else the midpoints' grows with the regression.
     found = b.search(commits, probe, progress=note, least=None if args.tolerance else cfg.tolerance)
@@ -94,17 +94,20 @@ def format_bisection(found, repo, alpha: float, seconds: float) -> str:
         lines.append(f"no regression: the bad end {stop.commit[:10]} is not slower than the good end "
                      "(every case SAME or better)")
     else:
-        why = "; ".join(stop.failures) if stop.failures else ", ".join(
+        # A wrong result is named once, by the INVALID line in the step's report above.
+        failed = stop.failures + (["wrong results: the INVALID line above"] if stop.invalid else [])
+        why = "; ".join(failed) or ", ".join(
             f"{v.case} {v.kind}" for v in stop.verdicts if v.kind != "SAME") or "no case was judged"
         lines.append(f"could not decide at {stop.commit[:10]} ({why}); the first bad commit is one of: "
                      + " ".join(c[:10] for c in found.candidates))
-        lines.append("# more pairs (--max-pairs, --budget) or a quieter machine may decide it")
+        if not failed:
+            lines.append("# more pairs (--max-pairs, --budget) or a quieter machine may decide it")
     return "\n".join(lines)
 
 
 def bisect_status(found) -> int:
     """1: a commit named (a regression found); 0: the bad end is no slower; 3: a step could not
-    be decided; 4: a world failed."""
+    be decided; 4: a world failed or returned wrong results."""
     from ..experiments import bisect as b
 
     if found.first_bad:

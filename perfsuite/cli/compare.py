@@ -26,11 +26,14 @@ def _holds(run: formats.SuiteRun) -> str:
     return ", ".join(worlds[:6]) + (f" and {len(worlds) - 6} more" if len(worlds) > 6 else "") or "no world"
 
 
+def _cases(run: formats.SuiteRun) -> set[str]:
+    return {c.name for o in run.outcomes for c in o.spec.cases} | {s.case.name for s in run.samples()}
+
+
 def do_compare(args: argparse.Namespace) -> int:
     old, new = formats.load_run(args.old), formats.load_run(args.new)
     tol, alpha = gate_settings(args)
-    cases = lambda run: {c.name for o in run.outcomes for c in o.spec.cases} | {s.case.name for s in run.samples()}
-    if not cases(old) & cases(new):
+    if not _cases(old) & _cases(new):
         raise ConfigError(f"{args.old} and {args.new} share no case ({args.old}: {_holds(old)}; "
                           f"{args.new}: {_holds(new)}); compare two runs of the same benchmarks and transports")
     ref = {(s.case.name, m): regress.baseline_from_sample(s, m)

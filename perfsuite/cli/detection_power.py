@@ -7,7 +7,8 @@ import sys
 
 from .. import formats, options, suite, transports
 from ..model import parse_size, whole_number
-from .common import EXIT_OK, EXIT_WORLD, fraction, gate_settings, say
+from .ab import write_kept
+from .common import EXIT_OK, EXIT_WORLD, exit_status, fraction, gate_settings, say
 
 COMMANDS = {}
 
@@ -56,7 +57,7 @@ def do_detection_power(args: argparse.Namespace) -> int:
         say(f"# detection power: {len(worlds)} worlds of {args.source}, judged again")
         rep = d.judge(cfg, worlds, float(saved.get("wall_s", 0.0)), saved.get("injection"))
         say(d.format_report(rep))
-        return EXIT_WORLD if rep.failures else EXIT_OK
+        return detection_status(rep)
     cfg = d.DetectionConfig(small=parse_size(args.small), large=parse_size(args.large),
                             transport=args.transport, blocks=whole_number(args.blocks, "blocks", low=0),
                             small_slowdown=fraction(args.small_slowdown, "small-slowdown"),
@@ -73,12 +74,15 @@ def do_detection_power(args: argparse.Namespace) -> int:
         f"gap, then {d.CANDIDATE_S:.0f} s of candidates) ...")
     rep = d.run(cfg, runner, progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
     say(d.format_report(rep))
-    if args.json:
-        formats.write_json(args.json, formats.stamp(formats.DETECTION, rep.to_dict()))
-        say(f"# detection stream written to {args.json}")
-    # The rates are read from the worlds that ran; one that failed is reported (FAILED) and
-    # makes the stream incomplete: 4, as a failed world.
-    return EXIT_WORLD if rep.failures else EXIT_OK
+    return exit_status(detection_status(rep),
+                       write_kept(args.json, formats.DETECTION, rep.to_dict(), "detection-power", "detection stream"))
+
+
+def detection_status(rep) -> int:
+    """The rates are read from the calm, valid worlds that ran; one that failed (FAILED) or whose
+    results were wrong (INVALID, which ends a stream measured now) leaves the stream incomplete:
+    4, as a failed world."""
+    return EXIT_WORLD if rep.failures or rep.invalid_lines() else EXIT_OK
 
 
 COMMANDS["detection-power"] = (add_detection_power, do_detection_power,

@@ -8,6 +8,7 @@ import os
 import signal
 
 from .. import formats, interrupts, options, report, stragglers, suite
+from .. import verdict_text as vt
 from ..errors import ConfigError
 from ..model import whole_number
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_WORLD, exit_status, say
@@ -60,6 +61,9 @@ def do_nodes(args: argparse.Namespace) -> int:
         run = suite.run(cases, cfg)
         signals.defer()
         say(report.run_summary(run))
+        for s in run.samples():
+            if not s.valid:
+                say(vt.invalid_sample(s))
         kept = True
         if args.json:
             where, why = formats.write_run_kept(args.json, run)
@@ -67,7 +71,9 @@ def do_nodes(args: argparse.Namespace) -> int:
             kept = why is None
         if run.interrupted or signals.raised:
             return 128 + signal.Signals[run.interrupted or signals.raised.name].value
-    samples = run.samples()
+    # A case whose results were wrong is a failed world (run.ok is False): never evidence of a
+    # slow node or link.
+    samples = [s for s in run.samples() if s.valid]
     names = samples[0].info.get("nodes") or [] if samples else []
     if len(set(names)) < len(names):
         say(f"# nodes: {len(names)} ranks on {len(set(names))} host(s) ({', '.join(sorted(set(names)))}): "

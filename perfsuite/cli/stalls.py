@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 
 from .. import formats, options, report, suite, transports
+from .. import verdict_text as vt
 from ..model import whole_number
 from .common import EXIT_OK, EXIT_WORLD, say
 
@@ -45,6 +47,9 @@ def do_stalls(args: argparse.Namespace) -> int:
     from ..launch import netns
     from ..launch.diskio import parse_disk_rate
 
+    png = args.png or (os.path.splitext(args.json)[0] + ".png" if args.json else "stalls.png")
+    if not args.png:  # the default picture's folder, checked as --png is, before any world runs
+        formats.check_output_file(png, "the stacked-bar picture (--png)")
     spec = model_spec(args.model)
     transports.spec(args.transport, transports.training_benchmark(args.transport))
     n = whole_number(args.world_size, "world size", low=2)
@@ -71,6 +76,10 @@ def do_stalls(args: argparse.Namespace) -> int:
             say(f"# {run.key}: {run.meaning} ...")
         elif outcome is not None and (outcome.skipped or outcome.failure):
             say(f"#   {run.key}: {outcome.skipped or outcome.failure}")
+        if outcome is not None:
+            for s in outcome.samples():
+                if not s.valid:
+                    say(vt.invalid_sample(s, at=f"run {run.key}"))
 
     out = run_stalls(sc, suite.SuiteConfig(timeout=options.seconds(args.timeout)), on_run)
     for key, why in out.skipped.items():
@@ -81,17 +90,25 @@ def do_stalls(args: argparse.Namespace) -> int:
     if bound is not None:
         say(f"# network bound: gradients {out.sample.info['gradient_bytes']} B x 2(n-1)/n / "
                f"{shaping.label} = {bound:.2f} ms/step")
+    unwritten = []  # a write that failed after the runs: one line each, and 4
     if args.json:
-        formats.write_run(args.json, out.suite_run())
-        say(f"# results written to {args.json}")
-    png = args.png or (os.path.splitext(args.json)[0] + ".png" if args.json else "stalls.png")
-    report.write_stall_png(png, out.breakdown, title)
-    say(f"# stacked bar written to {png}")
+        where, why = formats.write_run_kept(args.json, out.suite_run())
+        if why is None:
+            say(f"# results written to {where}")
+        else:
+            unwritten.append(f"{why}; the results are in {where} instead")
+    try:
+        report.write_stall_png(png, out.breakdown, title)
+        say(f"# stacked bar written to {png}")
+    except OSError as exc:
+        unwritten.append(f"{png} could not be written ({exc.strerror or exc}): no stacked bar")
+    for line in unwritten:
+        print(f"perfsuite stalls: {line}", file=sys.stderr, flush=True)
     # A run that could not run here (no root for the disk, no netem) is a skip; one whose world
     # failed or measured a wrong result leaves its stall unmeasured: 4, as a failed world.
     failed = [k for k, o in out.outcomes.items()
               if o.failure is not None or not all(s.valid for s in o.samples())]
-    return EXIT_WORLD if failed else EXIT_OK
+    return EXIT_WORLD if failed or unwritten else EXIT_OK
 
 
 COMMANDS["stalls"] = (add_stalls, do_stalls,

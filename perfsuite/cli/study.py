@@ -5,6 +5,7 @@ import argparse
 import datetime as _dt
 import shlex
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -102,11 +103,18 @@ def do_study(args: argparse.Namespace) -> int:
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     fp = fingerprint.collect()
     path = Path(args.out) / RESULTS
+    # Where the worlds are kept: --out, or, once a write there failed (a full disk, a read-only
+    # mount), one file in the temp folder that the rest of the study goes on writing.
+    kept: dict = {"at": path, "why": None}
 
     def keep(recs: list[dict]) -> None:
-        formats.write_json(path, formats.stamp(formats.STUDY, {
+        body = formats.stamp(formats.STUDY, {
             "plan_name": plan.name, "plan_path": str(args.plan), "plan_digest": plan.digest, "plan": plan.raw,
-            "created": created, "fingerprint": fp, "worlds": recs}))
+            "created": created, "fingerprint": fp, "worlds": recs})
+        where, why = formats.write_json_kept(kept["at"], body, "perfsuite-study.json")
+        if why is not None:
+            kept["why"] = kept["why"] or why
+            kept["at"] = where or kept["at"]
 
     keep(records)
     t0, stopped = time.monotonic(), None
@@ -121,6 +129,8 @@ def do_study(args: argparse.Namespace) -> int:
                 progress.drop(point.key)
             if rec.get("failure"):
                 say(f"#   {rec['failure']}")
+            for line in study.invalid_lines(plan, rec):
+                say(line)
 
     try:
         with progress:
@@ -129,15 +139,17 @@ def do_study(args: argparse.Namespace) -> int:
         stopped = getattr(exc, "name", "SIGINT")
     spent = time.monotonic() - t0
     an = study_analysis.analyse(plan, records)
-    done = len({(r["point"], r["round"]) for r in records if not r.get("failure")})
+    last = {(r["point"], r["round"]): r for r in records}.values()  # a world run again replaces its record
+    done = sum(1 for r in last if r.get("result") and not r.get("invalid"))
     skipped = {r["point"]: r["skipped"] for r in records if r.get("skipped")}
-    failed = sum(1 for r in {(r["point"], r["round"]): r for r in records}.values()
-                 if r.get("failure") and r["point"] not in skipped)  # found unable to run: a skip
+    failed = sum(1 for r in last if r.get("failure") and r["point"] not in skipped)  # found unable to run: a skip
+    wrong = sum(1 for r in last if r.get("invalid"))
     facts = [f"plan {args.plan} (digest {plan.digest}), {plan.rounds} rounds, seed {plan.seed}, "
              f"{plan.steps} timed steps after {plan.warmup} warm-up per batch",
              f"machine: {fp.get('host')}, {fp.get('cpu_model')} x{fp.get('cpu_count')}, TensorFlow "
              f"{fp.get('tensorflow') or '?'}; MPI: {study_analysis.libraries(plan, an['_data']) or 'no world ran'}",
-             f"{done} of {total} worlds finished ({len(skipped)} point(s) skipped, {failed} world(s) failed); "
+             f"{done} of {total} worlds finished ({len(skipped)} point(s) skipped, {failed} world(s) failed"
+             + (f", {wrong} returned wrong results" if wrong else "") + "); "
              f"this run {spent / 60:.1f} min, all worlds {sum(float(r.get('wall_s', 0)) for r in records) / 60:.1f} min"]
     if stopped:
         facts.append(f"INTERRUPTED by {stopped}: the figures use the worlds that finished; "
@@ -153,12 +165,22 @@ def do_study(args: argparse.Namespace) -> int:
              "question and is shown beside it as a reference, not a target."]
     notes += [f"{k}: skipped: {why}" for k, why in skipped.items()]
     doc = study_analysis.document(plan, an)
-    study_report.write(args.out, doc, facts, notes)
+    unwritten = []  # what could not be written, one line each
+    if kept["why"]:
+        unwritten.append(kept["why"] + (f"; the study's worlds are in {kept['at']} instead" if kept["at"] != path
+                                        else ""))
+    try:
+        study_report.write(args.out, doc, facts, notes)
+    except OSError as exc:
+        unwritten.append(f"{exc.filename or args.out} could not be written ({exc.strerror or exc}): no report")
     say(study_report.summary(doc, facts))
-    say(f"# results in {path}; report in {Path(args.out) / 'report.html'} and report.md")
+    if not unwritten:
+        say(f"# results in {path}; report in {Path(args.out) / 'report.html'} and report.md")
+    for line in unwritten:
+        print(f"perfsuite study: {line}", file=sys.stderr, flush=True)
     if stopped:
         return 128 + signal.Signals[stopped].value
-    return EXIT_WORLD if failed else EXIT_OK
+    return EXIT_WORLD if failed or wrong or unwritten else EXIT_OK
 
 
 COMMANDS["study"] = (add_study, do_study,

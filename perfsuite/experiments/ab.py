@@ -6,19 +6,24 @@ or perfsuite) and launcher arguments. Worlds run in pairs, adjacent A and B, eac
 a fair coin of its own (randomized-interleaved-trial practice: drift and bursts of load fall on
 both arms alike). Each case is judged once, on its judged metric's per-pair ratios B/A
 (``regress.paired_question``: Wilcoxon's signed-rank interval, Holm over the cases, alpha split
-over the looks of ``regress.paired_looks``). With no difference between the arms, the coin
+over the looks of ``decision.paired_looks``). With no difference between the arms, the coin
 makes each ratio's sign a fair coin too, whatever the machine's drift or its rounds' lag-1
 correlation: the signed-rank null is then exact (a randomization test), which it would not be
 if one coin ordered two pairs (ABBA). Pairs are added until every case is decided (DIFFERENT or
 SAME) or the pairs or the budget are spent.
 
 A pair in which either world was contended is dropped (and counted): it measured the machine.
+The A and B columns are the medians of the pairs B/A is taken from, so the three agree.
 A pair whose worlds ran in two machine modes (canaries apart by more than ``canary_shift``) is
 kept, ranked apart from the pairs of one mode: its ratio carries the mode's step up or down by
 the same coin, so it still tells the arms apart. The grouping looks at the size of the
 canaries' step only, never its direction, so it cannot favour either arm. The canary's own B/A
 is reported: when the arms move it, it does not tell the machine's modes, and the report says
 so. A world that fails fails its pair, with the rank's message; the other pairs are kept.
+
+A world whose results were wrong (a sample that did not validate) stops the run at its pair:
+an arm that returns wrong sums wastes every pair after it, and its timings are no evidence. The
+pair is kept, marked invalid (with the arm, case and ranks), beside the pairs measured before it.
 """
 from __future__ import annotations
 
@@ -32,10 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import regress, rounds, stats, suite
+from .. import decision, regress, rounds, stats, suite
 from ..errors import ConfigError, PerfsuiteError
 from ..launch.launchers import LaunchConfig
-from ..model import Case, Sample, Tolerance, Verdict, timing_of
+from ..model import MIRRORS, Case, Sample, Tolerance, Verdict, timing_of
 from . import provenance
 
 #: The change an A/B run is asked to resolve: with both arms measured side by side there is no
@@ -118,7 +123,7 @@ class ABConfig:
     max_pairs: int = DEFAULT_MAX_PAIRS
     budget_s: float | None = None
     tolerance: Tolerance = DEFAULT_TOLERANCE
-    alpha: float = regress.DEFAULT_ALPHA
+    alpha: float = decision.DEFAULT_ALPHA
     max_contention: float | None = rounds.DEFAULT_MAX_CONTENTION
     canary_shift: float | None = rounds.DEFAULT_CANARY_SHIFT
     seed: int | None = None
@@ -141,8 +146,8 @@ class ABConfig:
 
     @property
     def looks(self) -> tuple[int, ...]:
-        """Pair counts at which the cases are judged (``regress.paired_looks``)."""
-        return regress.paired_looks(self.max_pairs, self.alpha, len(self.cases_a))
+        """Pair counts at which the cases are judged (``decision.paired_looks``)."""
+        return decision.paired_looks(self.max_pairs, self.alpha, len(self.cases_a))
 
     @property
     def share(self) -> float:
@@ -162,8 +167,12 @@ class ABReport:
     pairs: int
     failures: list[str] = field(default_factory=list)
     wall_s: float = 0.0
-    values: dict = field(default_factory=dict)  # key -> metric -> {"a": [...], "b": [...]}
+    # key -> metric -> {"a": [...], "b": [...], "contended": [i...], "invalid": [i...]}: every
+    # pair measured, the indices marking those left out of B/A
+    values: dict = field(default_factory=dict)
     imports: dict = field(default_factory=dict)  # "a"/"b" -> what its ranks imported (provenance)
+    # each sample that did not validate: {"pair", "arm", "case", "ranks", "reason"}
+    invalid: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         c = self.config
@@ -174,7 +183,8 @@ class ABReport:
                 "tolerance": c.tolerance.to_dict(), "alpha": c.alpha, "looks": list(c.looks),
                 "max_pairs": c.max_pairs, "stop_on_regression": c.stop_on_regression,
                 "canary_shift": c.canary_shift, "pairs": self.pairs, "wall_s": self.wall_s,
-                "failures": self.failures, "verdicts": [v.to_dict() for v in self.verdicts],
+                "failures": self.failures, "invalid": self.invalid,
+                "verdicts": [v.to_dict() for v in self.verdicts],
                 "values": self.values, **provenance.section(self.imports)}
 
 
@@ -183,7 +193,7 @@ Runner = Callable[[Arm, Sequence[Case]], list[Sample]]
 
 
 def world_runner(suite_cfg: suite.SuiteConfig) -> Runner:
-    one_round = replace(suite_cfg, rounds=regress.RoundsPolicy(max_contention=None))
+    one_round = replace(suite_cfg, rounds=rounds.RoundsPolicy(max_contention=None))
 
     def runner(arm: Arm, cases: Sequence[Case]) -> list[Sample]:
         specs = suite.plan(cases, one_round.options)
@@ -203,7 +213,8 @@ def world_runner(suite_cfg: suite.SuiteConfig) -> Runner:
 @dataclass
 class PairLog:
     """One case's pairs so far: the judged metric's ratio B/A of each calm pair with both
-    worlds' canaries, every value of each arm, and the pairs dropped as contended."""
+    worlds' canaries, every value of each arm (``a``, ``b``: every pair, in order), and which
+    pairs were left out of B/A: dropped as contended, or invalid."""
 
     metric: str
     unit: str
@@ -214,6 +225,32 @@ class PairLog:
     a: list[float] = field(default_factory=list)
     b: list[float] = field(default_factory=list)
     dropped: int = 0
+    judged: list[int] = field(default_factory=list)  # indices in a, b of the pairs in ratios
+    contended: list[int] = field(default_factory=list)
+    invalid: list[int] = field(default_factory=list)
+
+    def add(self, a: float, b: float, canaries: tuple[float | None, float | None] = (None, None), *,
+            contended: bool = False, invalid: bool = False) -> None:
+        """One pair's values; only a valid, calm pair is evidence (a ratio)."""
+        i = len(self.a)
+        self.a.append(a)
+        self.b.append(b)
+        if invalid:
+            self.invalid.append(i)
+        elif contended:
+            self.dropped += 1
+            self.contended.append(i)
+        else:
+            self.judged.append(i)
+            self.ratios.append(b / a)
+            self.canaries.append(canaries)
+
+    def medians(self) -> tuple[float | None, float | None]:
+        """A's and B's medians over the pairs B/A is taken from (None: no such pair)."""
+        if not self.judged:
+            return None, None
+        return (stats.median([self.a[i] for i in self.judged]),
+                stats.median([self.b[i] for i in self.judged]))
 
 
 def run(cfg: ABConfig, runner: Runner, progress: Callable[[str], None] | None = None) -> ABReport:
@@ -225,6 +262,7 @@ def run(cfg: ABConfig, runner: Runner, progress: Callable[[str], None] | None = 
     pairs = 0
     verdicts: list[Verdict] = []
     imports: dict = {}
+    invalid: list[dict] = []
     looks = cfg.looks
     while pairs < cfg.max_pairs:
         got = {}
@@ -237,27 +275,53 @@ def run(cfg: ABConfig, runner: Runner, progress: Callable[[str], None] | None = 
             except PerfsuiteError as exc:  # a failed world fails its pair only
                 failures.append(f"pair {pairs + 1}, arm {arm.name}: {exc}")
         pairs += 1
+        wrong = _invalid(cfg, got, pairs)
         if len(got) == 2:
-            imports = imports or provenance.check_arms(cfg.a, cfg.b, got)
+            # Wrong sums are said as such, not refused for what code the arms ran (still recorded).
+            imports = imports or (provenance.recorded(got) if wrong else provenance.check_arms(cfg.a, cfg.b, got))
             _add_pair(cfg, names, got, logs)
+        if wrong:  # an arm that returns wrong sums: every pair after this one would be wasted
+            invalid += wrong
+            if progress:
+                progress(f"pair {pairs} returned wrong results: stopping")
+            break
         over = cfg.budget_s is not None and time.monotonic() - t0 >= cfg.budget_s
-        if not (regress.at_look(pairs, looks) or over):
+        if not (decision.at_look(pairs, looks) or over):
             continue
         verdicts = judge_logs(logs, tolerance=cfg.tolerance, alpha=cfg.alpha, share=cfg.share,
                               canary_shift=cfg.canary_shift)
         if progress:
             progress(f"{pairs} pairs: " + ", ".join(f"{v.case} {v.kind}" for v in verdicts))
-        if (verdicts and all(regress.decided(v) for v in verdicts)) or over:
+        if (verdicts and all(decision.decided(v) for v in verdicts)) or over:
             break
         if cfg.stop_on_regression and any(v.is_failure for v in verdicts):
             if progress:
                 progress("a regression is decided: stopping (--stop-on-regression)")
             break
-    return ABReport(cfg, verdicts, pairs, failures, time.monotonic() - t0, _values(logs), imports)
+    return ABReport(cfg, verdicts, pairs, failures, time.monotonic() - t0, _values(logs), imports, invalid)
 
 
 def _values(logs: dict[str, PairLog]) -> dict:
-    return {name: {log.metric: {"a": log.a, "b": log.b}} for name, log in logs.items()}
+    return {name: {log.metric: {"a": log.a, "b": log.b, "contended": log.contended, "invalid": log.invalid}}
+            for name, log in logs.items()}
+
+
+def _invalid(cfg: ABConfig, got: dict, pair: int) -> list[dict]:
+    """The samples of this pair's worlds that did not validate, as records."""
+    out = []
+    for side in sorted(got):
+        arm = cfg.a if side == "a" else cfg.b
+        out += [{"pair": pair, "arm": arm.name, "case": s.case.name, "ranks": s.info.get("invalid_ranks"),
+                 "reason": s.info.get("invalid_reason")} for s in got[side].values() if not s.valid]
+    return out
+
+
+def invalid_lines(rep: ABReport) -> list[str]:
+    """One line per sample that did not validate: the arm, the case, the ranks, the pair."""
+    from .. import verdict_text as vt
+
+    return [vt.invalid(x["case"], x.get("ranks"), x["arm"], at=f"pair {x['pair']}", why=x.get("reason"))
+            for x in rep.invalid]
 
 
 def _add_pair(cfg: ABConfig, names, got, logs: dict[str, PairLog]) -> None:
@@ -265,35 +329,35 @@ def _add_pair(cfg: ABConfig, names, got, logs: dict[str, PairLog]) -> None:
         sa, sb = got["a"].get(ca), got["b"].get(cb)
         if sa is None or sb is None:
             continue
-        if not (sa.valid and sb.valid):
-            continue
-        # The same transport timed by two loops would read the loops' ~0.5 us as the arms' change;
-        # across transports the loop is part of what is compared (the ring's is its algorithm).
-        if ca.transport == cb.transport and _loop(sa.info) != _loop(sb.info):
-            raise ConfigError(f"{name}: arm {cfg.a.name} was timed by {_loop(sa.info)}, arm {cfg.b.name} "
-                              f"by {_loop(sb.info)}; A/B compares one timing (the loops differ by "
-                              "~0.5 us a call): pass --host-timing python (or native) for both")
-        if set(sa.metrics) != set(sb.metrics):
-            only = sorted(set(sa.metrics) ^ set(sb.metrics))
-            raise ConfigError(f"{name}: metric(s) {', '.join(only)} measured by one arm only; "
-                              "A/B compares what both arms measure (same benchmark, same kernel)")
-        judged = [m for m in regress.judged_metrics(sa, cfg.judged) if sa.metrics[m].value > 0
-                  and sb.metrics[m].value > 0]  # a ratio needs two positive values
+        # A pair with a wrong result is kept, marked, and never judged: the run stops at it.
+        wrong = not (sa.valid and sb.valid)
+        if not wrong:
+            _check_comparable(cfg, name, ca, cb, sa, sb)
+        judged = [m for m in regress.judged_metrics(sa, cfg.judged) if m in sb.metrics
+                  and sa.metrics[m].value > 0 and sb.metrics[m].value > 0]  # a ratio needs two positive values
         if not judged:
             continue
         metric = judged[0]
         ma, mb = sa.metrics[metric], sb.metrics[metric]
-        mirror = regress.MIRRORS.get(metric)
+        mirror = MIRRORS.get(metric)
         log = logs.setdefault(name, PairLog(metric, ma.unit, ma.higher_is_better,
                                             mirror if mirror in sa.metrics else None))
-        log.a.append(ma.value)
-        log.b.append(mb.value)
         # A contended world measured the machine, not its arm: the pair is no evidence.
-        if rounds.is_contended(sa, cfg.max_contention) or rounds.is_contended(sb, cfg.max_contention):
-            log.dropped += 1
-            continue
-        log.ratios.append(mb.value / ma.value)
-        log.canaries.append((rounds.canary_of(sa), rounds.canary_of(sb)))
+        log.add(ma.value, mb.value, (rounds.canary_of(sa), rounds.canary_of(sb)), invalid=wrong,
+                contended=rounds.is_contended(sa, cfg.max_contention) or rounds.is_contended(sb, cfg.max_contention))
+
+
+def _check_comparable(cfg: ABConfig, name: str, ca: Case, cb: Case, sa: Sample, sb: Sample) -> None:
+    # The same transport timed by two loops would read the loops' ~0.5 us as the arms' change;
+    # across transports the loop is part of what is compared (the ring's is its algorithm).
+    if ca.transport == cb.transport and _loop(sa.info) != _loop(sb.info):
+        raise ConfigError(f"{name}: arm {cfg.a.name} was timed by {_loop(sa.info)}, arm {cfg.b.name} "
+                          f"by {_loop(sb.info)}; A/B compares one timing (the loops differ by "
+                          "~0.5 us a call): pass --host-timing python (or native) for both")
+    if set(sa.metrics) != set(sb.metrics):
+        only = sorted(set(sa.metrics) ^ set(sb.metrics))
+        raise ConfigError(f"{name}: metric(s) {', '.join(only)} measured by one arm only; "
+                          "A/B compares what both arms measure (same benchmark, same kernel)")
 
 
 def _loop(info: dict) -> str:
@@ -340,12 +404,11 @@ def judge_logs(logs: dict[str, PairLog], *, tolerance: Tolerance, alpha: float, 
         strata, facts = mode_strata(log, canary_shift, alpha)
         if log.mirror:
             facts["mirror"] = log.mirror
+        a, b = log.medians()  # of the pairs B/A comes from, not of the dropped ones
         questions.append(regress.paired_question(
             name, log.metric, strata, unit=log.unit, higher_is_better=log.higher_is_better,
-            tolerance=tolerance, share=share, dropped=log.dropped,
-            a=stats.median(log.a) if log.a else None, b=stats.median(log.b) if log.b else None,
-            facts=facts))
-    return regress.judge(questions, alpha)
+            tolerance=tolerance, share=share, dropped=log.dropped, a=a, b=b, facts=facts))
+    return decision.judge(questions, alpha)
 
 
 def format_report(rep: ABReport) -> str:
@@ -373,4 +436,5 @@ def format_report(rep: ABReport) -> str:
     if fam := vt.family(rep.verdicts):
         lines.append(fam)
     lines += [f"# FAILED {f}" for f in rep.failures]
+    lines += invalid_lines(rep)
     return "\n".join(lines)

@@ -3,7 +3,8 @@
 Each step is an A/B run (``experiments.ab``) of the good end against one commit, on the cases
 in question, judged as ``ab`` judges: a step is *bad* when some case is DIFFERENT in the
 regression's direction, *good* when every case is SAME (or better), and otherwise it cannot be
-decided (UNKNOWN, or a world failed). The bad end is measured first: it must be a regression
+decided (UNKNOWN), or it failed (a world failed, or returned wrong results: the search stops
+there, as at a step it cannot decide). The bad end is measured first: it must be a regression
 against the good end, and only the cases it regressed in are carried into the search (the
 others would only spend pairs). Then a binary search over the commits between the ends, oldest
 first, stops at the first bad commit (one whose parent on the path is good) or at the first
@@ -40,16 +41,19 @@ class Step:
     failures: list[str] = field(default_factory=list)
     pairs: int = 0
     wall_s: float = 0.0
+    invalid: list[dict] = field(default_factory=list)  # ab's records of samples that did not validate
 
     @property
     def regressed(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.is_failure]
 
 
-def classify(verdicts: Sequence[Verdict], failures: Sequence[str], cases: Collection[str] | None) -> str:
-    """bad / good / undecided / failed, from a step's verdicts on ``cases`` (None: every case)."""
+def classify(verdicts: Sequence[Verdict], failures: Sequence[str], cases: Collection[str] | None,
+             invalid: Sequence[dict] = ()) -> str:
+    """bad / good / undecided / failed, from a step's verdicts on ``cases`` (None: every case);
+    a failed world or a wrong result (``invalid``) fails the step whatever its verdicts say."""
     mine = [v for v in verdicts if cases is None or v.case in cases]
-    if failures:
+    if failures or invalid:
         return FAILED
     if any(v.is_failure for v in mine):
         return BAD

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import regress, rounds, suite
+from .. import decision, rounds, suite
 from ..bench.allreduce import allreduce_cases
 from ..errors import ConfigError, PerfsuiteError
 from ..kernels.faults import MAX_SLOWDOWN, SLOWDOWN_ENV
@@ -49,7 +49,8 @@ CANARY_BLOCKS = 4
 #: Seconds of candidates an automatic stream measures after the gap (~20 stored windows here).
 CANDIDATE_S = 600.0
 #: What a stored world keeps of each sample's info (the raw iterations stay out: 500 worlds).
-WORLD_INFO = ("canary_us", "contention", "cpu_pressure", "involuntary_switches")
+WORLD_INFO = ("canary_us", "contention", "cpu_pressure", "involuntary_switches", "invalid_ranks",
+              "invalid_reason")
 
 #: runner(spec, slowdown) -> the samples of one world; a failed world raises PerfsuiteError.
 Runner = Callable[[WorldSpec, float], list[Sample]]
@@ -73,7 +74,7 @@ class DetectionConfig:
     max_rounds: int = suite.COMPARE_MAX_ROUNDS  # what run --compare adds up to
     ab_tolerance: Tolerance = ab.DEFAULT_TOLERANCE
     tolerance: Tolerance | None = None  # stored mode; None: the gate's default
-    alpha: float = regress.DEFAULT_ALPHA
+    alpha: float = decision.DEFAULT_ALPHA
     max_contention: float | None = rounds.DEFAULT_MAX_CONTENTION
     canary_shift: float | None = rounds.DEFAULT_CANARY_SHIFT
     seed: int = 0
@@ -134,9 +135,14 @@ class World:
         c = s.info.get("canary_us") if s is not None else None
         return float(c) if isinstance(c, (int, float)) and c > 0 else None
 
+    @property
+    def valid(self) -> bool:
+        """Every case's results were right (a world that failed has none to be wrong)."""
+        return all(s.valid for s in self.samples)
+
     def usable(self, max_contention: float | None) -> bool:
         """Validated, measured, and calm in every case."""
-        return (self.failure is None and bool(self.samples) and all(s.valid for s in self.samples)
+        return (self.failure is None and bool(self.samples) and self.valid
                 and not any(rounds.is_contended(s, max_contention) for s in self.samples))
 
     def to_dict(self) -> dict:
@@ -151,7 +157,8 @@ class World:
 def measure(cfg: DetectionConfig, runner: Runner, progress: Callable[[str], None] | None = None,
             clock: Callable[[], float] = time.monotonic) -> list[World]:
     """The stream: ``cfg.blocks`` blocks of one pair per kind, kinds and roles in random order
-    (``blocks`` 0: until ``cfg.stream_s`` has passed)."""
+    (``blocks`` 0: until ``cfg.stream_s`` has passed). A world whose results were wrong ends it:
+    every world runs the same stack, so the ones after it would be wasted (it is kept, marked)."""
     rng = np.random.default_rng(cfg.seed)
     spec = cfg.spec()
     worlds: list[World] = []
@@ -171,6 +178,10 @@ def measure(cfg: DetectionConfig, runner: Runner, progress: Callable[[str], None
                     w.failure = str(exc)
                 w.wall_s = clock() - start
                 worlds.append(w)
+                if not w.valid:
+                    if progress:
+                        progress(f"world {len(worlds)} returned wrong results: stopping the stream")
+                    return worlds
             pair += 1
         block += 1
         if progress:
@@ -242,6 +253,14 @@ class DetectionReport:
     @property
     def failures(self) -> list[str]:
         return [f"world {w.index + 1} ({w.kind} {w.role}): {w.failure}" for w in self.worlds if w.failure]
+
+    def invalid_lines(self) -> list[str]:
+        """One line per case of a world whose results were wrong: its arm (the pair's role),
+        case, ranks and world."""
+        from .. import verdict_text as vt
+
+        return [vt.invalid_sample(s, w.role.upper(), at=f"world {w.index + 1} ({w.kind} pair)")
+                for w in self.worlds for s in w.samples if not s.valid]
 
     def to_dict(self) -> dict:
         c = self.config
@@ -327,11 +346,11 @@ def format_report(rep: DetectionReport) -> str:
              *format_injection(rep.injection),
              *canary.format_study(rep.canary, cfg),
              f"# A/B mode (as perfsuite ab): windows of up to {cfg.max_pairs} pairs, looks at "
-             f"{', '.join(map(str, regress.paired_looks(cfg.max_pairs, cfg.alpha, len(cfg.metrics))))}"
+             f"{', '.join(map(str, decision.paired_looks(cfg.max_pairs, cfg.alpha, len(cfg.metrics))))}"
              f" pairs, tolerance {vt.tolerance(cfg.ab_tolerance)}, alpha {cfg.alpha:g}",
              f"# stored mode (as run --compare): {cfg.baseline_rounds}-round baselines, candidates "
              f">= {cfg.gap_s:.0f} s later, looks at "
-             f"{', '.join(map(str, regress.stored_looks(1, cfg.max_rounds)))} rounds, tolerance "
+             f"{', '.join(map(str, decision.stored_looks(1, cfg.max_rounds)))} rounds, tolerance "
              + (vt.tolerance(cfg.tolerance) if cfg.tolerance else "the gate's default"),
              "# a window is one independent comparison (no world serves two); flagged = a "
              "regression for a slowdown, either way for a clean one",
@@ -355,6 +374,7 @@ def format_report(rep: DetectionReport) -> str:
         lines.append(f"# stored mode judged nothing: no calm clean world ran {cfg.gap_s:.0f} s after "
                      "a baseline; run more --blocks or give a shorter --gap")
     lines += [f"# FAILED {f}" for f in rep.failures]
+    lines += rep.invalid_lines()
     return "\n".join(lines)
 
 

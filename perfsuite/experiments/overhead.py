@@ -4,7 +4,9 @@ and by the kernel's mpi4py loop, beside a plain C program running the same barri
 the same sizes and iteration counts. The three run in rounds, each round one world of each in a
 rotated order, so a drift of the machine hits all three alike; each figure is the median over
 rounds of a world's p50 (the slowest rank per iteration); deltas and ratios against C are the
-median over rounds of the same round's pair."""
+median over rounds of the same round's pair. A world whose sums were wrong stops the command
+(``RankFailure``, exit 4): its timings are no loop's overhead, and the rounds after it would be
+wasted."""
 from __future__ import annotations
 
 import importlib.resources
@@ -17,10 +19,10 @@ from typing import Any
 
 from .. import suite
 from ..bench.allreduce import allreduce_cases
-from ..errors import LaunchError
+from ..errors import LaunchError, RankFailure
 from ..kernels.allreduce import busbw_factor, default_iters
 from ..launch.world import build_c_program, run_program
-from ..model import timing_of
+from ..model import Result, timing_of
 
 SIZES = (4, 1 << 20, 64 << 20)
 LOOPS = ("c", "native", "python")
@@ -77,8 +79,20 @@ def _rows(out: str) -> dict[int, float]:
     return {d["size_bytes"]: d["p50_us"] for d in rows}
 
 
+def check_valid(result: Result, at: str) -> None:
+    """Raise the INVALID line (a failed world: 4) for the first sample of ``result`` whose
+    results were wrong."""
+    from .. import verdict_text as vt
+
+    for s in result.samples:
+        if not s.valid:
+            ranks = s.info.get("invalid_ranks") or []
+            raise RankFailure(vt.invalid_sample(s, at=at), rank=ranks[0] if ranks else None,
+                              case=s.case.name, kind="invalid")
+
+
 def _suite_world(cfg: suite.SuiteConfig, world_size: int, sizes: Sequence[int], timing: str,
-                 rep: OverheadReport) -> dict[int, float]:
+                 rep: OverheadReport, at: str = "") -> dict[int, float]:
     cases = allreduce_cases(["mpi"], [world_size], list(sizes))
     options = {**cfg.options, "copy_bw": True, "host_timing": timing}
     outcome = suite.run_one(suite.plan(cases, options)[0], cfg)
@@ -87,6 +101,7 @@ def _suite_world(cfg: suite.SuiteConfig, world_size: int, sizes: Sequence[int], 
     if outcome.skipped:
         raise LaunchError(f"the suite's mpi loop cannot run here: {outcome.skipped}")
     result = outcome.result
+    check_valid(result, at)
     rep.world_start_s = rep.world_start_s or result.world_start_s
     rep.host_copy_GBps = rep.host_copy_GBps or result.extra.get("host_copy_GBps")
     if timing == "auto":
@@ -121,7 +136,8 @@ def overhead(cfg: suite.SuiteConfig, world_size: int = 2, sizes: Sequence[int] =
                     continue
                 else:
                     got[loop][r] = _suite_world(cfg, world_size, sizes,
-                                                "auto" if loop == "native" else "python", rep)
+                                                "auto" if loop == "native" else "python", rep,
+                                                f"round {r + 1}, the {loop} loop's world")
     factor = busbw_factor(world_size)
     for size in sizes:
         p50 = {loop: statistics.median(v[size] for v in got[loop] if size in v)
@@ -185,14 +201,13 @@ def plain_overhead(cfg: suite.SuiteConfig, transport: str, world_size: int = 2,
     world = replace(suite.plan(allreduce_cases([transport], [world_size], list(sizes)), options)[0],
                     kernel="perfsuite.kernels.yardstick")
     got: list[dict[int, dict]] = []
-    for _ in range(rounds):
+    for r in range(rounds):
         outcome = suite.run_one(world, cfg)
         if outcome.failure is not None:
             raise outcome.failure
         if outcome.skipped:
             raise LaunchError(f"{transport} cannot run here: {outcome.skipped}")
-        if not all(s.valid for s in outcome.result.samples):
-            raise LaunchError(f"{transport}'s in-place sums were wrong in the overhead world")
+        check_valid(outcome.result, f"round {r + 1}")
         rep.world_start_s = rep.world_start_s or outcome.result.world_start_s
         got.append({s.case.size_bytes or 0: s.info for s in outcome.result.samples})
     for size in sizes:

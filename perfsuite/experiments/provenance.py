@@ -64,14 +64,21 @@ def _files(imports: Mapping[str, dict]) -> dict[str, str | None]:
     return {name: entry.get("file") for name, entry in imports.items()}
 
 
-def check_arms(a: Arm, b: Arm, got: Mapping[str, Mapping[object, Sample]]) -> dict:
+def recorded(got: Mapping[str, Mapping[object, Sample]]) -> dict:
     """``{"a": imports, "b": imports}`` of a pair's two worlds (``got``: side -> case -> sample),
-    or ConfigError when they ran the same code under two names (``same_code``)."""
+    or {} when neither recorded any."""
     imports = {side: imports_of(got[side].values()) for side in ("a", "b")}
-    why = same_code(a, b, imports["a"], imports["b"])
+    return imports if imports["a"] or imports["b"] else {}
+
+
+def check_arms(a: Arm, b: Arm, got: Mapping[str, Mapping[object, Sample]]) -> dict:
+    """``recorded(got)``, or ConfigError when the arms ran the same code under two names
+    (``same_code``)."""
+    imports = recorded(got)
+    why = same_code(a, b, imports.get("a") or {}, imports.get("b") or {})
     if why:
         raise ConfigError(why)
-    return imports if imports["a"] or imports["b"] else {}
+    return imports
 
 
 def section(imports: Mapping[str, dict]) -> dict:

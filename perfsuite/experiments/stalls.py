@@ -1,7 +1,12 @@
 """The five epochs of the Stash stall breakdown (``stalls.plan``), each a real training world (the
 tf-epoch or torch-epoch benchmark, whichever the transport belongs to) run
 through ``suite.run_one`` in its environment (emulated nodes for T4, a throttled disk for the
-file runs), then the pure decomposition (``stalls.decompose``)."""
+file runs), then the pure decomposition (``stalls.decompose``).
+
+A run whose results were wrong is no evidence: its stalls are skipped, it is kept under the
+breakdown's ``info["invalid"]`` (case, ranks, its step times), and the breakdown itself is
+marked invalid (a failed world: nothing records it as a baseline). The other runs still run:
+each measures its own part of the step."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -99,6 +104,7 @@ def run_stalls(sc: StallConfig, cfg: suite.SuiteConfig,
     times: dict[str, list[float]] = {}
     info: dict[str, Any] = {"compute_threads": threads, "framework": benchmark, "prep_threads": sc.prep_threads,
                             "emulated_disk": sc.disk.label if sc.disk is not None else None}
+    invalid: dict[str, dict] = {}
     for run in stalls.plan(sc.world_size, data=sc.data_dir is not None, network=sc.network is not None):
         reason = _skip_reason(run)
         if reason:
@@ -121,9 +127,13 @@ def run_stalls(sc: StallConfig, cfg: suite.SuiteConfig,
         if on_run:
             on_run("done", run, outcome)
         sample = outcome.sample_for(case)
+        if sample is not None and not sample.valid:
+            invalid[run.key] = {"case": case.name, "ranks": sample.info.get("invalid_ranks"),
+                                "reason": sample.info.get("invalid_reason"),
+                                "step_ms": [t * 1e3 for t in sample.times_s]}
         if outcome.skipped or sample is None or not sample.valid:
             why = outcome.skipped or (str(outcome.failure) if outcome.failure else
-                                      sample.info.get("invalid_reason", "invalid sample") if sample
+                                      sample.info.get("invalid_reason", "its results were wrong") if sample
                                       else "no sample")
             skipped[run.key] = f"{run.key} did not measure: {why}"
             continue
@@ -140,4 +150,7 @@ def run_stalls(sc: StallConfig, cfg: suite.SuiteConfig,
     case = stalls.stall_case(sc.transport, sc.world_size, sc.model, sc.batch,
                              sc.network.label if sc.network is not None else None)
     info["skipped"] = skipped
-    return StallRunOutcome(bd, stalls.to_sample(case, bd, info), outcomes, skipped)
+    if invalid:
+        info["invalid"] = invalid
+    sample = stalls.to_sample(case, bd, info)
+    return StallRunOutcome(bd, replace(sample, valid=not invalid), outcomes, skipped)

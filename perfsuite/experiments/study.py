@@ -6,7 +6,9 @@ ratio is taken between neighbours (the study's intervals pair points by round). 
 one MPI-library case run back to back, A then B in one round and B then A in the next, as
 ``perfsuite ab`` alternates them. A point that cannot run here (a transport without its
 library, or an MPI environment whose venv is not there) is skipped with the reason; a world
-that fails fails its round only.
+that fails fails its round only, and so does one whose results were wrong: it is kept with its
+result, marked "invalid" (case, ranks), is no evidence in any figure, and runs again on resume.
+The study goes on: its other points measure other stacks.
 After every world ``keep(records)`` is called, so an interrupted study has every finished
 world on disk, and ``run`` given those records continues where they end (running again the
 worlds that failed; the last record of a point's round is the one that counts).
@@ -49,7 +51,7 @@ def order(plan: Plan) -> list[tuple[int, tuple[str, ...]]]:
 def pending(plan: Plan, records: list[dict]) -> list[tuple[int, str]]:
     """(round, point) still to run: not measured (a world that failed is run again), and not a
     point already found unable to run."""
-    done = {(r["point"], r["round"]) for r in records if not r.get("failure")}
+    done = {(r["point"], r["round"]) for r in records if not (r.get("failure") or r.get("invalid"))}
     cannot = {r["point"] for r in records if r.get("skipped")}
     return [(r, k) for r, unit in order(plan) for k in unit if (k, r) not in done and k not in cannot]
 
@@ -105,7 +107,22 @@ def run_point(plan: Plan, point: Point, rnd: int, base: suite.SuiteConfig) -> di
         rec["failure"] = str(out.failure)
     else:
         rec["result"] = formats.dump_result(out.result)
+        wrong = [{"case": s.case.name, "ranks": s.info.get("invalid_ranks"), "reason": s.info.get("invalid_reason")}
+                 for s in out.result.samples if not s.valid]
+        if wrong:
+            rec["invalid"] = wrong
     return rec
+
+
+def invalid_lines(plan: Plan, rec: dict) -> list[str]:
+    """One line per case of a world whose results were wrong: its MPI environment (where the
+    point names one), case, ranks and round."""
+    from .. import verdict_text as vt
+
+    point = plan.points.get(rec["point"])
+    arm = plan.arm_of(point).name if point is not None and point.arm else None
+    return [vt.invalid(x["case"], x.get("ranks"), arm, at=f"round {rec['round'] + 1}", why=x.get("reason"))
+            for x in rec.get("invalid") or ()]
 
 
 def arm_skip(plan: Plan, point: Point, why: str) -> dict:

@@ -3,7 +3,8 @@
 Every figure is a geometric mean over the study's rounds with a 95% t interval on the logs
 (``stats.paired_ratio_ci``). A ratio of two points, or a scaling efficiency, pairs the rounds:
 round r of one point with round r of the other, which ran in the same pass over the plan. A
-round is evidence when its world ran, validated and was not contended (an allreduce world's
+round is evidence when its world ran, validated (a world whose results were wrong counts as
+a failed round, though its record keeps what it measured) and was not contended (an allreduce world's
 timed thread waited for a CPU beyond the suite's limit in every retry); TensorFlow's own
 threads crowd a small machine by design, so a training world's wait share is reported and not
 judged (``rounds.contention_of``).
@@ -89,7 +90,12 @@ def collect(plan: Plan, records: Sequence[dict]) -> dict[str, PointData]:
         elif rec.get("failure"):
             d.failures.append(f"round {rec['round'] + 1}: {rec['failure']}")
         elif rec.get("result"):
-            d.results[int(rec["round"])] = formats.load_result(rec["result"], f"study world {rec['point']}")
+            result = formats.load_result(rec["result"], f"study world {rec['point']}")
+            wrong = [s.case.name for s in result.samples if not s.valid]
+            if wrong:  # a failed round: its record keeps what it measured, no figure uses it
+                d.failures.append(f"round {rec['round'] + 1}: wrong results in {', '.join(wrong)}")
+            else:
+                d.results[int(rec["round"])] = result
     return data
 
 

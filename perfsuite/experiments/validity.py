@@ -26,8 +26,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import baselines, regress, stats, suite
+from .. import baselines, decision, regress, stats, suite
 from ..model import Case, Metric, Sample, Tolerance
+from ..rounds import DEFAULT_CANARY_SHIFT, pool_by_case
 from . import ab
 
 CASE = Case("allreduce", "mpi", 2, size_bytes=4)
@@ -37,7 +38,7 @@ LAG1 = (0.0, 0.3, 0.6)
 SESSION = (0.0, 0.02, 0.05, 0.10)
 DEFAULT_RUNS = 2000
 #: The false-alarm rate every setting must keep (the default alpha).
-BOUND = regress.DEFAULT_ALPHA
+BOUND = decision.DEFAULT_ALPHA
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,8 @@ class StoredRun:
 
 def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_cases: int = 1,
                sessions: int = 1, baseline_rounds: int = regress.BASELINE_ROUNDS,
-               alpha: float = regress.DEFAULT_ALPHA, tolerance: Tolerance | None = None,
-               canary_shift: float | None = regress.DEFAULT_CANARY_SHIFT,
+               alpha: float = decision.DEFAULT_ALPHA, tolerance: Tolerance | None = None,
+               canary_shift: float | None = DEFAULT_CANARY_SHIFT,
                session_sd: float | None = None) -> StoredRun:
     """A baseline recorded as ``sessions`` sessions of ``baseline_rounds`` rounds (the first by
     --baseline-update, the others by --baseline-add), then a candidate session judged as
@@ -123,7 +124,7 @@ def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_c
             for s in streams:
                 s.session()
         rounds = [world() for _ in range(baseline_rounds)]
-        pooled = regress.pool_by_case(rounds)
+        pooled = pool_by_case(rounds)
         old = baselines.BaselineSet("sim", "allreduce", stored) if stored else None
         merged, _ = baselines.merge(old, pooled, "sim", "allreduce", session=f"s{k}", add=k > 0)
         stored = merged.entries
@@ -137,7 +138,7 @@ def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_c
     pooled: list[Sample] = []
     while policy.more(len(taken), 0.0, pooled):
         taken.append(world(change))
-        pooled = regress.pool_by_case(taken, policy.max_contention)
+        pooled = pool_by_case(taken, policy.max_contention)
     verdicts = regress.compare(pooled, stored, tolerance=tolerance, alpha=alpha, looks=looks,
                                canary_shift=canary_shift, judged=suite.judged, family=family,
                                session_sd=session_sd)
@@ -147,9 +148,9 @@ def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_c
 # --- A/B mode -----------------------------------------------------------------------------------
 
 def ab_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_cases: int = 1,
-           max_pairs: int = ab.DEFAULT_MAX_PAIRS, alpha: float = regress.DEFAULT_ALPHA,
+           max_pairs: int = ab.DEFAULT_MAX_PAIRS, alpha: float = decision.DEFAULT_ALPHA,
            tolerance: Tolerance = ab.DEFAULT_TOLERANCE,
-           canary_shift: float | None = regress.DEFAULT_CANARY_SHIFT,
+           canary_shift: float | None = DEFAULT_CANARY_SHIFT,
            config: Callable[[ab.ABConfig], ab.ABConfig] = lambda c: c) -> ab.ABReport:
     """One ``perfsuite ab`` run over the synthetic machine: arm B's worlds ``change`` slower."""
     cs = tuple(cases(n_cases))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import regress, rounds, stats
+from .. import decision, regress, rounds, stats
 from ..model import Metric, Sample
 
 def raw(world, case: str, metric: str) -> float | None:
@@ -95,7 +95,7 @@ def ab_windows(cfg, worlds: Sequence, kind: str, shift: float | None) -> tuple[l
     most max_pairs pairs each."""
     from .ab import PairLog, judge_logs
 
-    looks = regress.paired_looks(cfg.max_pairs, cfg.alpha, len(cfg.metrics))
+    looks = decision.paired_looks(cfg.max_pairs, cfg.alpha, len(cfg.metrics))
     units = {(case, metric): _unit(worlds, case, metric) for case, metric in cfg.metrics}
     out: list[Window] = []
     logs: dict = {}
@@ -106,6 +106,7 @@ def ab_windows(cfg, worlds: Sequence, kind: str, shift: float | None) -> tuple[l
         time_s += a.wall_s + b.wall_s
         start = a.t if start is None else start
         calm = a.usable(cfg.max_contention) and b.usable(cfg.max_contention)
+        wrong = not (a.valid and b.valid)  # never evidence (a stream measured now stops at one)
         dropped += not calm  # as perfsuite ab drops it: contended
         for case, metric in cfg.metrics:
             va, vb = a.value(case, metric), b.value(case, metric)
@@ -113,19 +114,13 @@ def ab_windows(cfg, worlds: Sequence, kind: str, shift: float | None) -> tuple[l
                 continue
             unit, hib = units[(case, metric)]
             log = logs.setdefault(case, PairLog(metric, unit, hib))
-            log.a.append(va)
-            log.b.append(vb)
-            if calm:
-                log.ratios.append(vb / va)
-                log.canaries.append((a.canary(case), b.canary(case)))
-            else:
-                log.dropped += 1
-        if not regress.at_look(seen, looks):
+            log.add(va, vb, (a.canary(case), b.canary(case)), contended=not calm, invalid=wrong)
+        if not decision.at_look(seen, looks):
             continue
         verdicts = judge_logs(logs, tolerance=cfg.ab_tolerance, alpha=cfg.alpha,
                               share=1.0 / len(looks), canary_shift=shift)
         by = {(v.case, v.metric): v for v in verdicts}
-        if all(regress.decided(v) for v in verdicts) or seen >= cfg.max_pairs:
+        if all(decision.decided(v) for v in verdicts) or seen >= cfg.max_pairs:
             out.append(_window(by, seen, dropped, time_s, start))
             logs, seen, dropped, time_s, start = {}, 0, 0, 0.0, None
     return out, int(seen > 0)
@@ -165,7 +160,7 @@ def stored_windows(cfg, worlds: Sequence, shift: float | None) -> dict[str, tupl
 
 def _gate_window(cfg, cands, baselines, shift: float | None, used: set[int]) -> Window | None:
     taken, dropped, time_s = [], 0, 0.0
-    looks = regress.stored_looks(1, cfg.max_rounds)
+    looks = decision.stored_looks(1, cfg.max_rounds)
     for w in cands:
         used.add(w.index)
         time_s += w.wall_s
@@ -173,14 +168,14 @@ def _gate_window(cfg, cands, baselines, shift: float | None, used: set[int]) -> 
             dropped += 1  # the gate re-runs a contended round: its time counts, not its value
             continue
         taken.append(w)
-        if not regress.at_look(len(taken), looks):
+        if not decision.at_look(len(taken), looks):
             continue
         samples = [_pool(taken, case, metric) for case, metric in baselines]
         verdicts = regress.compare(samples, baselines, tolerance=cfg.tolerance, alpha=cfg.alpha,
                                    looks=len(looks), canary_shift=shift,
                                    judged=lambda s: list(s.metrics))
         by = {(v.case, v.metric): v for v in verdicts}
-        if all(regress.decided(v) for v in verdicts) or len(taken) >= cfg.max_rounds:
+        if all(decision.decided(v) for v in verdicts) or len(taken) >= cfg.max_rounds:
             return _window(by, len(taken), dropped, time_s, taken[0].t)
     return None
 
