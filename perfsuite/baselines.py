@@ -28,7 +28,7 @@ from typing import Any
 from . import fingerprint as _fingerprint
 from . import formats, regress
 from .errors import BaselineFormatError, ConfigError
-from .model import Baseline, Sample, Tolerance, time_sliced
+from .model import Baseline, Sample, Tolerance, round_values, time_sliced, timing_of
 
 _SYSTEM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
 _NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][-0-9.eE+,\s]*?)\s*\]")
@@ -144,7 +144,7 @@ def too_few_rounds(samples: Iterable[Sample], source: str, measured_now: bool = 
     """One line when some sample holds fewer rounds than a baseline needs to decide anything,
     saying how to record one that can; None when every sample has enough. ``measured_now``:
     the samples are this run's, whose contended rounds were left out."""
-    short = [(s.case.name, len(regress.round_values(s, next(iter(s.metrics)))))
+    short = [(s.case.name, len(round_values(s, next(iter(s.metrics)))))
              for s in samples if s.valid and s.metrics]
     short = [(c, n) for c, n in short if n < regress.MIN_BASELINE_ROUNDS]
     if not short:
@@ -186,7 +186,7 @@ def merge(old: BaselineSet | None, samples: Iterable[Sample], system: str, bench
             continue
         for metric in s.metrics:
             prev = new.entries.get((s.case.name, metric))
-            joins = add and prev is not None and prev.timing == regress.timing_of(s.info) and prev.unit == s.metrics[metric].unit
+            joins = add and prev is not None and prev.timing == timing_of(s.info) and prev.unit == s.metrics[metric].unit
             b = regress.baseline_from_sample(s, metric, recorded,
                                              tolerance=prev.tolerance if prev else None,
                                              xfail=prev.xfail if prev else None,
@@ -241,7 +241,7 @@ def _enough_with(old: BaselineSet | None, s: Sample) -> bool:
     metric = next(iter(s.metrics))
     prev = old.entries.get((s.case.name, metric)) if old else None
     held = len(prev.rounds) if prev else 0
-    return held + len(regress.round_values(s, metric)) >= regress.MIN_BASELINE_ROUNDS
+    return held + len(round_values(s, metric)) >= regress.MIN_BASELINE_ROUNDS
 
 
 def save(bs: BaselineSet, path: str | os.PathLike) -> None:

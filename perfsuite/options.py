@@ -25,7 +25,9 @@ from .bench import Selection
 from .errors import ConfigError
 from .launch.launchers import FLAVORS, LAUNCHERS, LaunchConfig, parse_env
 from .model import Opt, parse_names, split_list, whole_number
-from .regress import DEFAULT_MODE_SPAN, MIN_SESSIONS, RoundsPolicy, parse_alpha, parse_tolerance
+from .decision import parse_alpha, parse_tolerance
+from .regress import DEFAULT_MODE_SPAN, MIN_SESSIONS
+from .rounds import RoundsPolicy
 from .suite import DEFAULT_TIMEOUT_S, SuiteConfig
 
 

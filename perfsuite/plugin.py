@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from . import bench, formats, interrupts, options, regress, suite, transports
+from . import bench, formats, gate, interrupts, options, suite, transports
 from . import verdict_text as vt
-from .errors import ConfigError, FormatError, PerfsuiteError, RankFailure
+from .errors import ConfigError, FormatError, RankFailure
 from .model import Case, Sample
 from .replay import REPLAY_CLOCK
 
@@ -31,10 +31,8 @@ STASH_KEY = pytest.StashKey["PerfState"]()
 _REGISTRY_ERROR: str | None = None  # why the benchmark registry could not load (pytest_addoption)
 
 
-
-
 class PerfState:
-    """Per-session: parsed options, the cases collected, and every world's outcome."""
+    """Per-session: parsed options, the cases collected, every world's outcome, and the gate."""
 
     def __init__(self, config: pytest.Config):
         self.config = config
@@ -42,31 +40,24 @@ class PerfState:
         self.suite_config = options.suite_config(self.values)
         self.selected: dict[tuple, list[Case]] = {}
         self.outcomes: dict[tuple, formats.WorldOutcome] = {}
-        self.samples: list[Sample] = []
-        self.verdicts: list = []  # regress.Verdict per metric of each measured case
-        self.baselines: dict | None = None  # (case, metric) -> Baseline, loaded on first use
-        self.baselines_for: str | None = None  # the system they were loaded for
-        self.system: str | None = None  # baseline system, set when the first case is judged
-        self.looks = 1  # how often each comparison may be looked at while rounds are added
-        self.family: int | None = None  # verdicts the session can take: its false-alarm family
-        self.world_verdicts: dict[tuple, list] = {}  # world key -> the verdicts of its cases
-        self.canary_shift = options.canary_limit(self.values.get("max_canary_shift") or "0.15")
+        self.samples: list[Sample] = []  # measured outside the worlds (the stall breakdown): recorded with them
         self.logs_shown: dict[tuple, str] = {}  # world key -> the failed case that shows its logs
-        self.report_lines: list[tuple[str, bool]] = []  # (line, is it bad) for the terminal summary
-        self.missing_added = False
-        self.started = time.time()  # the session's id, in the baselines it records
-        self.asv_to = None  # --perf-asv's target, whose history verdicts read
-        self._history = None
+        self.started = time.time()
+        self.interrupted: str | None = None  # the signal that stopped a world
+        self.finished: gate.Finish | None = None  # what the gate made of the session (sessionfinish)
+        self.gate: gate.Gate | None = None  # made in pytest_configure
+        self._judging: suite.SuiteConfig | None = None
 
     def selection(self, benchmark: str, **extra: Any) -> bench.Selection:
         return options.selection(self.values, benchmark, **extra)
 
     def run(self) -> formats.SuiteRun:
-        """Every world of the session as a run (what --perf-report and --perf-asv store)."""
+        """Every world of the session as a run (what the gate judges, keeps and records)."""
         results = [o.result for o in self.outcomes.values() if o.result is not None]
         return formats.SuiteRun(outcomes=list(self.outcomes.values()),
                                 fingerprint=results[0].fingerprint if results else {},
-                                created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+                                created=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
+                                interrupted=self.interrupted)
 
     def outcome_for(self, case: Case) -> formats.WorldOutcome:
         key = case.world_key
@@ -78,48 +69,28 @@ class PerfState:
                     self.outcomes[key] = suite.run_one(spec, self.judging())
             except KeyboardInterrupt as exc:  # keep what the world measured for --perf-report
                 name = getattr(exc, "name", "SIGINT")
+                self.interrupted = name
                 self.outcomes[key] = formats.WorldOutcome(spec, failure=RankFailure(
                     f"{spec.label}: interrupted by {name}", case=spec.label,
                     partial=getattr(exc, "partial", []), kind="interrupted"))
                 raise
         return self.outcomes[key]
 
-    def history(self):
-        """This machine's asv history as levels per case (``asv.read.drift_history``), once."""
-        if self.asv_to is not None and self._history is None:
-            from .asv.read import drift_history
-
-            self._history = drift_history(self.asv_to, bench.asv_layout)
-        return self._history
-
     def judging(self) -> suite.SuiteConfig:
-        """As ``perfsuite run``: a baseline update records more rounds; otherwise rounds are
-        added while a verdict against a stored baseline is UNKNOWN. Baselines that cannot be read
-        here are left to ``_gate``, which fails the case with the reason."""
-        from . import baselines
-        from .errors import BaselineFormatError
-
-        v = self.values
-        stored = tol = None
-        alpha = regress.DEFAULT_ALPHA
-        if not (v.get("baseline_update") or v.get("baseline_add")):
+        """The session's rounds, as ``perfsuite run``'s (``gate.Gate.rounds``), settled when
+        its first world starts: by then -k has chosen the cases, which the family counts. A
+        baseline file that cannot be read stops the session, as the CLI refuses it (bad input)."""
+        if self._judging is None:
+            assert self.gate is not None
+            self.gate.select([c for cs in self.selected.values() for c in cs])
             try:
-                if self.baselines is None:
-                    self.baselines_for = baselines.system_for(None, v.get("system"))
-                    self.baselines = baselines.load_all(_baseline_root(self), self.baselines_for)
-                stored = self.baselines
-                tol = regress.parse_tolerance(v["tolerance"]) if v.get("tolerance") else None
-                alpha = regress.parse_alpha(v.get("alpha"))
-            except (ConfigError, BaselineFormatError, OSError):
-                stored = None
-        if stored is not None and self.family is None:
-            self.family = suite.family([c for cs in self.selected.values() for c in cs], stored)
-        policy, self.looks = suite.judging_rounds(
-            self.suite_config.rounds, update=bool(v.get("baseline_update") or v.get("baseline_add")),
-            rounds_given=v.get("rounds") is not None, baselines=stored, tolerance=tol, alpha=alpha,
-            canary_shift=self.canary_shift, family=self.family,
-            session_sd=options.session_drift(v.get("session_drift")), history=self.history())
-        return replace(self.suite_config, rounds=policy)
+                self.gate.prepare(self.suite_config.launch)
+                rounds = self.gate.rounds(self.suite_config.rounds,
+                                          rounds_given=self.values.get("rounds") is not None)
+            except (ConfigError, FormatError) as exc:
+                pytest.exit(f"perfsuite: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+            self._judging = replace(self.suite_config, rounds=rounds)
+        return self._judging
 
 
 def _values(config: pytest.Config) -> dict[str, Any]:
@@ -176,14 +147,16 @@ def pytest_configure(config: pytest.Config) -> None:
             options.parsed(o, values)
         for name in bench.names():
             suite.select_cases(state.selection(name))
-        config.stash[STASH_KEY] = state
         to = options.prepare_asv(options.asv_target(vars(config.option), prefix="perf-"))
-        if to is not None:  # --perf-asv: record every world's samples when the session ends
-            from .asv.record import SessionRecorder, check_store
+        if to is not None:  # --perf-asv: the gate records the session there when it ends
+            from .asv.record import check_store
 
             check_store(to)
-            config.pluginmanager.register(SessionRecorder(to, state.run, bench.asv_layout), "perfsuite-asv")
-            state.asv_to = to  # its history measures the drift verdicts allow for
+        recording = bool(state.values.get("baseline_update") or state.values.get("baseline_add"))
+        root = config.rootpath / (state.values.get("baseline_dir") or "baselines")  # as testpaths
+        state.gate = gate.Gate(gate.plan(state.values, compare=not recording, root=root, asv=to),
+                               hint=lambda system, folder: _record_hint(config))
+        config.stash[STASH_KEY] = state
     except (ConfigError, FormatError) as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -347,11 +320,15 @@ def perf_measure(perf_state: PerfState, perf_case: Case, request: pytest.Fixture
         outcome = perf_state.outcome_for(perf_case)
         fp = outcome.result.fingerprint if outcome.result is not None else None
         record(benchmark, sample, fp)
-        perf_state.samples.append(sample)
         if not sample.valid:
-            pytest.fail(f"{perf_case.name}: wrong result (validation against the exact sum failed)",
-                        pytrace=False)
-        _gate(perf_state, sample, fp)
+            pytest.fail(vt.invalid_sample(sample), pytrace=False)
+        # The world's verdicts, taken once by the gate the CLI uses; this case's fail or xfail it.
+        assert perf_state.gate is not None
+        verdicts = perf_state.gate.judge_world(outcome)
+        what = perf_state.gate.case_failure(perf_case.name, verdicts)
+        if what is not None:
+            kind, line = what
+            (pytest.fail if kind == "fail" else pytest.xfail)(line, **({"pytrace": False} if kind == "fail" else {}))
         return sample
 
     return measure
@@ -377,177 +354,45 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             sliced = f", {r.extra['time_sliced']}" if r.extra.get("time_sliced") else ""
             tr.write_line(f"{spec.label}: {len(r.samples)} cases{sliced}, world start {r.world_start_s:.2f} s, "
                           f"wall {r.wall_s:.1f} s{timed}{why}")
-    _verdict_summary(state, tr)
-    for line, bad in state.report_lines:
+    done = state.finished
+    if done is None:
+        return
+    if state.gate is not None and state.gate.plan.compare and state.gate.system:
+        tr.section(f"perfsuite verdicts on {state.gate.system}")
+    for line, bad in done.lines:
         tr.write_line(line, red=bad)
-    line, bad = _finding(state)
-    tr.write_line(line, red=bad, green=not bad)
-
-
-def _finding(state: PerfState) -> tuple[str, bool]:
-    """pytest keeps its own exit codes; this one line says which of the CLI's exit statuses
-    (docs/running.md) the session's findings are, in the CLI's order: a failed world or invalid
-    case first, then a regression, then a case left UNKNOWN under --perf-strict."""
-    failures = [o.failure for o in state.outcomes.values() if o.failure is not None]
-    if any(getattr(f, "kind", "") == "interrupted" for f in failures):
-        return "perfsuite: interrupted (what finished is kept)", True
-    if failures or not all(s.valid for o in state.outcomes.values() for s in o.samples()):
-        return "perfsuite: a world failed (infrastructure, not performance)", True
-    strict = bool(state.values.get("strict"))
-    if not (state.values.get("baseline_update") or state.values.get("baseline_add")):
-        if regress.failing(state.verdicts, strict):
-            return "perfsuite: regression", True
-        if strict and any(v.status == "unknown" and not v.xfail for v in state.verdicts):
-            return "perfsuite: UNKNOWN under --perf-strict (a comparison could not be decided)", True
-        if _nothing_compared(state):
-            return (("perfsuite: UNKNOWN under --perf-strict" if strict else "perfsuite: nothing wrong")
-                    + " (nothing compared: no baseline)", strict)
-    return "perfsuite: nothing wrong", False
+    bad = done.status != 0
+    tr.write_line(done.finding, red=bad, green=not bad)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """--perf-report DIR is written here, where a failed write can still fail the session
-    (the terminal summary comes after the exit status is fixed)."""
+    """The gate's end, here rather than in the terminal summary, so that it runs under
+    ``-p no:terminal`` too and sets the session's status: verdicts, then the writes (the
+    report's results.json first, the report, asv, the baselines). pytest keeps its own codes:
+    whatever the CLI would exit non-zero for fails the session (1) if no test did already."""
     state = session.config.stash.get(STASH_KEY, None)
-    if state is None or not state.outcomes or not state.values.get("report"):
+    if state is None or state.gate is None or not (state.outcomes or state.samples):
         return
-    from . import report
-
-    _add_missing_verdicts(state)
-    run, out = state.run(), state.values["report"]
-    try:
-        report.write_report(out, [report.ReportRun.from_suite_run(run, "pytest session")],
-                            verdicts=getattr(state, "verdicts", None))
-        formats.write_run(Path(out) / "results.json", run)
-    except (OSError, PerfsuiteError) as exc:  # the tests ran: keep their results, fail the session
-        spare, _ = formats.write_run_kept(formats.fallback_path("perfsuite-results.json"), run)
-        state.report_lines.append((f"perfsuite report not written to {out}: "
-                                   f"{getattr(exc, 'strerror', None) or exc}; results kept in {spare}", True))
+    out = state.values.get("report")
+    if exitstatus == pytest.ExitCode.INTERRUPTED and state.interrupted is None:
+        state.interrupted = "SIGINT"
+    state.gate.extra = list(state.samples)
+    state.finished = state.gate.finish(
+        state.run(), gate.Keep(json=Path(out) / "results.json" if out else None, report=out,
+                               source="pytest session"), interrupted=state.interrupted)
+    if state.finished.status != 0 and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        return
-    state.report_lines.append((f"perfsuite report written to {Path(out) / 'index.html'} "
-                               f"(results in {Path(out) / 'results.json'})", False))
 
 
-# --- baselines and verdicts --------------------------------------------------------------------
-
-def _baseline_root(state: PerfState) -> str:
-    root = state.values.get("baseline_dir") or "baselines"
-    return str(state.config.rootpath / root)  # relative to the rootdir, like testpaths
-
-
-def _gate(state: PerfState, sample: Sample, fingerprint: dict | None) -> None:
-    """Judge one measured case against its baseline: a regression fails with one line, an
-    expected one (baseline xfail reason) xfails, --perf-strict also fails improvements. With
-    --perf-baseline-update nothing fails: this run becomes the baseline at the session's end."""
-    from . import baselines
-    from .errors import BaselineFormatError
-
-    v = state.values
-    try:
-        system = baselines.system_for(fingerprint or None, v.get("system"))
-        if state.baselines is None or state.baselines_for != system:
-            state.baselines = baselines.load_all(_baseline_root(state), system)
-            state.baselines_for = system
-        tol = regress.parse_tolerance(v["tolerance"]) if v.get("tolerance") else None
-        alpha = regress.parse_alpha(v.get("alpha"))
-    except (ConfigError, BaselineFormatError) as exc:
-        pytest.fail(str(exc), pytrace=False)
-    state.system = system
-    key = sample.case.world_key
-    if key not in state.world_verdicts:
-        # A world's cases are judged together, the first time one of them is: Holm's step-down
-        # over them, with the world's share of the session's family (regress.judge).
-        outcome = state.outcomes.get(key)
-        world = (outcome.samples() if outcome is not None else []) or [sample]
-        if state.family is None:
-            state.family = suite.family([c for cs in state.selected.values() for c in cs], state.baselines)
-        state.world_verdicts[key] = regress.compare(
-            world, state.baselines, tolerance=tol, alpha=alpha, system=system,
-            cases=[s.case.name for s in world], looks=state.looks, canary_shift=state.canary_shift,
-            judged=suite.judged, family=state.family, session_sd=options.session_drift(v.get("session_drift")),
-            history=state.history())
-        state.verdicts += state.world_verdicts[key]
-    verdicts = [x for x in state.world_verdicts[key] if x.case == sample.case.name]
-    if v.get("baseline_update") or v.get("baseline_add"):
-        return
-    if v.get("strict") and (nothing := _nothing_compared(state)):  # as the CLI's exit 3
-        pytest.fail(nothing, pytrace=False)
-    bad = regress.failing(verdicts, strict=bool(v.get("strict")))
-    if v.get("strict"):  # the CLI exits 3 on UNKNOWN; here the undecided case fails
-        bad += [x for x in verdicts if x.status == "unknown" and not x.xfail]
-    if bad:
-        pytest.fail(vt.case_line(bad), pytrace=False)
-    excused = [x for x in verdicts if x.xfail and x.is_failure]
-    if excused:
-        pytest.xfail(vt.case_line(excused))
-
-
-def _nothing_compared(state: PerfState) -> str | None:
-    """One line when the stored baselines judge none of the session's cases (every verdict is
-    new, so a regression could not have been seen): which baseline is missing, and the pytest
-    command that records it. None when something was compared, or the session records."""
-    v = state.values
-    if state.system is None or v.get("baseline_update") or v.get("baseline_add"):
-        return None
-    selected = {c.name for cs in state.selected.values() for c in cs}
-    if any(k[0] in selected for k in state.baselines or {}):
-        return None
-    folder = Path(_baseline_root(state)) / state.system
-    why = (f"the baselines in {folder}/ hold none of this session's cases" if state.baselines
-           else f"no baseline for system {state.system} in {folder}/")
-    # The same session, recording: without --perf-strict, and without --perf-rounds (a baseline
-    # needs more rounds than a judging session may ask for; recording takes its own).
+def _record_hint(config: pytest.Config) -> str:
+    """The same session, recording: without --perf-strict, and without --perf-rounds (a
+    baseline needs more rounds than a judging session may ask for; recording takes its own)."""
     args, drop = [], False
-    for a in state.config.invocation_params.args:
+    for a in config.invocation_params.args:
         if drop or a == "--perf-strict" or a.startswith("--perf-rounds="):
             drop = False
             continue
         drop = a == "--perf-rounds"
         if not drop:
             args.append(a)
-    return (f"NOTHING COMPARED: {why}, so every case is new and no regression could be seen; "
-            f"record one with: {shlex.join(['pytest', *args, '--perf-baseline-update'])}")
-
-
-def _add_missing_verdicts(state: PerfState) -> None:
-    """Once: a MISSING verdict for each selected case with a baseline that was not measured."""
-    if state.system is None or state.missing_added:
-        return
-    state.missing_added = True
-    selected = {c.name for cs in state.selected.values() for c in cs}
-    measured = {s.case.name for s in state.samples}
-    gone = {k: b for k, b in (state.baselines or {}).items() if k[0] in selected - measured}
-    state.verdicts += regress.compare([], gone, system=state.system, judged=suite.judged)
-
-
-def _verdict_summary(state: PerfState, tr) -> None:
-    """The table of every verdict (missing ones added), then --perf-baseline-update's write."""
-    from . import baselines
-
-    system = state.system
-    if system is None:
-        return  # no case was measured, so nothing was judged
-    _add_missing_verdicts(state)
-    tr.section(f"perfsuite verdicts on {system}")
-    tr.write_line(vt.table(state.verdicts))
-    for text in vt.undecided(state.verdicts):
-        tr.write_line(text)
-    if nothing := _nothing_compared(state):
-        tr.write_line(nothing, red=True)
-    if state.values.get("baseline_update") or state.values.get("baseline_add"):
-        fp = next((o.result.fingerprint for o in state.outcomes.values() if o.result is not None), None)
-        # Only worlds that finished become baselines: a failed world's first cases are partial.
-        finished = {s.case for o in state.outcomes.values() if o.result is not None for s in o.result.samples}
-        valid = [s for s in state.samples if s.valid and s.case in finished]
-        for o in state.outcomes.values():
-            if o.failure is not None:
-                tr.write_line(f"# not recorded: {o.world} failed: {o.why}")
-        try:
-            session = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(state.started))
-            for line in baselines.update(_baseline_root(state), system, valid, fp, session=session,
-                                         add=bool(state.values.get("baseline_add")), source="this session",
-                                         measured_now=True):
-                tr.write_line(line)
-        except (OSError, PerfsuiteError) as exc:
-            tr.write_line(f"perfsuite baselines not updated: {exc}", red=True)
+    return shlex.join(["pytest", *args, "--perf-baseline-update"])

@@ -43,6 +43,9 @@ UNKNOWN ("cannot tell yet"). A comparison that could not have seen the tolerance
 * **Repeated looks**: a run adds rounds (or pairs) and looks again while a verdict is UNKNOWN.
   Looks happen on a schedule (``stored_looks``, ``paired_looks``) that holds only looks that
   can decide, and alpha is split evenly over them (Bonferroni: valid however sampling stops).
+  Rounds stop too once no number of them could decide (``decided``: the interval with the
+  candidate's own error gone, only the span or the drift between sessions left, still
+  straddles the tolerance): a clean rerun against one session stops at its first look.
 * **Many cases**: the run's verdicts are one family. Within a world (all of an A/B run) Holm's
   step-down over its cases; across worlds alpha is split by each world's number of cases, so a
   world's verdicts can be taken as soon as it has run (pytest fails its case then). Together:
@@ -60,15 +63,10 @@ from dataclasses import replace
 import numpy as np
 
 from . import bench, stats
-from .decision import (DEFAULT_ALPHA, DEFAULT_TOLERANCE,  # noqa: F401
-                       MIN_CANDIDATE_ROUNDS, Evidence, Question, at_look, band_evidence, decided, either,
-                       interval_status, judge, normal_evidence, paired_looks, parse_alpha,
-                       parse_tolerance, rank_evidence, stored_looks)
+from .decision import DEFAULT_ALPHA, DEFAULT_TOLERANCE, Question, band_evidence, either, judge, normal_evidence, rank_evidence
 from .errors import ConfigError
-from .model import MIRRORS, Baseline, Sample, Tolerance, Verdict, timing_of
-from .rounds import (DEFAULT_CANARY_SHIFT, ROUNDS_KEY, RoundsPolicy, modal_canary,  # noqa: F401
-                     pool_by_case, pool_results, pool_rounds, precise_enough, round_canaries,
-                     round_values, same_mode)
+from .model import MIRRORS, Baseline, Sample, Tolerance, Verdict, round_values, timing_of
+from .rounds import DEFAULT_CANARY_SHIFT, modal_canary, round_canaries, same_mode
 
 #: Raw per-iteration samples kept in a baseline (evenly spaced order statistics beyond this).
 MAX_BASELINE_SAMPLES = stats.MAX_KEPT_SAMPLES
@@ -342,12 +340,16 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
     # A measured drift narrows that where the sessions show it is small. Either may decide,
     # each at half the level.
     if across is not None or drift is None:
-        evidence, facts["drift_from"] = by_span, "span"
+        # In another mode, more rounds may find the machine back in one the baseline ran in,
+        # where other evidence may decide: not futile however the span reads.
+        evidence, facts["drift_from"] = by_span if across is None else replace(by_span, limit=None), "span"
         reason = "other-mode" if across is not None else "span"
         facts.update(across or {})
     else:
         sd, df, source, n_sessions = drift
-        by_drift = normal_evidence(test.estimate, math.hypot(within, sd * math.sqrt(1 + 1 / n_sessions)), df)
+        # The sessions' term stays however many rounds are added (``floor``): the rounds' goes.
+        between = sd * math.sqrt(1 + 1 / n_sessions)
+        by_drift = normal_evidence(test.estimate, math.hypot(within, between), df, floor=between)
         evidence = by_drift if source == "assumed" else either(by_span, by_drift)
         reason = ""
         facts.update({"drift": math.expm1(sd), "drift_from": source, **({"df": df} if df else {})})

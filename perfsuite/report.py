@@ -58,9 +58,7 @@ def run_summary(run: SuiteRun) -> str:
         if tail:
             msg += "\n" + "\n".join(f"#   | {line}" for line in tail.splitlines()[-8:])
         parts.append(msg)
-    bad = [s.case.name for s in run.samples() if not s.valid]
-    if bad:
-        parts.append("# FAILED validation (wrong sum): " + ", ".join(bad))
+    # A wrong result's line (which case, which rank) is the gate's, printed once after the tables.
     return "\n\n".join(parts)
 
 

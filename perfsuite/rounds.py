@@ -72,6 +72,13 @@ def modal_canary(canaries: Sequence[float], limit: float) -> float:
 
 # --- rounds -------------------------------------------------------------------------------------
 
+def _invalid_ranks(rounds: Sequence[Sample]) -> dict:
+    """The ranks whose own result was wrong in any round (as the pooled sample is invalid when
+    any round was), where the kernel named them."""
+    named = [s.info["invalid_ranks"] for s in rounds if "invalid_ranks" in s.info]
+    return {"invalid_ranks": sorted({r for ranks in named for r in ranks})} if named else {}
+
+
 def pool_rounds(rounds: Sequence[Sample], max_contention: float | None = None) -> Sample:
     """Merge samples of one case from several rounds into one sample.
 
@@ -92,7 +99,7 @@ def pool_rounds(rounds: Sequence[Sample], max_contention: float | None = None) -
         pooled = pool_rounds(calm or list(rounds))
         waits = [c for s in (calm or rounds) if (c := contention_of(s)) is not None]
         info = {**pooled.info, "rounds_dropped": len(rounds) - len(calm),
-                "contended": not calm, "max_contention": max_contention}
+                "contended": not calm, "max_contention": max_contention, **_invalid_ranks(rounds)}
         if waits:
             info["contention"] = max(waits) if calm else min(waits)
         return replace(pooled, info=info, valid=all(s.valid for s in rounds))
@@ -118,6 +125,7 @@ def pool_rounds(rounds: Sequence[Sample], max_contention: float | None = None) -
     if any("straggler" in r.info for r in rounds):
         info.update(stragglers.pooled([r.info.get("straggler") for r in rounds]))
     info["rounds"] = len(next(iter(per_round.values()), []))
+    info.update(_invalid_ranks(rounds))
     return Sample(case, metrics, all(s.valid for s in rounds),
                   tuple(t for s in rounds for t in s.times_s), info)
 
@@ -162,6 +170,9 @@ class RoundsPolicy:
     max_contention: float | None = DEFAULT_MAX_CONTENTION
     retries: int = DEFAULT_RETRIES
     decided: Callable[[list[Sample]], bool] | None = None
+    # Told each world's result as it finishes: the gate names the run's system from the first
+    # one's rank 0 where the measuring nodes are not this host.
+    seen: Callable[[Result], None] | None = None
 
     def __post_init__(self):
         if self.rounds < 1:

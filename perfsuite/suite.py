@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import bench, fingerprint, regress, stragglers, transports
+from . import bench, decision, fingerprint, regress, stragglers, transports
 from .bench import Selection
 from .errors import ConfigError, LaunchError, PerfsuiteError, PortInUse, RankFailure, Unavailable
 from .formats import SuiteRun, WorldOutcome
@@ -19,7 +19,8 @@ from .launch import native
 from .launch.environment import free_ports, prepared
 from .launch.launchers import LaunchConfig
 from .launch.world import run_world
-from .model import Case, Result, WorldSpec
+from .model import Case, Result, WorldSpec, round_values
+from .rounds import DEFAULT_CANARY_SHIFT, RoundsPolicy, pool_results, precise_enough
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -33,7 +34,7 @@ class SuiteConfig:
     keep_worlds: bool = False
     network: Any = None  # launch.netns.Shaping: every world on emulated nodes
     disk: Any = None  # (launch.diskio.DiskThrottle, data folder, tag): worlds behind a slow disk
-    rounds: regress.RoundsPolicy | None = None  # repeat each world and pool the rounds
+    rounds: RoundsPolicy | None = None  # repeat each world and pool the rounds
 
 
 def select_cases(sel: Selection) -> list[Case]:
@@ -134,7 +135,7 @@ class Rounds:
         self.given = spec
         self.spec = replace(spec, options={**cfg.options, **spec.options})
         self.cfg = cfg
-        self.policy = cfg.rounds or regress.RoundsPolicy()
+        self.policy = cfg.rounds or RoundsPolicy()
         self.results: list[Result] = []
         self.spent_s = 0.0
         self.skipped: str | None = None
@@ -147,7 +148,7 @@ class Rounds:
                                                     **native_options(self.spec.options, cfg.launch.python)})
 
     def pooled(self) -> Result:
-        return regress.pool_results(self.results, self.policy.max_contention)
+        return pool_results(self.results, self.policy.max_contention)
 
     def wants_more(self) -> bool:
         if self.skipped or self.failure:
@@ -163,6 +164,8 @@ class Rounds:
         t0 = time.monotonic()
         try:
             self.results.append(stragglers.annotate(self._world()))
+            if self.policy.seen is not None:
+                self.policy.seen(self.results[-1])
         except Unavailable as exc:
             self.skipped = str(exc)
         except (RankFailure, LaunchError) as exc:
@@ -278,40 +281,44 @@ def family(cases: Iterable[Case] | Iterable[str], baselines: dict) -> int:
     return regress.family_size(names, baselines, bench.declared_judged)
 
 
-def judging_rounds(policy: regress.RoundsPolicy | None, *, update: bool, rounds_given: bool,
-                   baselines: dict | None = None, tolerance=None,
-                   alpha: float = regress.DEFAULT_ALPHA,
-                   canary_shift: float | None = regress.DEFAULT_CANARY_SHIFT,
-                   family: int | None = None,
+def judging_rounds(policy: RoundsPolicy | None, *, update: bool, rounds_given: bool,
+                   baselines: dict | Callable[[], dict] | None = None, tolerance=None,
+                   alpha: float = decision.DEFAULT_ALPHA,
+                   canary_shift: float | None = DEFAULT_CANARY_SHIFT,
+                   family: int | Callable[[], int] | None = None,
                    session_sd: float | None = None,
-                   history: Callable | None = None) -> tuple[regress.RoundsPolicy, int]:
+                   history: Callable | None = None) -> tuple[RoundsPolicy, int]:
     """(rounds policy, looks) for both faces. Recording a baseline: BASELINE_ROUNDS unless rounds
     were asked for. Judging against ``baselines``: rounds are added while a verdict is UNKNOWN,
     up to COMPARE_MAX_ROUNDS, and the world's verdicts are taken at the looks of
-    ``regress.stored_looks`` only, each spending its share of the family's alpha (``family``
-    verdicts in the run), so the final verdicts must be taken with the same ``looks``."""
-    policy = policy or regress.RoundsPolicy()
+    ``decision.stored_looks`` only, each spending its share of the family's alpha (``family``
+    verdicts in the run), so the final verdicts must be taken with the same ``looks``.
+    ``baselines`` and ``family`` may be functions, asked when the first look comes: the gate
+    reads its baselines once it knows the system of the nodes that measure."""
+    policy = policy or RoundsPolicy()
     if update and not rounds_given:
         policy = replace(policy, rounds=BASELINE_ROUNDS)
     if baselines is None:
         return policy, 1
     cap = policy.max_rounds or max(policy.rounds, COMPARE_MAX_ROUNDS)
-    schedule = regress.stored_looks(policy.rounds, cap)
+    schedule = decision.stored_looks(policy.rounds, cap)
     looks = len(schedule) + (1 if policy.budget_s is not None else 0)  # a budget's stop is a look
     asked = policy  # what the user asked for, kept for worlds no baseline judges
 
     def decided(samples: list) -> bool:
         names = {s.case.name for s in samples}
-        judged_here = {k: b for k, b in baselines.items() if k[0] in names}
+        stored = baselines() if callable(baselines) else baselines
+        judged_here = {k: b for k, b in stored.items() if k[0] in names}
         if not judged_here:  # nothing to decide: the asked rounds, or the precision rule
-            return asked.max_rounds is None or regress.precise_enough(
+            return asked.max_rounds is None or precise_enough(
                 samples, asked.precision, min_rounds=min(3, asked.max_rounds))
-        done = min((len(regress.round_values(s, m)) for s in samples for m in s.metrics), default=0)
-        if not regress.at_look(done, schedule):
+        done = min((len(round_values(s, m)) for s in samples for m in s.metrics), default=0)
+        if not decision.at_look(done, schedule):
             return False
         verdicts = regress.compare(samples, judged_here, tolerance=tolerance, alpha=alpha, looks=looks,
-                                   canary_shift=canary_shift, judged=judged, family=family,
+                                   canary_shift=canary_shift, judged=judged,
+                                   family=family() if callable(family) else family,
                                    session_sd=session_sd, history=history)
-        return all(regress.decided(v) for v in verdicts)
+        return all(decision.decided(v) for v in verdicts)
 
     return replace(policy, max_rounds=cap, decided=decided), looks

@@ -22,7 +22,7 @@ MAX_LINES = 600
 #: The faces sit on the top floor: pytest's plugin, the CLI, and asv's (faces/: asv run's
 #: classes, the offline site).
 FLOORS = [
-    ("perfsuite.errors", 0),
+    ("perfsuite.errors", 0), ("perfsuite.status", 0),
     ("perfsuite.model", 1), ("perfsuite.stats", 1), ("perfsuite.interrupts", 1), ("perfsuite.replay", 1),
     ("perfsuite.formats", 2), ("perfsuite.fingerprint", 2), ("perfsuite.history", 2),
     ("perfsuite.stalls", 2), ("perfsuite.asv.layout", 2), ("perfsuite.asv.compat", 2),
@@ -33,7 +33,7 @@ FLOORS = [
     ("perfsuite.regress", 5), ("perfsuite.decision", 5), ("perfsuite.rounds", 5), ("perfsuite.baselines", 5), ("perfsuite.report", 5), ("perfsuite.study_report", 5),
     ("perfsuite.plots", 5), ("perfsuite.progress", 5),
     ("perfsuite.suite", 6),
-    ("perfsuite.experiments", 7), ("perfsuite.options", 7),
+    ("perfsuite.experiments", 7), ("perfsuite.options", 7), ("perfsuite.gate", 7),
     ("perfsuite.plugin", 8), ("perfsuite.cli", 8), ("perfsuite.faces", 8),
     ("perfsuite.asv", 2), ("perfsuite", 0),  # the packages' own __init__ modules
 ]

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from perfsuite import baselines, regress
+from perfsuite import baselines, regress, rounds
 from perfsuite.errors import BaselineFormatError, ConfigError
 from perfsuite.model import Case, Metric, Sample, Tolerance
 
@@ -27,7 +27,7 @@ def sample(case: Case, busbw: float, seed: int, n: int = 1000, valid: bool = Tru
 
 def pooled(case: Case, busbw: float, seed: int, k: int = 5, **kw) -> Sample:
     """``k`` rounds (enough for a baseline that can decide), pooled as the suite pools them."""
-    return regress.pool_rounds([sample(case, busbw * (1 + 0.002 * i), seed * 100 + i, n=200, **kw)
+    return rounds.pool_rounds([sample(case, busbw * (1 + 0.002 * i), seed * 100 + i, n=200, **kw)
                                 for i in range(k)])
 
 

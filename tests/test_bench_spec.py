@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite import bench, plots, regress, report, transports, worker
+from perfsuite import bench, decision, plots, regress, report, transports, worker
 from perfsuite import verdict_text as vt
 from perfsuite.bench import BenchmarkSpec, register, training
 from perfsuite.bench.tf_epoch import OPTIONS as TF_OPTIONS
@@ -118,7 +118,7 @@ def test_default_tolerances_come_from_the_benchmark_record(toys):
     assert regress.default_tolerance("latency_us", "allreduce[mpi-n2-4B]") == Tolerance(-0.03, 0.03)
     assert regress.default_tolerance("latency_us", "toy-tol[mpi-n2]") == Tolerance(-0.01, 0.01)
     tf_case = "tf-epoch[mpi-n2-small-cnn-b32]"
-    assert regress.default_tolerance("img_per_s", tf_case) == regress.DEFAULT_TOLERANCE
+    assert regress.default_tolerance("img_per_s", tf_case) == decision.DEFAULT_TOLERANCE
     # Without a case (baseline listings of old callers), the first record that declares it.
     assert regress.default_tolerance("latency_us") == Tolerance(-0.03, 0.03)
     assert regress.default_tolerance("hops") == Tolerance(-0.2, 0.2)

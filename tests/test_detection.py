@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from perfsuite import formats, regress
+from perfsuite import decision, formats
 from perfsuite.errors import ConfigError, RankFailure
 from perfsuite.experiments import canary, detection, windows
 from perfsuite.model import Metric, Sample
@@ -106,7 +106,7 @@ def test_ab_windows_flag_a_slowdown_and_never_a_clean_pair():
         hit = adjusted[("+30%", metric)]
         assert hit.n >= 2 and hit.hits == hit.n
         # a window ends at one of ab's looks: its time is the worlds' wall time it needed
-        looks = regress.paired_looks(40, rep.config.alpha, 2)
+        looks = decision.paired_looks(40, rep.config.alpha, 2)
         assert all(w.used in looks and w.time_s == pytest.approx(2 * WALL * w.used) for w in hit.windows)
         # pairs across modes are kept, ranked apart from the rest ("by mode") or with them ("all");
         # which needs fewer pairs depends on the modes' step against the change: measured on
@@ -132,7 +132,7 @@ def test_stored_windows_judge_candidates_a_gap_after_their_baseline_and_use_no_w
     for metric in ("latency_us", "busbw_GBps"):
         assert by[("clean", metric)].hits == 0
         assert by[("+500%", metric)].hits == by[("+500%", metric)].n > 0
-        assert all(w.used in regress.stored_looks(1, cfg.max_rounds) for w in by[("+500%", metric)].windows)
+        assert all(w.used in decision.stored_looks(1, cfg.max_rounds) for w in by[("+500%", metric)].windows)
     double = rows(report(Machine(spell=0.005), large_slowdown=1.0), "stored", "by mode")
     assert double[("+100%", "latency_us")].hits == 0 and double[("+100%", "latency_us")].n > 0
 

@@ -45,7 +45,9 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def row_of(out: str, case: str) -> tuple[str, float]:
     """A case's (status, value) in the verdict table ('REGRESSION', 'unknown', ...)."""
-    row = next(line for line in out.splitlines() if re.match(rf"^\S+\s+{re.escape(case)}\s", line))
+    row = next(line for line in out.splitlines()
+               if re.match(rf"^(REGRESSION|IMPROVEMENT|improvement|unknown|same|new|INVALID|missing)\s+{re.escape(case)}\s",
+                           line))
     status, _, _, value = row.split()[:4]
     return status, float(value)
 
@@ -61,7 +63,9 @@ UNDECIDED = r"(beyond x4|machine contended)"
 
 
 def check_against_one_session(out: str, baseline: Path) -> bool:
-    """Every case as the rules say for where it landed; True when any was a regression."""
+    """Every case as the rules say for where it landed; True when any was a regression. Run under
+    --strict, so no case can pass silently: a case the span cannot decide is UNKNOWN, says why,
+    and the table names the `perfsuite ab` command that decides it (exit 3)."""
     stored = json.loads(baseline.read_text())["cases"]
     flagged = False
     for case in CASES:
@@ -70,8 +74,11 @@ def check_against_one_session(out: str, baseline: Path) -> bool:
         if value > 1.5 * SPAN * fastest:
             assert status == "REGRESSION", out
         elif value < SPAN / 1.5 * fastest:
-            assert status == "unknown" and re.search(rf"UNKNOWN: {re.escape(case)} .*{UNDECIDED}", out), out
-        assert status in ("REGRESSION", "unknown"), out  # never SAME or an improvement
+            assert status == "unknown", out
+        assert status in ("REGRESSION", "unknown"), out  # never SAME, an improvement or a pass
+        if status == "unknown":
+            assert re.search(rf"UNKNOWN: {re.escape(case)} .*{UNDECIDED}", out), out
+            assert "measure both sides now, interleaved: perfsuite ab " in out, out
         flagged |= status == "REGRESSION"
     return flagged
 
@@ -83,11 +90,12 @@ def test_the_stored_gate_flags_a_real_mpich_regression_and_passes_a_clean_rerun(
     # 10 calm rounds, or fewer when contended ones could not all be re-run (3 retries)
     assert re.search(r"new .* \(1 session\(s\), ([7-9]|1[0-3]) round\(s\)\)", r.stdout), r.stdout
 
-    slow = cli("run", *WORLD, *base, *RING_ARGS, "--compare", cwd=tmp_path)
+    slow = cli("run", *WORLD, *base, *RING_ARGS, "--compare", "--strict", cwd=tmp_path)
     assert re.search(r"# family: 2 verdict\(s\); the chance that any of them wrongly says DIFFERENT "
                      r"is at most 0.01", slow.stdout), slow.stdout
     flagged = check_against_one_session(slow.stdout, tmp_path / "baselines" / "e2e-box" / "allreduce.json")
-    assert slow.returncode == (1 if flagged else 0), slow.stdout + slow.stderr  # never 4: no world failed
+    # 1 a regression, else 3: the UNKNOWN the span leaves is a failure under --strict, never a pass
+    assert slow.returncode == (1 if flagged else 3), slow.stdout + slow.stderr
     if flagged:
         assert re.search(r"beyond x4.0, the (most this machine moves|widest spread)", slow.stdout), slow.stdout
 
@@ -116,12 +124,15 @@ def test_the_pytest_gate_fails_the_regressed_cases_and_passes_a_clean_rerun(tmp_
 
     r = pytest_run("--perf-baseline-update")
     assert r.returncode == 0, r.stdout[-3000:]
-    assert "perfsuite verdicts on e2e-box" in r.stdout and "2 new" in r.stdout  # one verdict per case
+    for case in CASES:  # one baseline per case, of the rounds a baseline takes
+        assert re.search(rf"{re.escape(case)} latency_us: new .* \(1 session\(s\), ([7-9]|1[0-3]) round\(s\)\)",
+                         r.stdout), r.stdout[-3000:]
 
-    r = pytest_run(*[f"--perf-env={k}={v}" for k, v in RING.items()])
+    r = pytest_run(*[f"--perf-env={k}={v}" for k, v in RING.items()], "--perf-strict")
     assert "# family: 2 verdict(s)" in r.stdout, r.stdout[-3000:]
     flagged = check_against_one_session(r.stdout, tmp_path / "baselines" / "e2e-box" / "allreduce.json")
-    assert r.returncode == (1 if flagged else 0), r.stdout[-3000:]
+    assert r.returncode == 1, r.stdout[-3000:]  # pytest's code: every case failed, flagged or UNKNOWN
+    assert "2 failed" in r.stdout, r.stdout[-3000:]
     if flagged:
         assert "Failed: allreduce[mpi-n2-" in r.stdout and "vs baseline" in r.stdout
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from perfsuite import decision, regress, rounds as rounds_mod, stats
 from perfsuite import verdict_text as vt
 from perfsuite.errors import ConfigError
-from perfsuite.model import VERDICT_ORDER, Baseline, Case, Metric, Sample, Tolerance, Verdict
+from perfsuite.model import VERDICT_ORDER, Baseline, Case, Metric, Sample, Tolerance, Verdict, round_values
 
 LARGE = Case("allreduce", "mpi", 2, size_bytes=1 << 20)
 SMALL = Case("allreduce", "mpi", 2, size_bytes=4)
@@ -33,7 +34,7 @@ def rounds(case: Case, metric: str, centre: float, k: int, seed: int, between: f
            **kw) -> Sample:
     """k rounds, each centred on centre * (1 + between-round noise), pooled as the suite pools."""
     rng = np.random.default_rng(seed)
-    return regress.pool_rounds([one_round(case, metric, centre * (1 + between * rng.standard_normal()),
+    return rounds_mod.pool_rounds([one_round(case, metric, centre * (1 + between * rng.standard_normal()),
                                           rng, **kw) for _ in range(k)])
 
 
@@ -94,7 +95,7 @@ def test_beyond_tolerance_but_not_surely_is_unknown():
     assert v.status == "unknown" and v.kind == "UNKNOWN" and v.reason == "straddles"
     assert v.change == pytest.approx(0.137, abs=0.005) and v.low < TOL.upper < v.high
     assert vt.line(v).endswith("6 rounds: unknown (the interval straddles the tolerance)")
-    assert regress.failing([v]) == [] and not regress.decided(v)
+    assert regress.failing([v]) == [] and not decision.decided(v)
 
 
 def test_significant_but_within_tolerance_is_same():
@@ -102,7 +103,7 @@ def test_significant_but_within_tolerance_is_same():
     base = base_of(rounds(LARGE, "busbw_GBps", 1.0, 8, seed=1, between=0.001), "busbw_GBps")
     v = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.97, 8, seed=2, between=0.001),
                         base, tolerance=TOL, session_sd=DRIFT)
-    assert v.status == "same" and regress.decided(v)
+    assert v.status == "same" and decision.decided(v)
     assert TOL.lower < v.low <= v.high < 0.0
 
 
@@ -134,7 +135,7 @@ def test_one_contended_round_does_not_move_the_median_of_rounds():
     rng = np.random.default_rng(9)
     rs = [one_round(LARGE, "busbw_GBps", 1.0, rng) for _ in range(6)]
     rs[2] = one_round(LARGE, "busbw_GBps", 0.5, rng)  # another job shared a core: half speed
-    pooled = regress.pool_rounds(rs)
+    pooled = rounds_mod.pool_rounds(rs)
     assert pooled.metrics["busbw_GBps"].value == pytest.approx(1.0, abs=0.01)
     assert pooled.info["rounds"] == 6 and len(pooled.metrics["busbw_GBps"].samples) == 6 * 200
 
@@ -144,7 +145,7 @@ def test_pooled_info_numbers_are_medians_over_rounds():
     rs = [one_round(LARGE, "busbw_GBps", 1.0, rng) for _ in range(3)]
     rs = [Sample(r.case, r.metrics, True, (), {"p50_us": v, "iters": 200, "valid": True})
           for r, v in zip(rs, (10.0, 30.0, 20.0))]
-    info = regress.pool_rounds(rs).info
+    info = rounds_mod.pool_rounds(rs).info
     assert info["p50_us"] == 20.0 and info["iters"] == 200 and info["valid"] is True
 
 
@@ -208,7 +209,7 @@ def test_a_noisy_baseline_widens_the_default_tolerance():
     assert spread > 0.03 and tol == Tolerance(-regress.NOISE_FACTOR * spread, regress.NOISE_FACTOR * spread)
     assert regress.noise_tolerance("latency_us", [10.0, 10.01, 10.02]) == Tolerance(-0.03, 0.03)
     assert regress.noise_tolerance("latency_us", [5.0, 20.0]) == Tolerance(-0.03, 0.03)  # < 3 rounds: as is
-    assert regress.noise_tolerance("algbw_GBps", [10.0, 10.0, 10.0]) == regress.DEFAULT_TOLERANCE
+    assert regress.noise_tolerance("algbw_GBps", [10.0, 10.0, 10.0]) == decision.DEFAULT_TOLERANCE
     cap = regress.MAX_NOISE_TOLERANCE
     assert 0.03 < cap < 0.5  # beyond the cap a noisy baseline would call everything SAME
     wild = regress.noise_tolerance("busbw_GBps", [1.0, 3.0, 9.0, 0.2, 5.0])  # 2x spread = 198%
@@ -232,11 +233,11 @@ def test_unit_mismatch_says_update_the_baseline():
 
 
 def test_parse_tolerance():
-    assert regress.parse_tolerance("0.05") == Tolerance(-0.05, 0.05)
-    assert regress.parse_tolerance("-0.1:0.02") == Tolerance(-0.1, 0.02)
+    assert decision.parse_tolerance("0.05") == Tolerance(-0.05, 0.05)
+    assert decision.parse_tolerance("-0.1:0.02") == Tolerance(-0.1, 0.02)
     for bad in ("5%", "0.1:-0.1", "x"):
         with pytest.raises(ConfigError, match="tolerance"):
-            regress.parse_tolerance(bad)
+            decision.parse_tolerance(bad)
 
 
 def _pooled_latency(centres: list[float]) -> Sample:
@@ -245,7 +246,7 @@ def _pooled_latency(centres: list[float]) -> Sample:
     for c in centres:
         raw = tuple(float(x) for x in c * (1 + 0.001 * np.sin(np.arange(50))))
         out.append(Sample(SMALL, {"latency_us": Metric("latency_us", float(np.median(raw)), "us", False, raw)}))
-    return regress.pool_rounds(out)
+    return rounds_mod.pool_rounds(out)
 
 
 def test_alpha_decides_a_change_that_is_large_but_only_fairly_sure():
@@ -268,19 +269,19 @@ def test_alpha_decides_a_change_that_is_large_but_only_fairly_sure():
 
 
 def test_parse_alpha():
-    assert regress.parse_alpha(None) == regress.DEFAULT_ALPHA == 0.01
-    assert regress.parse_alpha("0.05") == 0.05
+    assert decision.parse_alpha(None) == decision.DEFAULT_ALPHA == 0.01
+    assert decision.parse_alpha("0.05") == 0.05
     for bad in ("5%", "0", "1", "nan", "-0.1"):
         with pytest.raises(ConfigError, match=f"alpha.*{bad}.*between 0 and 1"):
-            regress.parse_alpha(bad)
+            decision.parse_alpha(bad)
 
 
 def test_precise_enough_stops_only_when_the_median_is_pinned():
     tight = rounds(LARGE, "busbw_GBps", 1.0, 12, seed=1, between=0.001)
     loose = rounds(LARGE, "busbw_GBps", 1.0, 12, seed=1, between=0.2)
-    assert regress.precise_enough([tight], target=0.01)
-    assert not regress.precise_enough([loose], target=0.01)
-    assert not regress.precise_enough([rounds(LARGE, "busbw_GBps", 1.0, 2, seed=1, between=0.0)], 0.01)
+    assert rounds_mod.precise_enough([tight], target=0.01)
+    assert not rounds_mod.precise_enough([loose], target=0.01)
+    assert not rounds_mod.precise_enough([rounds(LARGE, "busbw_GBps", 1.0, 2, seed=1, between=0.0)], 0.01)
 
 
 def three_verdicts() -> tuple[Verdict, Verdict, Verdict]:
@@ -318,11 +319,11 @@ def test_verdict_order_and_table_columns():
 
 
 def test_rounds_policy_minimum_then_adaptive_until_precise_or_budget():
-    fixed = regress.RoundsPolicy(rounds=3)
+    fixed = rounds_mod.RoundsPolicy(rounds=3)
     assert fixed.more(1, 0.0, []) and fixed.more(2, 0.0, []) and not fixed.more(3, 0.0, [])
     tight = [rounds(LARGE, "busbw_GBps", 1.0, 5, seed=1, between=0.0005)]
     loose = [rounds(LARGE, "busbw_GBps", 1.0, 5, seed=1, between=0.2)]
-    adaptive = regress.RoundsPolicy(rounds=2, max_rounds=8, precision=0.01, budget_s=60)
+    adaptive = rounds_mod.RoundsPolicy(rounds=2, max_rounds=8, precision=0.01, budget_s=60)
     assert not adaptive.more(5, 1.0, tight)  # median pinned to +-1%: stop
     assert adaptive.more(5, 1.0, loose)  # not yet: another round
     assert not adaptive.more(5, 61.0, loose)  # budget spent
@@ -330,8 +331,8 @@ def test_rounds_policy_minimum_then_adaptive_until_precise_or_budget():
     for bad in (dict(rounds=0), dict(rounds=3, max_rounds=2), dict(precision=0), dict(budget_s=-1),
                 dict(max_contention=0.0), dict(max_contention=1.5), dict(retries=-1)):
         with pytest.raises(ConfigError):
-            regress.RoundsPolicy(**bad)
-    assert regress.RoundsPolicy() == regress.RoundsPolicy(max_contention=0.05, retries=3)
+            rounds_mod.RoundsPolicy(**bad)
+    assert rounds_mod.RoundsPolicy() == rounds_mod.RoundsPolicy(max_contention=0.05, retries=3)
 
 
 def test_pool_results_keeps_rounds_and_sums_wall_time():
@@ -340,9 +341,9 @@ def test_pool_results_keeps_rounds_and_sums_wall_time():
     rng = np.random.default_rng(2)
     res = [Result("allreduce", "mpi", 2, (one_round(LARGE, "busbw_GBps", 1.0 + 0.01 * k, rng),),
                   world_start_s=0.4, wall_s=2.0) for k in range(3)]
-    pooled = regress.pool_results(res)
+    pooled = rounds_mod.pool_results(res)
     assert pooled.extra["rounds"] == 3 and pooled.wall_s == 6.0
-    assert regress.round_values(pooled.samples[0], "busbw_GBps") == pytest.approx([1.0, 1.01, 1.02], abs=0.005)
+    assert round_values(pooled.samples[0], "busbw_GBps") == pytest.approx([1.0, 1.01, 1.02], abs=0.005)
 
 
 # --- the interval against the tolerance ----------------------------------------------------------
@@ -359,33 +360,67 @@ def test_pool_results_keeps_rounds_and_sums_wall_time():
     (-1.0, math.inf, "unknown", "unknown"),  # unbounded: too few rounds
 ])
 def test_interval_status_both_directions(low, high, if_higher_better, if_lower_better):
-    assert regress.interval_status(low, high, TOL, higher_is_better=True) == if_higher_better
-    assert regress.interval_status(low, high, TOL, higher_is_better=False) == if_lower_better
+    assert decision.interval_status(low, high, TOL, higher_is_better=True) == if_higher_better
+    assert decision.interval_status(low, high, TOL, higher_is_better=False) == if_lower_better
 
 
 def test_interval_status_with_an_asymmetric_tolerance():
     tol = Tolerance(-0.02, 0.10)
-    assert regress.interval_status(0.03, 0.08, tol, True) == "same"
-    assert regress.interval_status(-0.05, -0.03, tol, True) == "regression"
-    assert regress.interval_status(-0.05, -0.03, tol, False) == "improvement"
-    assert regress.interval_status(0.05, 0.12, tol, False) == "unknown"
+    assert decision.interval_status(0.03, 0.08, tol, True) == "same"
+    assert decision.interval_status(-0.05, -0.03, tol, True) == "regression"
+    assert decision.interval_status(-0.05, -0.03, tol, False) == "improvement"
+    assert decision.interval_status(0.05, 0.12, tol, False) == "unknown"
 
 
 def test_looks_hold_only_looks_that_can_decide():
     # stored: the first look at 3 rounds, then half again as many (a look costs alpha)
-    assert regress.stored_looks(1, 12) == (3, 5, 8, 12)
-    assert regress.stored_looks(10, 10) == (10,) and regress.stored_looks(1, None) == (1,)
-    assert regress.stored_looks(5, 12) == (5, 8, 12)
+    assert decision.stored_looks(1, 12) == (3, 5, 8, 12)
+    assert decision.stored_looks(10, 10) == (10,) and decision.stored_looks(1, None) == (1,)
+    assert decision.stored_looks(5, 12) == (5, 8, 12)
     # A/B: whole ABBA blocks, each look ~25% more pairs, none where n pairs cannot reach the
     # look's level (the signed-rank test's smallest two-sided p is 2^(1-n))
     for max_pairs, cases in ((40, 1), (200, 1), (200, 13)):
-        looks = regress.paired_looks(max_pairs, 0.01, cases)
+        looks = decision.paired_looks(max_pairs, 0.01, cases)
         assert looks[-1] == max_pairs and all(n % 2 == 0 for n in looks)
         level = 0.01 / (len(looks) * cases)
         assert 2.0 ** (1 - looks[0]) <= level < 2.0 ** (1 - 10)  # 10 pairs could not decide
         assert all(b / a <= 1.4 for a, b in zip(looks, looks[1:]))
-    assert regress.paired_looks(40) == (14, 18, 24, 30, 38, 40)
-    assert regress.at_look(14, (14, 18)) and not regress.at_look(16, (14, 18)) and regress.at_look(19, (14, 18))
+    assert decision.paired_looks(40) == (14, 18, 24, 30, 38, 40)
+    assert decision.at_look(14, (14, 18)) and not decision.at_look(16, (14, 18)) and decision.at_look(19, (14, 18))
+
+
+@pytest.mark.parametrize("cases", [1, 13])
+def test_the_last_look_is_max_pairs_itself_so_no_look_goes_unbudgeted(cases):
+    """An A/B run goes on to its last pair and judges there (``at_look`` is true past the last
+    look): that pair must be a look alpha was split over, odd or even. An odd cap takes the
+    place of the even look below it; the looks before it are the even cap's."""
+    for max_pairs in range(2, 401):
+        looks = decision.paired_looks(max_pairs, 0.01, cases)
+        assert looks[-1] == max_pairs, (max_pairs, looks)
+        assert [n for n in range(1, max_pairs + 1) if decision.at_look(n, looks)] == list(looks)
+        if max_pairs % 2:
+            assert looks[:-1] == decision.paired_looks(max_pairs - 1, 0.01, cases)[:-1]
+    assert len(decision.paired_looks(201)) == len(decision.paired_looks(200)) == 13
+
+
+def test_an_ab_run_to_an_odd_max_pairs_judges_at_its_looks_only(monkeypatch):
+    """``perfsuite ab --max-pairs 201`` on a machine that cannot decide (tolerance 0): it runs
+    every pair and judges exactly at the looks its alpha was split over, the last at pair 201."""
+    from perfsuite.experiments import ab, validity
+
+    judged_at: list[int] = []
+    judge_logs = ab.judge_logs
+
+    def counting(logs, **kw):
+        judged_at.append(len(next(iter(logs.values())).ratios))
+        return judge_logs(logs, **kw)
+
+    monkeypatch.setattr(ab, "judge_logs", counting)
+    rep = validity.ab_run(validity.Machine(0.04, 0.0, 0.0), np.random.default_rng(3), max_pairs=201,
+                          tolerance=Tolerance(0.0, 0.0))
+    assert rep.pairs == 201 and [v.kind for v in rep.verdicts] == ["UNKNOWN"]
+    assert judged_at == list(rep.config.looks) and judged_at[-1] == 201
+    assert rep.verdicts[0].facts["looks"] == len(rep.config.looks) == 13
 
 
 # --- paired verdicts (arm B against arm A) -------------------------------------------------------
@@ -396,7 +431,7 @@ PAIR_TOL = Tolerance(-0.03, 0.03)
 def paired(ratios, metric="latency_us", higher_is_better=False, strata=None, **kw) -> Verdict:
     q = regress.paired_question("allreduce[mpi-n2-4B]", metric, strata or [list(ratios)], unit="us",
                                 higher_is_better=higher_is_better, tolerance=PAIR_TOL, **kw)
-    return regress.judge([q])[0]
+    return decision.judge([q])[0]
 
 
 def test_paired_a_a_ratios_are_never_called_different():
@@ -441,7 +476,7 @@ def test_paired_ten_percent_with_thirty_quiet_pairs_is_different(metric, higher_
 def test_paired_with_too_few_or_no_pairs_is_unknown():
     few = paired([1.5] * 3 + [1.6, 1.7])
     assert few.status == "unknown" and few.high == math.inf and few.reason == "unbounded"
-    none = regress.judge([regress.paired_question("c", "latency_us", [[]], unit="us", higher_is_better=False,
+    none = decision.judge([regress.paired_question("c", "latency_us", [[]], unit="us", higher_is_better=False,
                                                   tolerance=PAIR_TOL, dropped=4)])[0]
     assert none.status == "unknown" and none.dropped == 4 and none.reason == "no-pairs"
     assert vt.line(none) == "c latency: no pair to judge (4 dropped: contended)"
@@ -472,15 +507,15 @@ def test_the_family_holds_over_many_cases_with_holm():
         factor = 1.10 if i == 4 else 1.0
         qs.append(regress.paired_question(f"c{i}", "latency_us", [list(factor * np.exp(0.01 * rng.standard_normal(30)))],
                                           unit="us", higher_is_better=False, tolerance=PAIR_TOL))
-    verdicts = regress.judge(qs, 0.01)
+    verdicts = decision.judge(qs, 0.01)
     assert [v.case for v in verdicts if v.kind == "DIFFERENT"] == ["c4"]
     assert verdicts[4].confidence == pytest.approx(1 - 0.01 / 13)
     assert all(v.facts["family"] == 13 and v.facts["alpha"] == 0.01 for v in verdicts)
     assert vt.family(verdicts).startswith("# family: 13 verdict(s); the chance that any of them wrongly "
                                           "says DIFFERENT is at most 0.01 (Holm over the cases")
     # alpha is shared across worlds by their cases: a world of 2 in a run of 26 gets 2/26 of it
-    two = [regress.Question(q.verdict, q.evidence, 1.0, group="w") for q in qs[:2]]
-    assert max(v.confidence for v in regress.judge(two, 0.01, family=26)) == pytest.approx(1 - 0.01 * 2 / 26 / 2)
+    two = [decision.Question(q.verdict, q.evidence, 1.0, group="w") for q in qs[:2]]
+    assert max(v.confidence for v in decision.judge(two, 0.01, family=26)) == pytest.approx(1 - 0.01 * 2 / 26 / 2)
 
 
 # --- rounds: contended ones set aside ------------------------------------------------------------
@@ -495,15 +530,15 @@ def test_pool_rounds_leaves_contended_rounds_out():
     rs = [_round(1.00, 0.01), _round(0.50, 0.40), _round(1.02, 0.02), _round(0.98, 0.03),
           _round(0.40, 0.07), _round(1.01, None)]  # None: not measured, never dropped
     pooled = rounds_mod.pool_rounds(rs, max_contention=0.05)
-    assert regress.round_values(pooled, "busbw_GBps") == [1.00, 1.02, 0.98, 1.01]
+    assert round_values(pooled, "busbw_GBps") == [1.00, 1.02, 0.98, 1.01]
     assert pooled.metrics["busbw_GBps"].value == pytest.approx(1.005)
     assert pooled.info["rounds_dropped"] == 2 and pooled.info["contended"] is False
     assert pooled.info["contention"] == 0.03  # the worst of the rounds kept
     assert len(pooled.metrics["busbw_GBps"].samples) == 2 * 4
     # without a limit nothing is dropped, and the result is what it always was
     plain = rounds_mod.pool_rounds(rs)
-    assert len(regress.round_values(plain, "busbw_GBps")) == 6 and "rounds_dropped" not in plain.info
-    assert regress.pool_rounds is rounds_mod.pool_rounds  # regress re-exports the rounds module
+    assert len(round_values(plain, "busbw_GBps")) == 6 and "rounds_dropped" not in plain.info
+    assert rounds_mod.pool_rounds is rounds_mod.pool_rounds  # regress re-exports the rounds module
     # a contended round that failed validation still makes the pooled sample invalid
     assert not rounds_mod.pool_rounds([_round(1.0, 0.0), _round(1.0, 0.9, valid=False)], 0.05).valid
 
@@ -512,10 +547,10 @@ def test_pool_rounds_marks_all_contended_and_keeps_them_all():
     rs = [_round(0.6, 0.30), _round(0.5, 0.20), _round(0.7, 0.50)]
     pooled = rounds_mod.pool_rounds(rs, max_contention=0.05)
     assert pooled.info["contended"] is True and pooled.info["rounds_dropped"] == 3
-    assert sorted(regress.round_values(pooled, "busbw_GBps")) == [0.5, 0.6, 0.7]
+    assert sorted(round_values(pooled, "busbw_GBps")) == [0.5, 0.6, 0.7]
     assert pooled.info["contention"] == 0.20  # the least contended of them
     one = rounds_mod.pool_rounds([_round(0.6, 0.3)], max_contention=0.05)
-    assert one.info["contended"] is True and regress.round_values(one, "busbw_GBps") == [0.6]
+    assert one.info["contended"] is True and round_values(one, "busbw_GBps") == [0.6]
     by_case = rounds_mod.pool_by_case([[_round(1.0, 0.0), _round(5.0, 0.0, SMALL)],
                                        [_round(0.4, 0.9), _round(5.1, 0.0, SMALL)]], max_contention=0.05)
     assert [s.info["rounds_dropped"] for s in by_case] == [1, 0]
@@ -545,11 +580,11 @@ def test_rounds_policy_reruns_contended_rounds_up_to_the_retries():
     def pooled(dropped: int) -> list[Sample]:
         return [Sample(LARGE, {}, True, (), {"rounds_dropped": dropped})]
 
-    once = regress.RoundsPolicy(rounds=1, retries=3)
+    once = rounds_mod.RoundsPolicy(rounds=1, retries=3)
     assert once.more(1, 0.0, pooled(1)) and once.more(2, 0.0, pooled(2)) and once.more(3, 0.0, pooled(3))
     assert not once.more(4, 0.0, pooled(4))  # 3 retries spent, all contended: stop
     assert not once.more(2, 0.0, pooled(1))  # the retry was calm: done
-    three = regress.RoundsPolicy(rounds=3, retries=3)
+    three = rounds_mod.RoundsPolicy(rounds=3, retries=3)
     assert three.more(3, 0.0, pooled(1)) and not three.more(4, 0.0, pooled(1))
     assert three.more(4, 0.0, pooled(2)) and not three.more(5, 0.0, pooled(2))
     assert not three.more(6, 0.0, pooled(3))  # never more than rounds + retries worlds
@@ -557,10 +592,10 @@ def test_rounds_policy_reruns_contended_rounds_up_to_the_retries():
     assert three.more(3, 0.0, pooled(3)) and three.more(4, 0.0, pooled(4)) and three.more(5, 0.0, pooled(5))
     assert not three.more(6, 0.0, pooled(6))
     # 4 of 10 contended: the 3 retries run (9 calm rounds beat 6) even though 10 cannot be reached
-    ten = regress.RoundsPolicy(rounds=10, retries=3)
+    ten = rounds_mod.RoundsPolicy(rounds=10, retries=3)
     assert ten.more(10, 0.0, pooled(4)) and ten.more(12, 0.0, pooled(4)) and not ten.more(13, 0.0, pooled(4))
-    assert not regress.RoundsPolicy(rounds=1, retries=0).more(1, 0.0, pooled(1))
-    assert not regress.RoundsPolicy(rounds=1, budget_s=10).more(1, 10.0, pooled(1))  # budget first
+    assert not rounds_mod.RoundsPolicy(rounds=1, retries=0).more(1, 0.0, pooled(1))
+    assert not rounds_mod.RoundsPolicy(rounds=1, budget_s=10).more(1, 10.0, pooled(1))  # budget first
     # the worst case decides: one calm case does not hide a contended one
     assert once.more(1, 0.0, [*pooled(0), *pooled(1)])
 
@@ -577,24 +612,24 @@ def test_rounds_policy_adds_rounds_until_decided():
     def at(done: int, dropped: int = 0) -> list[Sample]:
         return [Sample(LARGE, {}, True, (), {"rounds": done - dropped, "rounds_dropped": dropped})]
 
-    policy = regress.RoundsPolicy(rounds=2, max_rounds=6, decided=decided_after(4))
+    policy = rounds_mod.RoundsPolicy(rounds=2, max_rounds=6, decided=decided_after(4))
     assert policy.more(2, 0.0, at(2)) and policy.more(3, 0.0, at(3)) and not policy.more(4, 0.0, at(4))
     assert seen == [1, 1, 1]  # called with the pooled samples
-    never = regress.RoundsPolicy(rounds=2, max_rounds=6, decided=lambda s: False)
+    never = rounds_mod.RoundsPolicy(rounds=2, max_rounds=6, decided=lambda s: False)
     assert never.more(5, 0.0, at(5)) and not never.more(6, 0.0, at(6))  # up to max_rounds
     # a round left out as contended extends the cap by one, up to the retries
     assert never.more(6, 0.0, at(6, dropped=1)) and not never.more(7, 0.0, at(7, dropped=1))
     assert never.more(8, 0.0, at(8, dropped=3)) and not never.more(9, 0.0, at(9, dropped=3))
     assert not never.more(9, 0.0, at(9, dropped=5))  # only ``retries`` (3) extra
-    spent = regress.RoundsPolicy(rounds=2, max_rounds=6, budget_s=5.0, decided=lambda s: False)
+    spent = rounds_mod.RoundsPolicy(rounds=2, max_rounds=6, budget_s=5.0, decided=lambda s: False)
     assert spent.more(3, 4.9, at(3)) and not spent.more(3, 5.0, at(3))  # the budget still stops it
     # ``decided`` replaces the precision rule: decided stops even when the median is loose ...
     loose = [rounds(LARGE, "busbw_GBps", 1.0, 5, seed=1, between=0.2)]
-    assert not regress.RoundsPolicy(rounds=2, max_rounds=8, decided=lambda s: True).more(5, 0.0, loose)
+    assert not rounds_mod.RoundsPolicy(rounds=2, max_rounds=8, decided=lambda s: True).more(5, 0.0, loose)
     # ... and undecided goes on when it is tight
     tight = [rounds(LARGE, "busbw_GBps", 1.0, 5, seed=1, between=0.0005)]
-    assert regress.RoundsPolicy(rounds=2, max_rounds=8, decided=lambda s: False).more(5, 0.0, tight)
-    assert not regress.RoundsPolicy(rounds=2, max_rounds=8, precision=0.01).more(5, 0.0, tight)
+    assert rounds_mod.RoundsPolicy(rounds=2, max_rounds=8, decided=lambda s: False).more(5, 0.0, tight)
+    assert not rounds_mod.RoundsPolicy(rounds=2, max_rounds=8, precision=0.01).more(5, 0.0, tight)
 
 
 def test_judging_rounds_record_ten_and_add_rounds_while_unknown():
@@ -602,11 +637,11 @@ def test_judging_rounds_record_ten_and_add_rounds_while_unknown():
 
     policy, looks = suite.judging_rounds(None, update=True, rounds_given=False)
     assert policy.rounds == suite.BASELINE_ROUNDS and looks == 1 and policy.decided is None
-    asked = regress.RoundsPolicy(rounds=3)
+    asked = rounds_mod.RoundsPolicy(rounds=3)
     assert suite.judging_rounds(asked, update=True, rounds_given=True)[0].rounds == 3
     base = {(LARGE.name, "busbw_GBps"): base_of(rounds(LARGE, "busbw_GBps", 1.0, 10, seed=1), "busbw_GBps")}
     policy, looks = suite.judging_rounds(None, update=False, rounds_given=False, baselines=base)
-    assert policy.max_rounds == suite.COMPARE_MAX_ROUNDS and looks == len(regress.stored_looks(1, 12)) == 4
+    assert policy.max_rounds == suite.COMPARE_MAX_ROUNDS and looks == len(decision.stored_looks(1, 12)) == 4
     one = rounds(LARGE, "busbw_GBps", 0.5, 1, seed=2)  # 1 round against 10 cannot be bounded
     assert policy.more(1, 0.0, [one])
     # -50% against one session at the default drift (10%): decided at the look of 8 rounds ...
@@ -618,7 +653,7 @@ def test_judging_rounds_record_ten_and_add_rounds_while_unknown():
     other = Case("allreduce", "mpi", 2, size_bytes=4)
     assert not policy.more(1, 0.0, [rounds(other, "busbw_GBps", 1.0, 1, seed=3)])
     # ... or, with max rounds asked, until its median is precise (the adaptive rule it asked for)
-    precise, _ = suite.judging_rounds(regress.RoundsPolicy(rounds=1, max_rounds=8, precision=0.01),
+    precise, _ = suite.judging_rounds(rounds_mod.RoundsPolicy(rounds=1, max_rounds=8, precision=0.01),
                                       update=False, rounds_given=True, baselines=base)
     assert precise.more(5, 0.0, [rounds(other, "busbw_GBps", 1.0, 5, seed=3, between=0.2)])
     assert not precise.more(5, 0.0, [rounds(other, "busbw_GBps", 1.0, 5, seed=3, between=0.0005)])
@@ -654,10 +689,12 @@ def test_verdicts_compare_rounds_within_machine_modes_only():
     odd = rounds_mod.pool_rounds([_moded(0.7, 240 + k) for k in range(6)])
     v = regress.verdict(LARGE.name, "busbw_GBps", odd, again, tolerance=TOL, session_sd=DRIFT)
     assert v.status == "unknown" and v.reason == "other-mode"
+    # more rounds may find the machine back in a mode the baseline ran in: never futile
+    assert "futile" not in v.facts and not decision.decided(v)
     assert "machine in another mode than the baseline: canary 2" in vt.line(v)
     assert "0 of 10 baseline rounds within +-15%" in vt.line(v) and "beyond x4.0 is decided" in vt.line(v)
     # A baseline without canaries (older files): every round, as before.
-    plain = regress.Baseline(**{**again.__dict__, "canary": ()})
+    plain = Baseline(**{**again.__dict__, "canary": ()})
     assert regress.verdict(LARGE.name, "busbw_GBps", cand, plain, tolerance=TOL).rounds == 7
     # A candidate round in a mode with no baseline round is left out, and says so.
     stray = rounds_mod.pool_rounds([_moded(0.95 * (1 + 0.003 * k), 164 + k) for k in range(-3, 3)]
@@ -693,7 +730,7 @@ def test_a_slowdown_is_seen_through_modes_the_baseline_split_across():
 
     base = base_of(side(1.0, 5, 5, seed=1), "busbw_GBps")
     cand = side(1 / 1.3, 6, 6, seed=2)
-    one_mode = stats.shift_ci(np.log(rounds_mod.round_values(cand, "busbw_GBps")[:6]),
+    one_mode = stats.shift_ci(np.log(round_values(cand, "busbw_GBps")[:6]),
                               np.log(base.rounds[:5]), 1 - 0.01 / 4)
     assert one_mode[1] == -math.inf  # 6 against 5 cannot be bounded at 99.75%
     v = regress.verdict(LARGE.name, "busbw_GBps", cand, base, looks=4, session_sd=DRIFT)
@@ -765,6 +802,74 @@ def test_sessions_added_to_a_baseline_measure_its_drift():
     assert again.history == pytest.approx(replaced.history) and again.sessions == replaced.sessions
 
 
+
+def test_an_unknown_no_number_of_rounds_could_decide_is_futile():
+    """``decided``: an UNKNOWN whose evidence at its limit (the candidate's own rounds without
+    number, so only what no round narrows is left: the span, or the drift between sessions)
+    still straddles the tolerance, at the most alpha it may be granted, is ``futile``: more
+    rounds are spent in vain. Its status is what it was; only when rounds stop changes."""
+    one = base_of(_session(10.0, 1), "latency_us", session="monday")
+    # one session: a clean rerun, or x2, or the machine's other state, lands inside the span's
+    # window however many rounds are added; x6 (the ring algorithm) lies beyond it, and while
+    # its first 3 rounds cannot bound it yet, more can
+    for level, k in ((10.05, 3), (10.05, 10), (20.0, 10), (31.0, 10)):
+        v = regress.verdict(SMALL.name, "latency_us", _session(level, 2, k=k), one, looks=4)
+        assert (v.status, v.reason, v.facts.get("futile")) == ("unknown", "span", True), level
+        assert decision.decided(v)
+    early = regress.verdict(SMALL.name, "latency_us", _session(60.0, 2, k=3), one, looks=4)
+    assert early.status == "unknown" and "futile" not in early.facts and not decision.decided(early)
+    # sessions 10% apart against a tolerance of 10%: the drift alone straddles it, for good
+    loud = _sessions(0.10)
+    v = regress.verdict(SMALL.name, "latency_us", _session(10.0, 2, k=3), loud, looks=4, tolerance=TOL)
+    assert v.status == "unknown" and v.facts.get("futile") and decision.decided(v)
+    # a quiet machine's sessions: noisy rounds straddle it now, but more of them can show SAME
+    quiet = _sessions(0.005)
+    v = regress.verdict(SMALL.name, "latency_us", _session(10.0, 2, k=5, noise=0.05), quiet, looks=4,
+                        tolerance=TOL)
+    assert v.status == "unknown" and "futile" not in v.facts and not decision.decided(v)
+    # a drift stated by the user (--session-drift) is the floor likewise
+    v = regress.verdict(SMALL.name, "latency_us", _session(10.0, 2, k=3), one, looks=4, session_sd=0.10)
+    assert v.status == "unknown" and v.facts.get("futile")
+    # Two timing loops: no round can bring evidence; a contended round may be followed by calm ones.
+    from perfsuite.model import Verdict
+    assert decision.decided(Verdict(SMALL.name, "latency_us", "unknown", reason="timing"))
+    assert not decision.decided(Verdict(SMALL.name, "latency_us", "unknown", reason="contended"))
+    # A/B: rank evidence has no floor, so more pairs can always decide
+    ab = decision.judge([regress.paired_question("c", "latency_us", [[1.01, 0.99, 1.02, 0.98] * 4], unit="us",
+                                                higher_is_better=False, tolerance=Tolerance(0.0, 0.0))])[0]
+    assert ab.status == "unknown" and "futile" not in ab.facts and not decision.decided(ab)
+    # Futility is a fact beside the verdict, never a change of it: without the limit, the same.
+    for level in (10.05, 20.0, 31.0, 60.0, 100.0):
+        for base in (one, loud, quiet):
+            q = regress.stored_question(SMALL.name, "latency_us", _session(level, 4, k=5), base, share=0.25)
+            with_limit, = decision.judge([q])
+            without, = decision.judge([replace(q, evidence=replace(q.evidence, limit=None))])
+            futile = {"futile": True} if with_limit.facts.get("futile") else {}
+            assert with_limit == replace(without, facts={**without.facts, **futile})
+
+
+def test_a_clean_rerun_against_one_session_stops_at_the_first_look():
+    """The span rule cannot decide a clean rerun against a one-session baseline however many
+    rounds it adds: the compare stops at its first look (3 rounds) instead of the cap (12);
+    x6 goes on until it is decided."""
+    from perfsuite.experiments import validity
+
+    rng = np.random.default_rng(11)
+    clean = validity.stored_run(validity.Machine(0.02, 0.3, 0.05), rng)
+    assert clean.rounds == 3 and [v.kind for v in clean.verdicts] == ["UNKNOWN"]
+    assert clean.verdicts[0].facts["futile"]
+    ring = validity.stored_run(validity.Machine(0.02, 0.3, 0.05), rng, change=5.0)
+    assert ring.rounds > 3 and [v.status for v in ring.verdicts] == ["regression"]
+
+
+def _sessions(spread: float) -> Baseline:
+    """A baseline of 5 sessions (--baseline-add) whose levels are ``spread`` apart."""
+    b = None
+    for k, level in enumerate(10.0 * (1 + spread * np.random.default_rng(7).standard_normal(5))):
+        b = regress.baseline_from_sample(_session(level, 10 + k), "latency_us", session=f"s{k}",
+                                         previous=b, add=b is not None)
+    return b
+
 def test_lag1_correlation_of_rounds_widens_the_interval():
     """Rounds of one run are not independent (a spell lasts minutes): their lag-1 correlation,
     estimated from the rounds in time order, widens the rounds' part of the interval."""
@@ -794,7 +899,7 @@ def test_one_verdict_per_case_with_its_reciprocal_shown():
             lat = level * (1 + 0.005 * rng.standard_normal())
             out.append(Sample(SMALL, {"latency_us": Metric("latency_us", lat, "us", False),
                                       "busbw_GBps": Metric("busbw_GBps", 4e-3 / lat, "GB/s", True)}))
-        return regress.pool_rounds(out)
+        return rounds_mod.pool_rounds(out)
 
     base = both(10.0, 1)
     stored = {(SMALL.name, m): base_of(base, m) for m in base.metrics}
@@ -818,6 +923,50 @@ def test_two_intervals_read_as_one_keep_only_what_either_supports():
     lo, hi = apart.interval(0.99)
     assert lo < -0.5 and hi > 0.5  # covers both, so it shows neither a change nor sameness
     assert decision.interval_status(math.expm1(lo), math.expm1(hi), Tolerance(-0.03, 0.03), False) == "unknown"
+    # ... and its p-values say so: the hull straddles the tolerance at every level
+    assert apart.p_beyond(-0.03, 0.03) == 1.0 and apart.p_within(-0.03, 0.03) == 1.0
+
+
+LEVELS = np.geomspace(1e-6, 0.9, 50)
+
+
+def _agrees(ev: decision.Evidence, lo: float, hi: float) -> list[tuple]:
+    """Levels at which the interval ``ev`` shows and its p-values disagree (beyond, within),
+    and where an interval is not inside the one of the next lower level (they must nest)."""
+    p_beyond, p_within = ev.p_beyond(lo, hi), ev.p_within(lo, hi)
+    wrong, last = [], (-math.inf, math.inf)
+    for level in LEVELS:
+        low, high = ev.interval(1.0 - level)
+        if not math.isclose(level, p_beyond, rel_tol=1e-6) and (p_beyond <= level) != (low > hi or high < lo):
+            wrong.append(("beyond", level, p_beyond, low, high))
+        if not math.isclose(level, p_within, rel_tol=1e-6) and (p_within <= level) != (lo <= low and high <= hi):
+            wrong.append(("within", level, p_within, low, high))
+        if low < last[0] - 1e-12 or high > last[1] + 1e-12:
+            wrong.append(("nest", level, low, high, last))
+        last = (low, high)
+    return wrong
+
+
+def test_the_p_values_of_two_intervals_read_as_one_are_the_inversion_of_the_interval_shown():
+    """Two intervals that part (0 and +10%, each +-2%: they meet at 97.5% confidence and not
+    above): at 99% their intersection lies beyond +-3% while at 95% their hull straddles it, so
+    no p-value can say both. The interval shown therefore holds, at every level where the two
+    still meet, their hull where they part: the intervals nest, and p_beyond and p_within are
+    the smallest levels at which the interval shown lies beyond or within the tolerance."""
+    parting = decision.either(decision.normal_evidence(0.0, 0.02), decision.normal_evidence(0.10, 0.02))
+    assert _agrees(parting, -0.03, 0.03) == []
+    lo, hi = parting.interval(0.99)
+    assert lo < -0.03 and hi > 0.10 and parting.p_beyond(-0.03, 0.03) == 1.0
+    assert decision.judge([decision.Question(Verdict("c", "latency_us", "unknown", "us", False,
+                                                     tolerance=Tolerance(-0.03, 0.03)), parting)])[0].kind == "UNKNOWN"
+    # The cases of a stored verdict's two intervals, and pairs that part or meet, at random.
+    rng = np.random.default_rng(5)
+    for _ in range(80):
+        a = decision.normal_evidence(rng.normal(0, 0.2), rng.uniform(0.001, 0.05), df=rng.choice([0, 4]) or None)
+        b = (decision.band_evidence(0.0, rng.normal(0, 0.5), rng.uniform(0.001, 0.05), (-0.2, 0.3), math.log(1.5))
+             if rng.random() < 0.5 else decision.normal_evidence(rng.normal(0, 0.2), rng.uniform(0.001, 0.05)))
+        tol = (-rng.uniform(0, 0.1), rng.uniform(0, 0.1))
+        assert _agrees(decision.either(a, b), *tol) == [], (a.estimate, b.estimate, tol)
 
 
 def test_the_span_band_covers_every_level_an_unchanged_machine_makes_and_nothing_beyond():

@@ -5,7 +5,8 @@ import argparse
 
 from .. import formats
 from ..errors import ConfigError
-from .common import EXIT_OK, not_recorded, say
+from ..gate import not_recorded
+from .common import EXIT_OK, say
 
 COMMANDS = {}
 

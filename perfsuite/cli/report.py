@@ -6,10 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import regress, report, suite
+from .. import regress, report, rounds, suite
 from .. import verdict_text as vt
 from ..errors import ConfigError
-from .common import EXIT_OK, add_canary_shift, canary_shift, say, verdict_status
+from ..gate import verdict_status
+from .common import EXIT_OK, add_canary_shift, canary_shift, say
 
 COMMANDS = {}
 
@@ -37,7 +38,7 @@ def add_report(p: argparse.ArgumentParser) -> None:
 
 
 def report_verdicts(runs: list, root: str, system: str | None,
-                    shift: float | None = regress.DEFAULT_CANARY_SHIFT) -> list:
+                    shift: float | None = rounds.DEFAULT_CANARY_SHIFT) -> list:
     """Each results file against the baselines of the system it ran on."""
     from .. import baselines
 

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 import shlex
-import signal
-from pathlib import Path
+from dataclasses import replace
 
-from .. import bench, formats, interrupts, options, regress, report, suite, transports
+from .. import bench, gate, interrupts, options, report, suite, transports
 from ..errors import ConfigError
 from ..model import split_list
-from .common import (EXIT_OK, EXIT_UNKNOWN, EXIT_WORLD, canary_shift, exit_status, gate_settings,
-                     not_recorded, print_verdicts, say)
+from .common import say
 
 COMMANDS = {}
 
@@ -46,140 +43,36 @@ def run_cases_from_args(args: argparse.Namespace) -> tuple[list, suite.SuiteConf
 
 
 def do_run(args: argparse.Namespace) -> int:
-    from ..asv.record import check_store, record_run
     from ..progress import SweepProgress
 
     cases, cfg = run_cases_from_args(args)  # main() has checked every output location
-    cfg = judging(cfg, args, cases)
-    asv_to = options.prepare_asv(options.asv_target(vars(args)))  # bad --asv* is a usage error now
+    values = vars(args)
+    asv_to = options.prepare_asv(options.asv_target(values))  # bad --asv* is a usage error now
     if asv_to is not None:
+        from ..asv.record import check_store
+
         check_store(asv_to)
+    g = gate.Gate(gate.plan(values, compare=bool(args.compare), asv=asv_to), cases,
+                  hint=lambda system, root: record_command(args, system, root))
+    g.prepare(cfg.launch)
+    cfg = replace(cfg, rounds=g.rounds(cfg.rounds, rounds_given=args.rounds is not None))
     with interrupts.handled() as signals:
         with SweepProgress(suite.plan(cases, cfg.options)) as on_world:
             run = suite.run(cases, cfg, on_world=on_world)
         signals.defer()
         say(report.run_summary(run))
-        kept = keep(run, args)
-        if run.interrupted or signals.raised:
-            stop = run.interrupted or signals.raised.name
-            say(f"# interrupted by {stop}: not judged, not recorded in asv or as baselines")
-            return 128 + signal.Signals[stop].value
-        if asv_to is not None:
-            say(record_run(run, asv_to, bench.asv_layout).line())
-        gate = gate_run(run, args)
-    # A failed world, an invalid case or results that could not be kept: 4, before the gate's
-    # regression (1) or UNKNOWN (3), since the gate then lacks part of its evidence.
-    return exit_status(EXIT_OK if run.ok and kept else EXIT_WORLD, gate)
-
-
-def keep(run: formats.SuiteRun, args: argparse.Namespace) -> bool:
-    """Write the results file and the report; a write that fails now (the disk filled, the
-    folder went) still keeps the results, in the temp folder, says where, and returns False."""
-    ok = True
-    if args.json:
-        where, why = formats.write_run_kept(args.json, run)
-        say(f"# results written to {where}" + (f" because {why}" if why else ""))
-        ok = why is None
-    if args.report:
-        try:
-            report.write_report(args.report, [report.ReportRun.from_suite_run(run, args.json or "this run")])
-            say(f"# report written to {Path(args.report) / 'index.html'}")
-        except (OSError, ConfigError) as exc:
-            ok = False
-            say(f"# report not written to {args.report}: {getattr(exc, 'strerror', None) or exc}")
-            if not args.json:
-                where, _ = formats.write_run_kept(formats.fallback_path("perfsuite-results.json"), run)
-                say(f"# results written to {where} instead")
-    return ok
+        done = g.finish(run, gate.Keep(json=args.json, report=args.report, source=args.json or "this run"),
+                        interrupted=signals.raised.name if signals.raised else None)
+        for line, _ in done.lines:
+            say(line)
+    return done.status
 
 
 COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster) and print tables")
 
 
 
-# --- the gate: verdicts against the baselines, or recording them ----------------------------
-
-def judging(cfg: suite.SuiteConfig, args: argparse.Namespace, cases: list) -> suite.SuiteConfig:
-    """The rounds a judging run needs (``suite.judging_rounds``): --baseline-update records
-    more, --compare adds rounds while a verdict is UNKNOWN."""
-    from .. import baselines
-
-    tol, alpha = gate_settings(args)
-    recording = bool(args.baseline_update or args.baseline_add)
-    if args.baseline_update and args.baseline_add:
-        raise ConfigError("--baseline-update replaces the stored rounds and --baseline-add adds to them; "
-                          "give one of them")
-    if args.baseline_update and args.rounds is not None and cfg.rounds.rounds < regress.MIN_BASELINE_ROUNDS:
-        raise ConfigError(f"--rounds {args.rounds} with --baseline-update records a baseline that can "
-                          f"decide nothing; a baseline needs at least {regress.MIN_BASELINE_ROUNDS} rounds "
-                          f"(leave --rounds out: {suite.BASELINE_ROUNDS} are recorded)")
-    # Read now, so that a baseline file the end of the run could not read or update stops the
-    # run before any world starts.
-    stored = (baselines.load_all(args.baseline_dir or "baselines", baselines.system_for(None, args.system))
-              if args.compare or recording else None)
-    args.family = suite.family(cases, stored) if args.compare else None
-    args.drift_history = _asv_history(args) if args.compare else None
-    policy, args.looks = suite.judging_rounds(cfg.rounds, update=recording,
-                                              rounds_given=args.rounds is not None,
-                                              baselines=stored if args.compare else None,
-                                              tolerance=tol, alpha=alpha,
-                                              canary_shift=canary_shift(args), family=args.family,
-                                              session_sd=options.session_drift(args.session_drift),
-                                              history=args.drift_history)
-    return replace(cfg, rounds=policy)
-
-
-def _asv_history(args: argparse.Namespace):
-    """With --asv, this machine's asv history: each case's level in earlier runs, from which
-    verdicts measure the drift between runs (``regress.session_drift``)."""
-    to = options.asv_target(vars(args))
-    if to is None:
-        return None
-    from ..asv.read import drift_history
-
-    return drift_history(to, bench.asv_layout)
-
-
-def gate_run(run: formats.SuiteRun, args: argparse.Namespace) -> int:
-    """``run --compare``: verdicts against this system's baselines; ``--baseline-update``: record."""
-    from .. import baselines
-
-    if not (args.compare or args.baseline_update or args.baseline_add):
-        return EXIT_OK
-    system = baselines.system_for(run.machine, args.system)
-    root = args.baseline_dir or "baselines"
-    code = EXIT_OK
-    if args.compare:
-        tol, alpha = gate_settings(args)
-        judged = {c.name for o in run.outcomes for c in o.spec.cases if not o.skipped}
-        say(f"# verdicts on {system} against {root}/{system}/")
-        stored = baselines.load_all(root, system)
-        verdicts = regress.compare(run.samples(), stored, tolerance=tol,
-                                   alpha=alpha, system=system, cases=judged,
-                                   looks=getattr(args, "looks", 1), canary_shift=canary_shift(args),
-                                   judged=suite.judged, family=getattr(args, "family", None),
-                                   session_sd=options.session_drift(args.session_drift),
-                                   history=getattr(args, "drift_history", None))
-        code = print_verdicts(verdicts, bool(args.strict))
-        if verdicts and all(v.status == "new" for v in verdicts):
-            # A gate that judged nothing must not pass quietly: every case is new, so the run
-            # proves nothing about a regression. One line, loud; under --strict it is UNKNOWN (3).
-            say(nothing_compared(args, system, root, bool(stored)))
-            if args.strict:
-                code = exit_status(code, EXIT_UNKNOWN)
-    if args.baseline_update or args.baseline_add:
-        for line in not_recorded(run, allow_partial=False):
-            say(line)
-        complete = [s for r in run.results for s in r.samples if s.valid]
-        try:
-            for line in baselines.update(root, system, complete, run.machine, session=run.created,
-                                         add=bool(args.baseline_add), measured_now=True) if complete else ():
-                say(line)
-        except ConfigError as exc:  # the rounds were measured: keep the run's verdicts, say why not
-            say(f"# not recorded: {exc}")
-            return exit_status(code, EXIT_WORLD)
-    return code
-
+# --- the command that records this run's baselines (the gate's hint) ---------------------
 
 #: What ``record_command`` leaves out of the run that found no baseline: how that run judged
 #: (a recording neither judges nor may take fewer rounds than a baseline needs) and where it
@@ -204,12 +97,3 @@ def record_command(args: argparse.Namespace, system: str, root: str) -> str:
             for each in value if o.kind == "list" else [value]:
                 words += [f"--{o.name}", str(each)]
     return shlex.join([*words, "--system", system, "--baseline-dir", root, "--baseline-update"])
-
-
-def nothing_compared(args: argparse.Namespace, system: str, root: str, any_stored: bool) -> str:
-    """The one line of a --compare whose every verdict is new: which baseline is missing, and
-    the command that records it."""
-    why = (f"the baselines in {root}/{system}/ hold none of this run's cases" if any_stored
-           else f"no baseline for system {system} in {root}/{system}/")
-    return (f"NOTHING COMPARED: {why}, so every case is new and no regression could be seen; "
-            f"record one with: {record_command(args, system, root)}")
