@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -132,23 +133,53 @@ def test_first_contact_brings_up_then_says_there_is_no_gpu(tmp_path):
                                   "run it with smoke, measure, pytest or all")
 
 
-def test_first_contact_in_one_call_ends_inside_its_budget(tmp_path):
-    """`all` cuts each step to what is left of its budget, and names a step it had no time for."""
+def first_contact_all(tmp_path: Path, budget: int) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """`all` with only its epoch step (STEPS=epoch), a listed GPU (a fake nvidia-smi) and
+    ALL_BUDGET=budget; the step's command is not run: a `timeout` first on PATH writes down what
+    it was asked to run and under what limit, and passes every other command to the real one."""
     fake = tmp_path / "bin"
-    fake.mkdir()
+    fake.mkdir(exist_ok=True)
     (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: a listed GPU'\n")
-    (fake / "nvidia-smi").chmod(0o755)
-    (tmp_path / "none").mkdir()
+    calls = tmp_path / "timeout-calls"
+    calls.write_text("")
+    real = shutil.which("timeout", path=BARE_PATH)
+    (fake / "timeout").write_text(
+        "#!/bin/sh\n"
+        'case "$4" in */perfsuite) printf "%s\\n" "$*" >> ' + f'"{calls}"; exit 0 ;; esac\n'
+        f'exec "{real}" "$@"\n')
+    for tool in ("nvidia-smi", "timeout"):
+        (fake / tool).chmod(0o755)
+    (tmp_path / "none").mkdir(exist_ok=True)
     env = {**os.environ, "PATH": f"{fake}{os.pathsep}{BARE_PATH}", "PYTHON": sys.executable,
-           "VENV": str(tmp_path / "venv"), "WHEELS": str(tmp_path / "none"), "OUT": str(tmp_path / "out"),
-           "STEPS": "epoch", "ALL_BUDGET": "5"}
+           "VENV": str(tmp_path / "venv"), "WHEELS": str(tmp_path / "none"), "OUT": str(tmp_path / f"out{budget}"),
+           "STEPS": "epoch", "ALL_BUDGET": str(budget)}
     done = subprocess.run(["bash", str(FIRST_CONTACT), "all"], capture_output=True, text=True,
                           timeout=300, env=env)
+    return done, [line.split() for line in calls.read_text().splitlines()]
+
+
+def test_first_contact_in_one_call_ends_inside_its_budget(tmp_path):
+    """`all` cuts each step to what is left of its budget, and names a step it had no time for.
+    Both are read from what the script says and runs, never from how long this machine took:
+    the budget is counted from the end of the bring-up, so what is left is at most the budget
+    however slow the machine is, and a step needs 20 s of it to start."""
+    # 5 s: less than a step needs, whatever part of it is left when the step comes
+    done, calls = first_contact_all(tmp_path, 5)
     assert done.returncode == 1, done.stdout + done.stderr
-    # bash's clock counts whole seconds, and a busy machine takes some of the 5 before the step
-    assert re.search(r"^== torch-nccl training epoch, n=1: not run, -?\d+ s left of the call's budget$",
-                     done.stdout, re.M), done.stdout
-    assert done.stdout.rstrip().splitlines()[-1] == "gpu-first-contact: FAILED: 1 step(s)"
+    m = re.search(r"^== torch-nccl training epoch, n=1: not run, (-?\d+) s left of the call's budget$",
+                  done.stdout, re.M)
+    assert m and int(m.group(1)) <= 5, done.stdout
+    assert calls == [] and done.stdout.rstrip().splitlines()[-1] == "gpu-first-contact: FAILED: 1 step(s)"
+
+    # 89 s: enough to start the step (90 s alone), which then gets what is left, at most 89
+    done, calls = first_contact_all(tmp_path, 89)
+    assert done.returncode == 0, done.stdout + done.stderr
+    m = re.search(r"^== torch-nccl training epoch, n=1 \(limit (\d+) s\)$", done.stdout, re.M)
+    assert m and 20 <= int(m.group(1)) <= 89, done.stdout
+    ((k, grace, limit, exe, *args),) = calls
+    assert (k, grace, limit) == ("-k", "10", m.group(1)) and exe == str(tmp_path / "venv" / "bin" / "perfsuite")
+    assert args[:3] == ["run", "--benchmarks", "torch-epoch"]
+    assert "== torch-nccl training epoch, n=1: exit 0 after" in done.stdout
 
 
 def test_a_cupy_is_kept_from_version_14():

@@ -2,6 +2,7 @@
 reaps the world's whole process tree, keeps what finished, and says what happened in one line."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,8 +14,9 @@ import pytest
 
 from conftest import default_sigint, reap, signalled
 from perfsuite import cli, formats, interrupts
-from perfsuite.errors import Interrupted
+from perfsuite.errors import FormatError, Interrupted
 from perfsuite.launch import proctree
+from perfsuite.model import Sample
 
 
 def left_behind(token: str) -> list[str]:
@@ -42,20 +44,39 @@ def gone_within(token: str, seconds: float = 2.0) -> list[str]:
 
 # --- signals through a real `perfsuite run` ------------------------------------------------------
 
-def _token_procs(token: str) -> int:
-    return sum(1 for line in left_behind(token) if "perfsuite.worker" in line)
+def measured_in_a_world(workdir: Path, world_size: int, size: int) -> bool:
+    """Has a live world of ``world_size`` ranks recorded its ``size``-byte case? Rank 0 appends
+    each finished case to the world's partial record (perfsuite/worker.py), which is what an
+    interrupted run keeps: the test waits for that record, not for a time."""
+    for folder in workdir.glob("perfsuite-world-*"):
+        try:
+            if formats.read_job(str(folder / "job.json"))["world_size"] != world_size:
+                continue
+            lines = (folder / "partial.jsonl").read_text().splitlines()
+        except (OSError, ValueError, FormatError):
+            continue  # not written yet
+        for line in lines:
+            try:
+                if Sample.from_dict(json.loads(line)).case.size_bytes == size:
+                    return True
+            except ValueError:
+                pass  # the line rank 0 is writing now
+    return False
 
 
 @pytest.mark.world
 @pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_stops_the_world_and_keeps_what_finished(tmp_path, sig, status):
     """The 1-rank world finishes; the 2-rank world measures 4 B, then its rank 1 hangs at 1 KiB
-    until the signal, so what is kept does not depend on how fast this machine is today."""
+    until the signal, which is sent once the 4 B case is in the world's record: what is kept
+    does not depend on how fast this machine is today."""
     token = f"shutdown-{sig.name}-{os.getpid()}"
-    out = tmp_path / "t.json"
+    out, workdir = tmp_path / "t.json", tmp_path / "worlds"
+    workdir.mkdir()
     env = {**os.environ, "PERFSUITE_TEST_TOKEN": token, "PERFSUITE_TEST_FAULT": "hang@1@1024"}
     proc = subprocess.Popen([sys.executable, "-m", "perfsuite.cli", "run", "--transports", "mpi",
                              "--world-sizes", "1,2", "--sizes", "4,1024", "--iters", "20", "--json", str(out),
+                             "--workdir", str(workdir),  # where the test reads the world's record
                              # one round each, or a contended round of the first world is re-run
                              # after the second world, which hangs until the signal
                              "--max-contention", "off"],
@@ -69,10 +90,11 @@ def test_a_signal_stops_the_world_and_keeps_what_finished(tmp_path, sig, status)
                 break
         else:
             pytest.fail("the first world never finished:\n" + "".join(lines))
-        deadline = time.monotonic() + 60
-        while _token_procs(token) < 2 and time.monotonic() < deadline:  # the second world is up
-            time.sleep(0.1)
-        time.sleep(3.0)  # its 4 B case done, rank 1 hung at 1 KiB (20 iterations take milliseconds)
+        deadline = time.monotonic() + 120  # generous: a 2-rank world starts in seconds
+        while not measured_in_a_world(workdir, 2, 4) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not measured_in_a_world(workdir, 2, 4):
+            pytest.fail("the 2-rank world did not record its 4 B case within 120 s")
         rest = signalled(proc, sig)
     finally:
         if proc.poll() is None:

@@ -163,10 +163,16 @@ class _FakeTensor:
 
 def test_harness_loop_adds_no_measurable_time_per_step():
     """The kernel's timed loop (fault hook, slow-down hook, bookkeeping) against the same loop
-    written plainly, on a step that does nothing: what is left is the harness's own cost."""
+    written plainly, on a step that does nothing: what is left is the harness's own cost.
+
+    Each loop runs in many short blocks, the two alternating (and swapping which goes first), and
+    each loop's best block counts. On a shared machine descheduling only adds time, and a block
+    (under a millisecond here) is shorter than a scheduler's time slice: a busy machine leaves most
+    blocks undisturbed, so the best ones are the loops' own cost however loaded it is."""
     from perfsuite.kernels.faults import FaultSwitch
 
-    steps, fault, case = 20000, FaultSwitch(0, ""), Case("tf-epoch", "plain", 1, model="small-cnn", batch=1)
+    steps, blocks = 1000, 100
+    fault, case = FaultSwitch(0, ""), Case("tf-epoch", "plain", 1, model="small-cnn", batch=1)
 
     def train_step(x, y):  # a tf.function that does nothing
         return _FakeTensor()
@@ -174,14 +180,24 @@ def test_harness_loop_adds_no_measurable_time_per_step():
     def step():  # what PlainTraining.make_step wraps around it
         train_step(None, None).numpy()
 
-    harness, plain = [], []
-    for _ in range(5):  # best of 5: the machine is shared, descheduling only adds
+    def harness_block() -> float:
         t0 = time.perf_counter()
         timed_epoch(step, steps, fault, case)
-        harness.append(time.perf_counter() - t0)
+        return time.perf_counter() - t0
+
+    def plain_block() -> float:
         t0 = time.perf_counter()
         plain_epoch(lambda: train_step(None, None).numpy(), steps)
-        plain.append(time.perf_counter() - t0)
+        return time.perf_counter() - t0
+
+    harness, plain = [], []
+    for i in range(blocks):
+        if i % 2:
+            plain.append(plain_block())
+            harness.append(harness_block())
+        else:
+            harness.append(harness_block())
+            plain.append(plain_block())
     per_step_us = (min(harness) - min(plain)) / steps * 1e6
     print(f"harness {min(harness) / steps * 1e6:.2f} us/step, plain {min(plain) / steps * 1e6:.2f} us/step")
     # A small-CNN step on a CPU takes ~50 ms: 20 us would be 0.04 % of it.
@@ -297,7 +313,9 @@ def test_mpi_weights_match_across_ranks(threshold, no_leftover_ranks):
     assert buffers == ([1] * 8 if threshold == 0 else [8])  # small-cnn has 8 trainable tensors
     assert s.metrics["img_per_s"].value > 0 and 0 < s.metrics["allreduce_share"].value < 1
     assert s.metrics["scaling_efficiency"].value > 0 and len(s.times_s) == TINY["iters"]
-    assert res.wall_s < 60  # a CPU CI case, TF import included
+    # A CPU CI case: the tiny epoch asked for (its steps above, its warm-up here), not a clock
+    # reading; measured()'s world timeout bounds its time, a world past it fails the test.
+    assert s.info["warmup"] == TINY["warmup"]
 
 
 @pytest.mark.tf
