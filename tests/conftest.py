@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -35,6 +36,50 @@ def native_loop():
     if built.why is not None:
         pytest.skip(f"no native loop here: {built.why}")
     return built
+
+
+@pytest.fixture(autouse=True)
+def no_copy_bandwidth(monkeypatch):
+    """Every world a test starts (in this process, a CLI subprocess or a pytester run: the ranks
+    inherit the environment) skips the allreduce kernel's copy-bandwidth measurement, 64 MiB
+    copied 11 times (0.1-0.3 s a world on a 2-core VM), which no test reads; a test that reads
+    it passes the kernel option ``copy_bw: True``."""
+    from perfsuite.kernels.allreduce import NO_COPY_BW_ENV
+
+    monkeypatch.setenv(NO_COPY_BW_ENV, "1")
+
+
+#: One recipe of real worlds for every test that needs a run and the same run made x21 slower
+#: (``slowed_runs``): the mpi transport on 1 and 2 ranks at 4 B, 8 rounds of each world. Two
+#: worlds, so that one can fail while the other is judged (tests/test_exit_status.py); the
+#: 1-rank world is the one every such test holds to REGRESSION. Contention is not judged: every
+#: round counts, so each world's 8 rounds can be recorded as a baseline (tests/test_report.py), and
+#: a round's value is the median of its 20 calls, which a neighbour's burst moves only by
+#: stalling most of them (the 1-rank world's calls are a copy in one process, about 1 us each).
+SLOWED_WORLD = ["--transports", "mpi", "--world-sizes", "1,2", "--sizes", "4", "--iters", "20", "--warmup", "5",
+                "--rounds", "8", "--max-contention", "off"]
+#: The test-only switches a run started by a test must not inherit from the test's own environment.
+SWITCHES = ("PERFSUITE_INJECT_SLOWDOWN", "PERFSUITE_TEST_FAULT")
+
+
+@pytest.fixture(scope="session")
+def slowed_runs(tmp_path_factory) -> Path:
+    """A folder holding fast.json, a clean run of ``SLOWED_WORLD``, and slow.json, the same run
+    with every timed call 21x as long (``PERFSUITE_INJECT_SLOWDOWN=20``): far beyond the x4 a
+    one-session reference allows for this machine's states. Made once per session: the exit
+    statuses (tests/test_exit_status.py) and the report's verdict table (tests/test_report.py)
+    read the same two runs. Both exit 0: a run without --compare judges nothing."""
+    from perfsuite.kernels.allreduce import NO_COPY_BW_ENV
+
+    where = tmp_path_factory.mktemp("slowed")
+    # A session fixture starts before the autouse no_copy_bandwidth: its worlds skip the copy too.
+    env = {k: v for k, v in os.environ.items() if k not in SWITCHES and not k.startswith("MPIR_CVAR_")}
+    env[NO_COPY_BW_ENV] = "1"
+    for name, extra in (("fast.json", {}), ("slow.json", {"PERFSUITE_INJECT_SLOWDOWN": "20.0"})):
+        r = subprocess.run([sys.executable, "-m", "perfsuite.cli", "run", *SLOWED_WORLD, "--json", name],
+                           cwd=where, env={**env, **extra}, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+    return where
 
 
 def worker_pids(token: str | None = None) -> list[int]:

@@ -4,8 +4,9 @@
 Robust by design on a noisy 2-core machine: no row rests on a timing that could land either way.
 The regression (1) is a x21 slowdown injected into the timed loop (``PERFSUITE_INJECT_SLOWDOWN``),
 far beyond the x4 a one-session reference allows for this machine's states, with 8 rounds a
-side (test_report's recipe); MPICH's own ring algorithm (x2-x8 here, by machine state) decides
-only through ``ab``, where tests/test_gate_e2e.py holds it to exit 1. UNKNOWN (3) is a run
+side (conftest's ``slowed_runs``, which tests/test_report.py reads too); MPICH's own ring
+algorithm (x2-x8 here, by machine state) decides only through ``ab``, where
+tests/test_gate_e2e.py holds it to exit 1. UNKNOWN (3) is a run
 compared with itself: a one-session reference cannot decide anything within x4, whatever the
 machine did. A failed world (4) is the test-only fault switch: a rank SIGKILLed, a wrong sum.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import default_sigint, rank_pids, signalled
+from conftest import SLOWED_WORLD, default_sigint, rank_pids, signalled
 from perfsuite import cli
 from perfsuite.cli import common
 
@@ -30,10 +31,8 @@ pytestmark = pytest.mark.world
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD = ["--transports", "mpi", "--world-sizes", "2", "--sizes", "4", "--iters", "20", "--warmup", "5"]
-#: 8 rounds a side; a round that waited for a CPU is left out and run again (the default), so
-#: a neighbour's burst cannot widen the reference's spread past the slowdown. Two worlds (1 and
-#: 2 ranks), so that one can fail while the other is judged.
-JUDGED = [*WORLD[:2], "--world-sizes", "1,2", *WORLD[4:], "--rounds", "8"]
+#: The judged worlds of ``runs`` (conftest's ``slowed_runs``): 1 and 2 ranks, 8 rounds each.
+JUDGED = SLOWED_WORLD
 SWITCHES = ("PERFSUITE_INJECT_SLOWDOWN", "PERFSUITE_TEST_FAULT")
 
 
@@ -48,16 +47,12 @@ def said(r: subprocess.CompletedProcess) -> str:
     return f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    """A clean run and one 21x slower, 8 rounds of each world, as results files (exit 0 both: a
-    run without --compare judges nothing, and the slow one ran and validated)."""
-    where = tmp_path_factory.mktemp("exit")
-    fast = perfsuite("run", *JUDGED, "--json", "fast.json", cwd=where)
-    assert fast.returncode == cli.EXIT_OK, said(fast)
-    slow = perfsuite("run", *JUDGED, "--json", "slow.json", cwd=where, PERFSUITE_INJECT_SLOWDOWN="20.0")
-    assert slow.returncode == cli.EXIT_OK, said(slow)
-    return where
+@pytest.fixture
+def runs(slowed_runs) -> Path:
+    """A clean run and one 21x slower, 8 rounds of each world, as results files fast.json and
+    slow.json (exit 0 both: a run without --compare judges nothing, and the slow one ran and
+    validated), made once per session and shared with tests/test_report.py."""
+    return slowed_runs
 
 
 def table_statuses() -> list[str]:
@@ -117,11 +112,11 @@ def test_3_unknown_under_strict(runs):
 
 
 @pytest.mark.parametrize("fault, says", [("kill@1", "rank 1 on .* died"),
-                                         ("corrupt@1", r"FAILED validation \(wrong sum\)")])
+                                         ("corrupt@1", r"^INVALID: allreduce\[mpi-n2-4B\] returned wrong results on rank 1 ")])
 def test_4_a_world_failed_or_a_case_was_invalid(tmp_path, fault, says, no_leftover_ranks):
     r = perfsuite("run", *WORLD, cwd=tmp_path, PERFSUITE_TEST_FAULT=fault)
     assert r.returncode == 4, said(r)
-    assert re.search(says, r.stdout + r.stderr), said(r)
+    assert re.search(says, r.stdout + r.stderr, re.M), said(r)
 
 
 def test_4_through_the_failure_a_command_raises(tmp_path, no_leftover_ranks):
@@ -169,44 +164,35 @@ def test_128_plus_n_interrupted(tmp_path, sig, monkeypatch, no_leftover_ranks):
 # --- the pytest face: pytest's own codes, and one line naming the row ------------------------------
 
 def test_the_pytest_summary_names_the_row():
-    """Each finding of a session, through the plugin's own line (tests/test_plugin.py sees the
-    line at the end of real sessions: a failed world, and nothing wrong)."""
-    from types import SimpleNamespace
-
+    """Each finding of a run, as the one line pytest's summary ends with (``gate.finding``, from
+    the status the gate gives both faces; tests/test_plugin.py sees it at the end of real sessions)."""
+    from perfsuite import gate
     from perfsuite.errors import RankFailure
-    from perfsuite.formats import WorldOutcome
+    from perfsuite.formats import SuiteRun, WorldOutcome
     from perfsuite.model import Verdict, WorldSpec
-    from perfsuite.plugin import _finding
 
     spec = WorldSpec("allreduce", "mpi", 2, ())
-    ok = WorldOutcome(spec)
+    ok = SuiteRun([WorldOutcome(spec)])
+    failed = SuiteRun([WorldOutcome(spec, failure=RankFailure("allreduce[mpi-n2]: rank 1 died"))])
     regression = Verdict("allreduce[mpi-n2-4B]", "latency_us", "regression")
     unknown = Verdict("allreduce[mpi-n2-4B]", "latency_us", "unknown")
 
-    def line(outcomes=(ok,), verdicts=(), baselines=None, **values):
-        """A session whose one case was judged: against ``baselines`` (None: nothing judged it)."""
-        config = SimpleNamespace(rootpath=Path("/repo"), invocation_params=SimpleNamespace(
-            args=("benchmarks", "--perf-strict", "--perf-rounds", "2", "-k", "mpi")))
-        state = SimpleNamespace(outcomes=dict(enumerate(outcomes)), verdicts=list(verdicts), values=values,
-                                system="box" if baselines is not None else None, baselines=baselines,
-                                selected={"w": [SimpleNamespace(name="allreduce[mpi-n2-4B]")]}, config=config)
-        return _finding(state)[0]
+    def line(run=ok, verdicts=(), strict=False, nothing=False, kept=True, stop=None):
+        status = (cli.EXIT_INTERRUPTED + signal.Signals[stop].value if stop else
+                  common.exit_status(cli.EXIT_OK if run.ok and kept else cli.EXIT_WORLD,
+                                     gate.verdict_status(list(verdicts), strict),
+                                     cli.EXIT_UNKNOWN if nothing and strict else cli.EXIT_OK))
+        return gate.finding(status, run, kept, nothing, strict)
 
     assert line() == "perfsuite: nothing wrong"
     assert line(verdicts=[unknown]) == "perfsuite: nothing wrong"
     assert line(verdicts=[unknown], strict=True).startswith("perfsuite: UNKNOWN under --perf-strict")
     assert line(verdicts=[regression, unknown], strict=True) == "perfsuite: regression"
-    assert line(verdicts=[regression], baseline_update=True) == "perfsuite: nothing wrong"  # recording
-    failed = WorldOutcome(spec, failure=RankFailure("allreduce[mpi-n2]: rank 1 died"))
-    assert line([ok, failed], [regression]) == "perfsuite: a world failed (infrastructure, not performance)"
-    stopped = WorldOutcome(spec, failure=RankFailure("interrupted by SIGTERM", kind="interrupted"))
-    assert line([stopped], [regression]).startswith("perfsuite: interrupted")
-    new = Verdict("allreduce[mpi-n2-4B]", "latency_us", "new")
-    assert line(verdicts=[new], baselines={}) == "perfsuite: nothing wrong (nothing compared: no baseline)"
-    assert line(verdicts=[new], baselines={}, strict=True) == \
-        "perfsuite: UNKNOWN under --perf-strict (nothing compared: no baseline)"
-    judged = {("allreduce[mpi-n2-4B]", "latency_us"): object()}
-    assert line(verdicts=[unknown], baselines=judged) == "perfsuite: nothing wrong"
+    assert line(failed, [regression]).startswith("perfsuite: a world failed")
+    assert line(kept=False).startswith("perfsuite: what was measured could not all be written")
+    assert line(stop="SIGTERM").startswith("perfsuite: interrupted")
+    assert line(nothing=True) == "perfsuite: nothing wrong (nothing compared: no baseline)"
+    assert line(nothing=True, strict=True) == "perfsuite: UNKNOWN under --perf-strict (nothing compared: no baseline)"
 
 
 # --- a gate with nothing to compare ------------------------------------------------------------------

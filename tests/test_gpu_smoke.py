@@ -107,8 +107,8 @@ def test_its_worlds_and_table_run_on_host_transports(tmp_path, no_leftover_ranks
     assert done.stdout.startswith("gpu-smoke: worst case ") and worst_case(done.stdout) <= BUDGET_S
     # the rows come right after their run, before the final section
     lines = done.stdout.splitlines()
-    assert lines.index(next(l for l in lines if l.startswith("mpi "))) < lines.index(
-        next(l for l in lines if l.startswith("== results")))
+    assert lines.index(next(x for x in lines if x.startswith("mpi "))) < lines.index(
+        next(x for x in lines if x.startswith("== results")))
 
     out = tmp_path / "out"
     files = files_under(out)

@@ -237,10 +237,16 @@ def test_network_stall_grows_when_bandwidth_is_cut(no_namespaces_left, no_leftov
     assert rise > 0.3 * expected_rise, (rise, expected_rise, fast_info["allreduce_ms_p50"])
 
 
+#: Timed steps of the cold-cache run: each step's 16 files (about 1 MB) through the 4 MB/s disk
+#: make a step of about 16 ms warm take 120-300 ms cold (measured here), far beyond the noise of
+#: 8 steps a side; the dataset (written by the fixture) holds the warm-up's and these steps' files.
+FETCH_STEPS = 8
+
+
 @pytest.fixture(scope="module")
 def big_jpegs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("jpeg") / "d"
-    dataset.ensure_dataset(folder, dataset.DatasetSpec(count=(2 + 16) * 16, image_px=384))
+    dataset.ensure_dataset(folder, dataset.DatasetSpec(count=(2 + FETCH_STEPS) * 16, image_px=384))
     return str(folder)
 
 
@@ -293,7 +299,7 @@ def test_fetch_stall_appears_on_a_cold_cache(big_jpegs, no_leftover_ranks):
         pytest.skip(reason)
     sc = StallConfig(model="small-cnn", world_size=1, batch=16, data_dir=big_jpegs,
                      disk=diskio.parse_disk_rate("4MB/s"),
-                     options={"iters": 16, "warmup": 2, "image_size": 32})
+                     options={"iters": FETCH_STEPS, "warmup": 2, "image_size": 32})
     out = run_stalls(sc, suite.SuiteConfig(timeout=240))
     fetch = out.breakdown.stalls["fetch"]
     assert fetch.status == stalls.STALL and fetch.ms > 0, fetch
