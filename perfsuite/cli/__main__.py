@@ -2,4 +2,6 @@ import sys
 
 from . import main
 
-sys.exit(main())
+# Guarded: a process pool (perfsuite validity's workers) imports the main module again.
+if __name__ == "__main__":
+    sys.exit(main())

@@ -66,7 +66,8 @@ def do_validity(args: argparse.Namespace) -> int:
     for mode in modes:
         for i, m in enumerate(machines):
             extra = {"sessions": sessions} if mode == "stored" else {}
-            rates.append(v.rate(mode, m, runs, seed=whole_number(args.seed, "seed", low=0) + i, **kw, **extra))
+            rates.append(v.rate(mode, m, runs, seed=whole_number(args.seed, "seed", low=0) + i,
+                                workers=v.cores(), **kw, **extra))
             print(f"# {mode} {m.label()}: {rates[-1].hits}/{runs}", file=sys.stderr, flush=True)
     say(v.table(rates))
     if args.json:

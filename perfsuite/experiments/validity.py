@@ -21,6 +21,7 @@ does when it sees a spell. A change multiplies arm B's (or the candidate's) valu
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -194,10 +195,40 @@ class Rate:
                 "same": self.same, "median_used": float(np.median(self.used)) if self.used else None}
 
 
+#: A rate's runs are drawn from this many independent seeded streams (numpy's
+#: ``SeedSequence.spawn``), so its count is the same whether one process computes it or several.
+STREAMS = 8
+
+
 def rate(mode: str, m: Machine, runs: int, *, change: float = 0.0, seed: int = 0,
-         **kw) -> Rate:
+         workers: int = 1, **kw) -> Rate:
     """How often ``runs`` seeded runs of ``mode`` ("stored" or "A/B") on machine ``m`` said
-    DIFFERENT (no change) or caught the regression (a change)."""
+    DIFFERENT (no change) or caught the regression (a change). ``workers`` > 1 shares the
+    streams among that many fresh processes (a forkserver's: none inherits this process's
+    threads, nor anything a test patched, so a deliberately broken rule runs with 1)."""
+    seeds = np.random.SeedSequence(seed).spawn(STREAMS)
+    jobs = [(mode, m, runs // STREAMS + (i < runs % STREAMS), change, seeds[i], kw) for i in range(STREAMS)]
+    jobs = [j for j in jobs if j[2]]
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(workers, len(jobs)),
+                                 mp_context=multiprocessing.get_context("forkserver")) as pool:
+            parts = list(pool.map(_stream, jobs))
+    else:
+        parts = [_stream(j) for j in jobs]
+    out = Rate(mode, m, "clean" if not change else f"{change:+.0%}", runs)
+    for part in parts:
+        out.hits += part.hits
+        out.same += part.same
+        out.used += part.used
+    return out
+
+
+def _stream(job: tuple) -> Rate:
+    """One stream's runs (a process pool's unit of work)."""
+    mode, m, runs, change, seed, kw = job
     rng = np.random.default_rng(seed)
     out = Rate(mode, m, "clean" if not change else f"{change:+.0%}", runs)
     for _ in range(runs):
@@ -215,6 +246,14 @@ def rate(mode: str, m: Machine, runs: int, *, change: float = 0.0, seed: int = 0
         out.same += bool(kinds) and all(k == "SAME" for k in kinds)
         out.used.append(used)
     return out
+
+
+def cores() -> int:
+    """The cores this process may use (how many workers a rate can have)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def grid(within: Iterable[float] = WITHIN, lag1: Iterable[float] = LAG1,
