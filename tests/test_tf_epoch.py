@@ -492,3 +492,17 @@ def test_horovod_sweeps_batches_and_its_baseline_runs_at_full_speed(no_leftover_
         if healthy(ratios):
             break
     assert healthy(ratios), (ratios, best)
+
+
+def test_yardsticks_off_leaves_out_the_loops_beside_the_epoch(capsys):
+    """--yardsticks off: no baseline (so no scaling efficiency) and no plain DDP loop; a bad value
+    is one line naming it."""
+    from perfsuite import cli, options
+    from perfsuite.kernels.training import epoch_options
+
+    cfg = options.suite_config(options.with_defaults({"yardsticks": "off"}))
+    assert cfg.options["yardsticks"] is False and epoch_options(cfg.options)["baseline"] is False
+    assert epoch_options(options.suite_config(options.with_defaults({})).options)["baseline"] is True
+    assert epoch_options({"yardsticks": False, "baseline": True})["baseline"] is True  # the kernel's own wins
+    assert cli.main(["run", "--benchmarks", "torch-epoch", "--yardsticks", "maybe"]) == 2
+    assert "yardsticks 'maybe' must be on or off" in capsys.readouterr().err

@@ -142,4 +142,17 @@ BATCHES_OPT = Opt("batches", DEFAULT_BATCHES, "training: comma list of per-worke
 IMAGE_SIZE_OPT = Opt("image-size", None, "training: image height = width in pixels (default: the model's, "
                      "32 or 224)", metavar="N", parse=lambda v: whole_number(v, "image size"),
                      knob="image_size")
-OPTIONS = (MODELS_OPT, BATCHES_OPT, IMAGE_SIZE_OPT)
+
+
+def parse_on_off(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value not in ("on", "off"):
+        raise ConfigError(f"yardsticks {text!r} must be on or off")
+    return value == "on"
+
+
+YARDSTICKS_OPT = Opt("yardsticks", "on", "training: off skips the loops each epoch is measured beside (rank 0's "
+                     "one-process baseline, hence scaling efficiency, and torch's plain DDP loop): a quicker run "
+                     "when only the epoch's own numbers matter", metavar="on|off", parse=parse_on_off,
+                     knob="yardsticks")
+OPTIONS = (MODELS_OPT, BATCHES_OPT, IMAGE_SIZE_OPT, YARDSTICKS_OPT)

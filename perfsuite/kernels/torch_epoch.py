@@ -52,7 +52,7 @@ def run(ctx: RankContext) -> dict:
 
     comm = ctx.comm
     opts = epoch_options(ctx.options)
-    reference = bool(ctx.options.get("plain_ddp", True))
+    reference = bool(ctx.options.get("plain_ddp", ctx.options.get("yardsticks", True)))
     for case in ctx.cases:  # every bad case is named before torch is even imported
         model_spec(case.model or "")
         check_batch(case.batch)
