@@ -16,11 +16,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from scipy import special as _special
 
 from . import stats
+from .stats import LazyModule
 from .errors import ConfigError
 from .model import Tolerance, Verdict
+
+_special = LazyModule("scipy.special")
 
 #: Significance level: the chance that any verdict of one run wrongly says DIFFERENT.
 DEFAULT_ALPHA = 0.01

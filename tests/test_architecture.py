@@ -183,3 +183,16 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     found = imports(probe, "perfsuite.kernels.probe")
     assert found == [(1, "perfsuite.suite"), (2, "perfsuite.plugin"), (4, "perfsuite.cli")]
     assert all(floor(t) > floor("perfsuite.kernels.probe") for _, t in found)
+
+
+def test_commands_start_without_importing_scipy():
+    """scipy.stats takes 0.6 s to import and scipy.special 0.2 s: every command and pytest session
+    would pay it at start (hundreds of times in this suite), so ``stats.LazyModule`` imports them
+    at their first use."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, perfsuite.cli, perfsuite.plugin; "
+             "print(sorted(m for m in sys.modules if m.startswith(('scipy.stats', 'scipy.special'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
