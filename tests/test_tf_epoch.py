@@ -112,7 +112,6 @@ def test_registry_keeps_one_name_per_kernel():
         transports.spec("grpc")
 
 
-@pytest.mark.horovod
 def test_gpu_and_horovod_variants_are_skipped_with_their_reason():
     gpu_reason = transports.need_gpu()
     for name in ("grpc-nccl", "horovod-nccl", "nccl"):
@@ -451,7 +450,6 @@ def test_table_and_the_mpi_over_grpc_ratio():
 @pytest.mark.world
 @pytest.mark.skipif(transports.unavailable_reason("horovod", "tf-epoch") is not None,
                     reason=str(transports.unavailable_reason("horovod", "tf-epoch")))
-@pytest.mark.horovod
 def test_horovod_weights_match_across_ranks(no_leftover_ranks):
     res = run_world(tf_world("horovod", 2, baseline=False), LaunchConfig(), timeout=120)
     (s,) = res.samples
@@ -464,7 +462,6 @@ def test_horovod_weights_match_across_ranks(no_leftover_ranks):
 @pytest.mark.world
 @pytest.mark.skipif(transports.unavailable_reason("horovod", "tf-epoch") is not None,
                     reason=str(transports.unavailable_reason("horovod", "tf-epoch")))
-@pytest.mark.horovod
 def test_horovod_sweeps_batches_and_its_baseline_runs_at_full_speed(no_leftover_ranks):
     """Two faults once hid here. Rank 0's extra (plain-baseline) model shifted the auto-made
     layer names, and Horovod matches tensors across ranks by name: the second batch hung. And
