@@ -6,7 +6,10 @@ ranks before its PMI-socket path has marked them clean (``pmip.c`` and ``pmip_cb
 end "killed by signal 9" too, and Hydra then names rank 0 for rank 1's death. A thread blocked
 in ``poll`` on each local rank's pidfd wakes at the first exit; when exactly one rank is gone at
 that moment, that rank died first. When several are (the thread was not scheduled in time) the
-watch says nothing and the launcher's word stands.
+watch says nothing and the launcher's word stands. So the thread asks for a real-time priority
+(SCHED_FIFO, the lowest; root or CAP_SYS_NICE only): it then runs the moment the first rank
+exits, before the proxy that kills the rest, instead of queueing behind busy ranks on a small
+machine (without it, 3 of 40 runs of a rank's SIGKILL under two busy loops named rank 0).
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ class DeathWatch:
         return self.first
 
     def _watch(self) -> None:
+        _urgent()
         poller = select.poll()
         poller.register(self._stop_r, select.POLLIN)
         fds: dict[int, int] = {}  # pidfd -> rank
@@ -84,3 +88,11 @@ class DeathWatch:
             for fd in fds:
                 os.close(fd)
 
+
+def _urgent() -> None:
+    """This thread ahead of every ordinary one when it wakes (it sleeps in ``poll`` otherwise);
+    where that is not allowed, it stays as it is."""
+    try:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO, os.sched_param(1))
+    except (AttributeError, OSError):
+        pass
