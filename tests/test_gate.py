@@ -47,10 +47,12 @@ def perfsuite(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> dict[str, formats.SuiteRun]:
-    """A reference of 10 rounds (what --baseline-update records) and a candidate of 3, real."""
+    """A reference of four sessions of 5 rounds (a baseline that decides within x4, so its
+    verdicts' intervals depend on every judging setting the faces could disagree on: looks,
+    family, alpha, drift) and a candidate of 3 rounds, each a real run of its own."""
     where = tmp_path_factory.mktemp("gate")
     runs = {}
-    for name, rounds in (("base", "10"), ("cand", "3")):
+    for name, rounds in (("base", "5"), ("more1", "5"), ("more2", "5"), ("more3", "5"), ("cand", "3")):
         r = perfsuite("run", *WORLD, "--rounds", rounds, "--json", f"{name}.json", cwd=where)
         assert r.returncode == 0, r.stdout + r.stderr
         runs[name] = formats.load_run(where / f"{name}.json")
@@ -82,20 +84,23 @@ def verdict_block(text: str) -> list[str]:
     return lines[start:end + 1] + [line for line in lines if line.startswith(("UNKNOWN: ", "REGRESSION: "))]
 
 
-def record(run: formats.SuiteRun, root: Path, system: str) -> None:
-    samples = [s for r in run.results for s in r.samples]
-    baselines.update(root, system, samples, run.machine, session=run.created, measured_now=True)
+def record(runs: list[formats.SuiteRun], root: Path, system: str) -> None:
+    """Each run one session of the baseline, as ``run --baseline-update`` then ``--baseline-add``."""
+    for i, run in enumerate(runs):
+        samples = [s for r in run.results for s in r.samples]
+        baselines.update(root, system, samples, run.machine, session=run.created, add=i > 0, measured_now=True)
 
 
 def test_both_faces_judge_the_same_results_alike(measured, tmp_path, pytester, monkeypatch):
     root = tmp_path / "base"
-    record(measured["base"], root, "box")
+    record([measured[k] for k in ("base", "more1", "more2", "more3")], root, "box")
     judge = ["--baseline-dir", str(root), "--system", "box"]
     status, out = cli_replay(monkeypatch, measured["cand"], *judge, "--compare")
     r = pytest_replay(pytester, monkeypatch, measured["cand"], *[f"--perf-{a[2:]}" if a.startswith("--") else a
                                                                 for a in judge])
     text = r.stdout.str()
     assert verdict_block(out) == verdict_block(text), out + "\n----\n" + text
+    assert "unbounded" not in out, out  # intervals that a different look or family would move
     assert "NOTHING COMPARED" not in out + text
     assert status in (0, 1, 3) and (r.ret == 0) == (status in (0, 3)), (status, r.ret)  # 3 needs --strict
     strict, out = cli_replay(monkeypatch, measured["cand"], *judge, "--compare", "--strict")
