@@ -79,6 +79,20 @@ def test_a_failure_that_does_not_name_its_world_is_still_listed_by_world(tmp_pat
     assert f"# note: allreduce[nccl-n2] was skipped in {new}: no GPU here" in out
 
 
+def test_a_wrong_result_in_the_new_file_is_the_line_every_command_gives(tmp_path, capsys):
+    """compare names the case and the ranks as run, ab and pytest do: one INVALID line, exit 4."""
+    from dataclasses import replace
+
+    old = write(tmp_path / "o.json", finished(MPI))
+    o = finished(MPI)
+    bad = replace(o.result.samples[1], valid=False, info={**o.result.samples[1].info, "invalid_ranks": [0]})
+    new = write(tmp_path / "n.json", replace(o, result=replace(o.result, samples=(o.result.samples[0], bad))))
+    assert cli.main(["compare", old, new, "--max-canary-shift", "off"]) == cli.EXIT_WORLD
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("INVALID: ")]
+    assert lines == ["INVALID: allreduce[mpi-n1-1KiB] returned wrong results on rank 0 (checked against the exact "
+                     "expected values): a failed world, not a measurement"], lines
+
+
 def test_an_interrupted_run_fails_the_comparison(tmp_path, capsys):
     old = write(tmp_path / "o.json", finished(MPI))
     new = write(tmp_path / "n.json", finished(MPI), interrupted="SIGTERM")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import decision, gate, options
+from .. import decision, options
 from ..errors import ConfigError
 from ..status import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_USAGE, EXIT_WORLD, exit_status  # noqa: F401
 
@@ -38,8 +38,3 @@ def canary_shift(args: argparse.Namespace) -> float | None:
     return options.canary_limit(getattr(args, "max_canary_shift", None) or "0.15")
 
 
-def print_verdicts(verdicts: list, strict: bool) -> int:
-    """The gate's verdict lines (``gate.verdict_lines``); the status ``gate.verdict_status`` gives."""
-    for text, _ in gate.verdict_lines(verdicts, strict):
-        say(text)
-    return gate.verdict_status(verdicts, strict)

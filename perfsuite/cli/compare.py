@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from .. import formats, regress, suite
+from .. import formats, gate, regress, suite
+from .. import verdict_text as vt
 from ..errors import ConfigError
-from .common import (EXIT_OK, EXIT_WORLD, add_canary_shift, canary_shift, exit_status, gate_settings,
-                     print_verdicts, say)
+from .common import (EXIT_OK, EXIT_WORLD, add_canary_shift, canary_shift, exit_status, gate_settings, say)
 
 COMMANDS = {}
 
@@ -41,7 +41,12 @@ def do_compare(args: argparse.Namespace) -> int:
     verdicts = regress.compare(new.samples(), ref, tolerance=tol, alpha=alpha, system=args.old,
                                canary_shift=canary_shift(args), judged=suite.judged)
     say(f"# {args.new} against {args.old}")
-    code = print_verdicts(verdicts, args.strict)
+    for text, _ in gate.verdict_lines(verdicts, args.strict, invalid=False):
+        say(text)
+    code = gate.verdict_status(verdicts, args.strict)
+    for s in new.samples():  # the line every command gives a wrong result: its case and ranks
+        if not s.valid:
+            say(vt.invalid_sample(s))
     for o in old.failures:
         n = len(o.samples())
         say(f"# note: {o.world} failed in {args.old}: {o.why}; " + (
