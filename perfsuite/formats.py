@@ -247,8 +247,9 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:  # named for the file the user asked for, not the temporary one
-        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    except OSError as exc:
+        _name_target(exc, path)
+        raise
     try:
         with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
             f.write(data)
@@ -261,9 +262,15 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
         except FileNotFoundError:
             pass
         if isinstance(exc, OSError):
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+            _name_target(exc, path)
         raise
     return path
+
+
+def _name_target(exc: OSError, path: Path) -> None:
+    """The OS's error names the file the user asked for, not its temporary sibling."""
+    if exc.errno is not None:
+        exc.filename, exc.filename2 = str(path), None
 
 
 def write_json(path: str | os.PathLike, data: dict) -> Path:
