@@ -22,7 +22,7 @@
 # recipe is another wheel). A build goes into a temporary folder beside the
 # cache's entries and is renamed into place whole, so an interrupted build leaves no entry. A cached
 # wheel that does not install, or whose Horovod does not import and initialise, is removed and
-# rebuilt, never trusted. A fresh build took 1.5 minutes on 2 cores with nothing else running, 7
+# rebuilt, never trusted. A fresh build took about a minute on 2 cores with nothing else running, 7
 # with other test runs beside it (docs/measurements.md, "CI time"); installing the cached wheel
 # takes seconds.
 #
