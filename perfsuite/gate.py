@@ -276,11 +276,7 @@ class Gate:
         kept = self._keep(run, keep, verdicts, lines, record=not stop, record_asv=record_asv)
         if stop:
             lines.append((f"# interrupted by {stop}: not judged, not recorded in asv or as baselines", True))
-            status = EXIT_INTERRUPTED + signal.Signals[stop].value
-        else:
-            status = exit_status(EXIT_OK if run.ok and kept else EXIT_WORLD,
-                                 verdict_status(verdicts, self.plan.strict),
-                                 EXIT_UNKNOWN if nothing and self.plan.strict else EXIT_OK)
+        status = run_status(run, verdicts, kept=kept, nothing=nothing, strict=self.plan.strict, stop=stop)
         return Finish(verdicts, lines, status, finding(status, run, kept, nothing, self.plan.strict),
                       nothing, kept)
 
@@ -363,6 +359,17 @@ def verdict_status(verdicts: Sequence[Verdict], strict: bool) -> int:
     if strict and any(v.status == "unknown" and not v.xfail for v in verdicts):
         found.append(EXIT_UNKNOWN)
     return exit_status(*found)
+
+
+def run_status(run: formats.SuiteRun, verdicts: Sequence[Verdict], *, kept: bool, nothing: bool,
+               strict: bool, stop: str | None = None) -> int:
+    """A run's exit status: interrupted (128+N) above all; then a failed world, an invalid case
+    or a failed write (4); then the verdicts' (``verdict_status``); under ``strict``, nothing
+    compared is UNKNOWN (3)."""
+    if stop:
+        return EXIT_INTERRUPTED + signal.Signals[stop].value
+    return exit_status(EXIT_OK if run.ok and kept else EXIT_WORLD, verdict_status(verdicts, strict),
+                       EXIT_UNKNOWN if nothing and strict else EXIT_OK)
 
 
 def finding(status: int, run: formats.SuiteRun, kept: bool, nothing: bool, strict: bool) -> str:

@@ -62,6 +62,51 @@ SLOWED_WORLD = ["--transports", "mpi", "--world-sizes", "1,2", "--sizes", "4", "
 SWITCHES = ("PERFSUITE_INJECT_SLOWDOWN", "PERFSUITE_TEST_FAULT")
 
 
+def perfsuite(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """``python -m perfsuite.cli ARGS`` as a user runs it (its exit status is the process's),
+    without the test's own switches or MPICH settings, plus ``env``."""
+    clean = {k: v for k, v in os.environ.items() if k not in SWITCHES and not k.startswith("MPIR_CVAR_")}
+    return subprocess.run([sys.executable, "-m", "perfsuite.cli", *args], cwd=cwd, env={**clean, **env},
+                          capture_output=True, text=True, timeout=600)
+
+
+def said(r: subprocess.CompletedProcess) -> str:
+    """A finished command's status and the ends of its output, for an assertion's message."""
+    return f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+
+
+def _mount(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["mount", *args], capture_output=True, text=True)
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """``make(folder)``: from then on ``folder`` (made if missing) is a read-only bind mount of
+    itself, root ignoring file modes; unmounted after the test. Skips where this machine does
+    not let the test mount (not root, a container without the capability)."""
+    probe = tmp_path / "mount-probe"
+    probe.mkdir()
+    r = _mount("--bind", str(probe), str(probe))
+    if r.returncode:
+        pytest.skip(f"a read-only bind mount cannot be made here: {r.stderr.strip() or r.returncode}")
+    subprocess.run(["umount", str(probe)], check=True)
+    mounted: list[str] = []
+
+    def make(folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        assert _mount("--bind", str(folder), str(folder)).returncode == 0
+        mounted.append(str(folder))
+        r = _mount("-o", "remount,bind,ro", str(folder))
+        assert r.returncode == 0, r.stderr
+        return folder
+
+    yield make
+    for folder in reversed(mounted):
+        # lazily where the test's working directory (restored after this) still holds it
+        if subprocess.run(["umount", folder], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", folder], check=True)
+
+
 @pytest.fixture(scope="session")
 def slowed_runs(tmp_path_factory) -> Path:
     """A folder holding fast.json, a clean run of ``SLOWED_WORLD``, and slow.json, the same run
@@ -73,12 +118,9 @@ def slowed_runs(tmp_path_factory) -> Path:
 
     where = tmp_path_factory.mktemp("slowed")
     # A session fixture starts before the autouse no_copy_bandwidth: its worlds skip the copy too.
-    env = {k: v for k, v in os.environ.items() if k not in SWITCHES and not k.startswith("MPIR_CVAR_")}
-    env[NO_COPY_BW_ENV] = "1"
     for name, extra in (("fast.json", {}), ("slow.json", {"PERFSUITE_INJECT_SLOWDOWN": "20.0"})):
-        r = subprocess.run([sys.executable, "-m", "perfsuite.cli", "run", *SLOWED_WORLD, "--json", name],
-                           cwd=where, env={**env, **extra}, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+        r = perfsuite("run", *SLOWED_WORLD, "--json", name, cwd=where, **{NO_COPY_BW_ENV: "1"}, **extra)
+        assert r.returncode == 0, said(r)
     return where
 
 

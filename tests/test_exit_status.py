@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SLOWED_WORLD, default_sigint, rank_pids, signalled
+from conftest import SLOWED_WORLD, SWITCHES, default_sigint, perfsuite, rank_pids, said, signalled
 from perfsuite import cli
 from perfsuite.cli import common
 
@@ -33,18 +33,6 @@ REPO = Path(__file__).resolve().parents[1]
 WORLD = ["--transports", "mpi", "--world-sizes", "2", "--sizes", "4", "--iters", "20", "--warmup", "5"]
 #: The judged worlds of ``runs`` (conftest's ``slowed_runs``): 1 and 2 ranks, 8 rounds each.
 JUDGED = SLOWED_WORLD
-SWITCHES = ("PERFSUITE_INJECT_SLOWDOWN", "PERFSUITE_TEST_FAULT")
-
-
-def perfsuite(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    """``python -m perfsuite.cli ARGS`` as a user runs it: its exit status is the process's."""
-    clean = {k: v for k, v in os.environ.items() if k not in SWITCHES and not k.startswith("MPIR_CVAR_")}
-    return subprocess.run([sys.executable, "-m", "perfsuite.cli", *args], cwd=cwd, env={**clean, **env},
-                          capture_output=True, text=True, timeout=600)
-
-
-def said(r: subprocess.CompletedProcess) -> str:
-    return f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
 
 
 @pytest.fixture
@@ -178,11 +166,17 @@ def test_the_pytest_summary_names_the_row():
     unknown = Verdict("allreduce[mpi-n2-4B]", "latency_us", "unknown")
 
     def line(run=ok, verdicts=(), strict=False, nothing=False, kept=True, stop=None):
-        status = (cli.EXIT_INTERRUPTED + signal.Signals[stop].value if stop else
-                  common.exit_status(cli.EXIT_OK if run.ok and kept else cli.EXIT_WORLD,
-                                     gate.verdict_status(list(verdicts), strict),
-                                     cli.EXIT_UNKNOWN if nothing and strict else cli.EXIT_OK))
+        status = gate.run_status(run, list(verdicts), kept=kept, nothing=nothing, strict=strict, stop=stop)
         return gate.finding(status, run, kept, nothing, strict)
+
+    # the statuses themselves, as both faces get them from Gate.finish
+    assert gate.run_status(failed, [regression], kept=True, nothing=False, strict=False) == cli.EXIT_WORLD
+    assert gate.run_status(ok, [regression], kept=False, nothing=False, strict=False) == cli.EXIT_WORLD
+    assert gate.run_status(ok, [regression, unknown], kept=True, nothing=False, strict=True) == cli.EXIT_REGRESSION
+    assert gate.run_status(ok, [unknown], kept=True, nothing=False, strict=True) == cli.EXIT_UNKNOWN
+    assert gate.run_status(ok, [], kept=True, nothing=True, strict=True) == cli.EXIT_UNKNOWN
+    assert gate.run_status(ok, [unknown], kept=True, nothing=True, strict=False) == cli.EXIT_OK
+    assert gate.run_status(failed, [], kept=False, nothing=False, strict=False, stop="SIGTERM") == 143
 
     assert line() == "perfsuite: nothing wrong"
     assert line(verdicts=[unknown]) == "perfsuite: nothing wrong"

@@ -20,7 +20,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+# Loaded before any pytester fixture: pytester drops the modules imported after it was made
+# when its test ends, and numpy's C extensions (scipy's, which the gate imports at first use)
+# cannot load a second time in one process, so a later test's import of them would fail.
+import scipy.special  # noqa: F401
+import scipy.stats  # noqa: F401
 
+from conftest import SWITCHES, perfsuite
 from perfsuite import baselines, cli, formats, suite
 
 pytestmark = pytest.mark.world
@@ -29,7 +35,6 @@ WORLD = ["--transports", "mpi", "--world-sizes", "2", "--sizes", "4,64", "--iter
          "--max-contention", "off"]
 PYTEST_WORLD = ["--perf-transports", "mpi", "--perf-world-sizes", "2", "--perf-sizes", "4,64",
                 "--perf-iters", "20", "--perf-warmup", "5", "--perf-max-contention", "off"]
-SWITCHES = ("PERFSUITE_INJECT_SLOWDOWN", "PERFSUITE_TEST_FAULT")
 TEST_FILE = '''
 import pytest
 
@@ -37,12 +42,6 @@ import pytest
 def test_allreduce(benchmark, perf_case, perf_measure):
     perf_measure(benchmark)
 '''
-
-
-def perfsuite(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in SWITCHES and not k.startswith("MPIR_CVAR_")}
-    return subprocess.run([sys.executable, "-m", "perfsuite.cli", *args], cwd=cwd, env={**clean, **env},
-                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -151,28 +150,6 @@ def test_pytest_records_baselines_without_its_terminal(measured, tmp_path, pytes
     assert r.ret == 0
     stored = json.loads((root / "box" / "allreduce.json").read_text())
     assert set(stored["cases"]) == {"allreduce[mpi-n2-4B]", "allreduce[mpi-n2-64B]"}
-
-
-@pytest.fixture
-def read_only(tmp_path):
-    """``make(folder)``: ``folder`` as a read-only bind mount (root ignores file modes), undone after."""
-    mounted = []
-
-    def make(folder: Path) -> Path:
-        folder.mkdir(parents=True, exist_ok=True)
-        for cmd in (["mount", "--bind", str(folder), str(folder)],
-                    ["mount", "-o", "remount,bind,ro", str(folder)]):
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                if mounted:
-                    subprocess.run(["umount", str(folder)])
-                pytest.skip(f"a read-only bind mount needs mount(8) and the right to mount: {r.stderr.strip()}")
-            mounted.append(folder) if cmd[1] == "--bind" else None
-        return folder
-
-    yield make
-    for folder in mounted:
-        subprocess.run(["umount", str(folder)], check=False)
 
 
 def test_a_baseline_folder_that_refuses_the_write_is_exit_4_with_the_results_kept(

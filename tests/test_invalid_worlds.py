@@ -15,29 +15,18 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from conftest import SWITCHES, perfsuite, said
 from perfsuite import formats, suite
 from perfsuite.cli import main
 from perfsuite.model import Case, Metric, Result, Sample
 
-SWITCHES = ("PERFSUITE_INJECT_SLOWDOWN", "PERFSUITE_TEST_FAULT")
 WORLD = ["--transports", "mpi", "--world-sizes", "2", "--sizes", "4", "--iters", "20", "--warmup", "5"]
 CASE = "allreduce[mpi-n2-4B]"
 #: The line every command prints for rank 1's wrong sum (after "arm X: " where there are arms).
 WRONG = re.escape(CASE) + r" returned wrong results on rank 1 in {at} \(checked against the exact expected values\)"
-
-
-def perfsuite(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in SWITCHES and not k.startswith("MPIR_CVAR_")}
-    return subprocess.run([sys.executable, "-m", "perfsuite.cli", *args], cwd=cwd, env={**clean, **env},
-                          capture_output=True, text=True, timeout=600)
-
-
-def said(r) -> str:
-    return f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
 
 
 def invalid_lines(text: str) -> list[str]:
@@ -170,6 +159,7 @@ def test_study_records_a_world_with_wrong_sums_as_failed_and_finishes(tmp_path, 
     assert main(["study", str(plan), "--out", str(out)]) == 4
     said_ = capsys.readouterr().out
     lines = invalid_lines(said_)
+    assert len(lines) == 2, said_  # one line per world
     assert [re.fullmatch("INVALID: " + WRONG.format(at=f"round {n}") + ".*", line) is not None
             for n, line in zip((1, 2), sorted(lines))] == [True, True], said_
     assert "0 of 6 worlds finished (2 point(s) skipped, 0 world(s) failed, 2 returned wrong results)" in said_, said_
