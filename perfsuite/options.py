@@ -4,7 +4,7 @@ under ``asv run``. The shared options are listed here; each benchmark adds its o
 record (``perfsuite/bench``); the asv recording group (``--asv*``, ``--perf-asv*``) is
 ``ASV_OPTIONS``. Values become checked objects (``Selection``, ``SuiteConfig``)
 at this boundary; a bad value raises ConfigError naming it, which each face reports its own way
-(pytest's UsageError, exit 2).
+(pytest's UsageError, exit 4).
 
 ``python -m perfsuite.options`` prints the option reference (docs/options.md is that output).
 """

@@ -107,26 +107,36 @@ build() {  # build the wheel into the cache's entry for $key
     tar -xzf "$tmp/src/horovod-$HVD_VERSION.tar.gz" -C "$tmp/src"
     local src="$tmp/src/horovod-$HVD_VERSION"
 
-    local guard='#if TENSORFLOW_VERSION >= 2006000000'
+    # Each edit of Horovod's source is checked after it is made: one that matched nothing means
+    # another Horovod than this script knows.
     local xla="$src/horovod/tensorflow/xla_mpi_ops.cc"
-    grep -qF "$guard" "$xla" || { echo "install-horovod: '$guard' not found in $xla; this script knows Horovod 0.28.x" >&2; exit 1; }
-    sed -i "s|^$guard|#if 0  /* perfsuite: XLA ops off, their headers moved in newer TensorFlow */|" "$xla"
+    sed -i "s|^#if TENSORFLOW_VERSION >= 2006000000|#if 0  /* perfsuite: XLA ops off, their headers moved in newer TensorFlow */|" "$xla"
+    patched "$xla" 'perfsuite: XLA ops off'
 
-    # No debug information: Horovod builds RelWithDebInfo (-O3 -g), and -g costs a fifth of the
-    # build's time and 90% of the wheel, for a library nobody here debugs (docs/measurements.md).
-    local flags='string(REPLACE "-O2" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO'
-    grep -qF "$flags" "$src/CMakeLists.txt" || { echo "install-horovod: '$flags' not found in $src/CMakeLists.txt; this script knows Horovod 0.28.x" >&2; exit 1; }
-    sed -i "s|^$flags.*|set(CMAKE_CXX_FLAGS_RELWITHDEBINFO \"-O3 -DNDEBUG\")  # perfsuite: no -g|" "$src/CMakeLists.txt"
+    # No debug information in the C++ (all a CPU build compiles; a CUDA build's kernels keep
+    # theirs): Horovod builds RelWithDebInfo (-O3 -g), and -g costs a fifth of the build's time
+    # and 90% of the wheel, for a library nobody here debugs (docs/measurements.md).
+    sed -i 's|^string(REPLACE "-O2" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO .*|set(CMAKE_CXX_FLAGS_RELWITHDEBINFO "-O3 -DNDEBUG")  # perfsuite: no -g|' "$src/CMakeLists.txt"
+    patched "$src/CMakeLists.txt" 'perfsuite: no -g'
 
     MAKEFLAGS=${MAKEFLAGS:--j$(nproc)} \
         "$PY" -m pip wheel --no-build-isolation --no-deps --no-cache-dir -w "$tmp/entry" "$src"
     built_in=$(( SECONDS - t0 ))
     echo "built in $built_in s on $(date -u +%Y-%m-%d) ($(nproc) cores)" > "$tmp/entry/BUILT"
-    # Whole or not at all: the rename is atomic; where another build got there first, keep its wheel.
-    [ ! -e "$entry" ] || drop_entry
-    mv -T "$tmp/entry" "$entry" 2>/dev/null || echo "# another build stored $key first; using its wheel"
+    # Whole or not at all: the rename is atomic; where another build got there first, its wheel
+    # stays (another run may be installing it) and this one goes.
+    if cached_wheel >/dev/null; then
+        echo "# another build stored $key first; using its wheel"
+    else
+        [ ! -e "$entry" ] || drop_entry  # an entry without a wheel
+        mv -T "$tmp/entry" "$entry" 2>/dev/null || echo "# another build stored $key first; using its wheel"
+    fi
     rm -rf "$tmp"
     trap - EXIT
+}
+
+patched() {  # patched FILE MARK: the edit that leaves MARK in FILE was made
+    grep -qF "$2" "$1" || { echo "install-horovod: the edit '$2' matched nothing in $1; this script knows Horovod 0.28.x" >&2; exit 1; }
 }
 
 usable() {  # usable WHEEL: installs (unless WHEEL_DIR), and Horovod imports and initialises
@@ -135,9 +145,7 @@ usable() {  # usable WHEEL: installs (unless WHEEL_DIR), and Horovod imports and
         "$PY" -m zipfile -t "$whl" >/dev/null
         return
     fi
-    "$PY" -m pip install --no-deps --force-reinstall "$whl" "tf_keras==$TF_VERSION" || return 1
-    # Horovod's own runtime dependencies (pure Python, small), installed without their --no-deps.
-    "$PY" -m pip install cloudpickle psutil pyyaml packaging || return 1
+    "$PY" -m pip install --no-deps --force-reinstall "$whl" || return 1
     # Horovod must import in the same setting the suite uses it in: tf.keras = tf_keras.
     checked=$(TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2 "$PY" -c '
 import horovod, horovod.tensorflow as hvd
@@ -146,6 +154,13 @@ print(f"# horovod {horovod.__version__} OK: mpi_built={hvd.mpi_built()} nccl_bui
 }
 
 built_in="" checked=""
+if [ -z "${WHEEL_DIR:-}" ]; then
+    # What Horovod needs beside its wheel, installed first: a failure here (the package index
+    # out of reach) is said as itself, and never taken for a bad wheel. tf_keras without its
+    # dependencies (they would pull a second TensorFlow); Horovod's own runtime ones (pure Python).
+    "$PY" -m pip install --no-deps "tf_keras==$TF_VERSION"
+    "$PY" -m pip install cloudpickle psutil pyyaml packaging
+fi
 if whl=$(cached_wheel); then
     echo "# horovod: cached wheel $whl ($(cat "$entry/BUILT" 2>/dev/null || echo "build time unknown"))"
     if ! usable "$whl"; then
