@@ -18,8 +18,15 @@ from .errors import ConfigError
 
 # --- checked values: user strings become these at the boundary --------------------------------
 
-#: Element types an allreduce buffer can hold, and their size in bytes.
-DTYPES = {"float32": 4, "float64": 8, "float16": 2, "int32": 4}
+#: Element types a collective's buffer can hold, and their size in bytes.
+DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}
+#: numpy has no bfloat16: host arrays hold its 16 bits (``collectives.as_type``).
+_STORAGE = {"bfloat16": "uint16"}
+
+
+def storage_dtype(dtype: str) -> str:
+    """The numpy dtype a host array of ``dtype`` is held in."""
+    return _STORAGE.get(dtype, dtype)
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
           "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}

@@ -25,7 +25,7 @@ matplotlib.use("Agg")  # before pyplot: never try to open a display (CI, ssh, Sl
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
-from . import bench  # noqa: E402
+from . import bench, collectives  # noqa: E402
 from .formats import atomic_write  # noqa: E402
 from .model import Result, Sample, format_size  # noqa: E402
 
@@ -89,14 +89,23 @@ def _by_size(tagged: Sequence[Tagged]) -> list[Tagged]:
     return [(t, r) for t, r in tagged if bench.plots_by_size(r.benchmark) and r.samples]
 
 
-def _by_size_title(what: str) -> str:
-    """'Allreduce latency vs message size': named after the benchmarks that sweep sizes."""
-    names = " / ".join(n.capitalize() for n in bench.sized_benchmarks()) or "Message-size"
+def _by_size_title(what: str, rows: Sequence[Tagged] = ()) -> str:
+    """'Allreduce latency vs message size': named after the size-sweeping benchmarks drawn
+    (every registered one where none is)."""
+    drawn = list(dict.fromkeys(r.benchmark for _, r in rows)) or bench.sized_benchmarks()
+    names = " / ".join(n.capitalize() for n in drawn) or "Message-size"
     return f"{names} {what} vs message size"
 
 
+def _label(r: Result, tag: str, rows: Sequence[Tagged]) -> str:
+    """``series_label``, led by the benchmark where several collectives share a plot."""
+    several = len({row.benchmark for _, row in rows}) > 1
+    return f"{r.benchmark} {series_label(r, tag)}" if several else series_label(r, tag)
+
+
 def _no_sized_results() -> str:
-    return f"no {' or '.join(bench.sized_benchmarks()) or 'message-size'} results in the input"
+    names = bench.sized_benchmarks()
+    return f"no {' or '.join(names) if len(names) < 3 else 'message-size'} results in the input"
 
 
 def _points(result: Result, metric: str) -> list[tuple[int, float]]:
@@ -106,15 +115,15 @@ def _points(result: Result, metric: str) -> list[tuple[int, float]]:
 
 
 def latency_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
-    title = _by_size_title("latency")
     rows = _by_size(tagged)
+    title = _by_size_title("latency", rows)
     if not rows:
         return Plot("latency", title, skipped=_no_sized_results())
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for tag, r in rows:
         pts = _points(r, "latency_us")
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=series_label(r, tag))
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=_label(r, tag, rows))
     _size_axis(ax)
     ax.set_yscale("log")
     ax.set_ylabel("time (µs): slowest rank per call, p50")
@@ -126,8 +135,8 @@ def latency_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
 
 
 def busbw_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
-    title = _by_size_title("bus bandwidth")
     rows = _by_size(tagged)
+    title = _by_size_title("bus bandwidth", rows)
     if not rows:
         return Plot("busbw", title, skipped=_no_sized_results())
     by_transport: dict[str, list[Tagged]] = defaultdict(list)
@@ -142,7 +151,7 @@ def busbw_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
         for tag, r in group:
             pts = _points(r, "busbw_GBps")
             (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                              label=series_label(r, tag))
+                              label=_label(r, tag, rows))
             for key, value in sorted((r.extra or {}).items()):
                 # The measured copy bandwidth is what one rank's memory can move: busbw near it
                 # means the transport is memory-bound, far below it means overhead to find.
@@ -159,8 +168,11 @@ def busbw_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
     fig.suptitle(title)
-    cap = ("busbw = algbw x 2(n-1)/n, as nccl-tests; dashed: the measured memory-copy ceiling."
-           if ceilings else "busbw = algbw x 2(n-1)/n; no measured copy ceiling in these results.")
+    words = {r.benchmark: c.factor_words for _, r in rows if (c := collectives.find(r.benchmark))}
+    factor = (next(iter(words.values())) if len(words) == 1 else
+              "the factor of its collective (" + "; ".join(f"{b} {w}" for b, w in words.items()) + ")")
+    cap = (f"busbw = algbw x {factor}, as nccl-tests; dashed: the measured memory-copy ceiling."
+           if ceilings else f"busbw = algbw x {factor}; no measured copy ceiling in these results.")
     return Plot("busbw", title, _save(fig, path), caption=cap)
 
 

@@ -23,7 +23,7 @@ MAX_LINES = 600
 #: classes, the offline site).
 FLOORS = [
     ("perfsuite.errors", 0), ("perfsuite.status", 0),
-    ("perfsuite.model", 1), ("perfsuite.stats", 1), ("perfsuite.interrupts", 1), ("perfsuite.replay", 1),
+    ("perfsuite.model", 1), ("perfsuite.collectives", 1), ("perfsuite.stats", 1), ("perfsuite.interrupts", 1), ("perfsuite.replay", 1),
     ("perfsuite.formats", 2), ("perfsuite.fingerprint", 2), ("perfsuite.history", 2),
     ("perfsuite.stalls", 2), ("perfsuite.asv.layout", 2), ("perfsuite.asv.compat", 2),
     ("perfsuite.verdict_text", 2), ("perfsuite.stragglers", 2),
@@ -41,7 +41,7 @@ TOP = max(level for _, level in FLOORS)
 ASV_STORE = ("perfsuite.asv.layout", "perfsuite.asv.compat", "perfsuite.asv.project",
              "perfsuite.asv.record", "perfsuite.asv.read")
 ASV_FACES = ("perfsuite.faces.asv_run", "perfsuite.faces.asv_offline")
-GROUND = ("perfsuite.errors", "perfsuite.model", "perfsuite.stats")
+GROUND = ("perfsuite.errors", "perfsuite.model", "perfsuite.collectives", "perfsuite.stats")
 FACES = ("perfsuite.cli", "perfsuite.plugin")
 
 

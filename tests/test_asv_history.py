@@ -30,7 +30,7 @@ from perfsuite.model import Case, Metric, Result, round_values
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
-ENTRY = "allreduce.Allreduce.track_inv_busbw('mpi', 2, '1MiB', 'float32', 'python', 'none')"
+ENTRY = "allreduce.Allreduce.track_inv_busbw('mpi', 2, '1MiB', 'float32', 'python', 'none', 'sum')"
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ def test_recorder_and_asv_discovery_describe_the_same_benchmarks():
     # A measured mpi case is recorded under the loop that timed it, which asv's params hold.
     mpi = next(c for c in cases if c.transport == "mpi")
     assert layout.param_ids(mpi, {"timing": "native"}) in combos
-    assert layout.param_ids(mpi, {})[-2:] == ("'python'", "'none'")  # before timings and stragglers
+    assert layout.param_ids(mpi, {})[-3:] == ("'python'", "'none'", "'sum'")  # before timings, stragglers, ops
 
 
 def test_asv_benchmarks_follow_the_perfsuite_options_from_the_environment():
@@ -282,9 +282,9 @@ def test_runners_merge_and_concurrent_recorders_lose_nothing(tmp_path):
     combos = [tuple(c) for c in itertools.product(*params)]
     repeat = {c: (s or {}).get("repeat") for c, s in zip(combos, stats)}
     # one value per round: the case measured in two runs of the commit has both rounds
-    assert repeat[("'mpi'", "2", "'1MiB'", "'float32'", "'python'", "'none'")] == 1 + 1  # pooled, nothing lost
-    assert repeat[("'mpi'", "2", "'4B'", "'float32'", "'python'", "'none'")] == 1
-    assert repeat[("'ring'", "2", "'1MiB'", "'float32'", "'python'", "'none'")] == 1
+    assert repeat[("'mpi'", "2", "'1MiB'", "'float32'", "'python'", "'none'", "'sum'")] == 1 + 1  # pooled, nothing lost
+    assert repeat[("'mpi'", "2", "'4B'", "'float32'", "'python'", "'none'", "'sum'")] == 1
+    assert repeat[("'ring'", "2", "'1MiB'", "'float32'", "'python'", "'none'", "'sum'")] == 1
     assert not list(tmp_path.glob(".recording-*"))
 
 
@@ -300,7 +300,7 @@ def test_wrong_results_are_left_out(tmp_path):
 
 # --- asv's samples are rounds, not iterations --------------------------------------------------
 
-KEY = ("'mpi'", "2", "'1MiB'", "'float32'", "'python'", "'none'")
+KEY = ("'mpi'", "2", "'1MiB'", "'float32'", "'python'", "'none'", "'sum'")
 
 
 def stored(conf: str, commit: str, machine: str = "box") -> dict[str, dict[tuple, tuple]]:
@@ -419,7 +419,7 @@ def test_a_world_that_named_a_straggler_draws_its_own_line(tmp_path):
     assert late.info["straggler"]["rank"] == 1 and clean.info["straggler"] is None
     record.record([late, clean], RecordTarget(conf, "box", commit), bench.asv_layout, fp={})
     got = stored(conf, commit)["allreduce.Allreduce.track_inv_busbw"]
-    assert set(got) == {(*KEY[:-1], "'named'"), ("'mpi'", "2", "'4B'", "'float32'", "'python'", "'none'")}
+    assert set(got) == {(*KEY[:-2], "'named'", "'sum'"), ("'mpi'", "2", "'4B'", "'float32'", "'python'", "'none'", "'sum'")}
     # the training benchmarks' (generic) layout has the axis too
     epoch = bench.asv_layout("tf-epoch")
     case = Case("tf-epoch", "tf-grpc", 2, variant="resnet")
@@ -428,10 +428,10 @@ def test_a_world_that_named_a_straggler_draws_its_own_line(tmp_path):
 
 
 def test_a_store_of_the_previous_layout_version_is_migrated_in_place(tmp_path):
-    """A results folder written under perfsuite-allreduce-3 (no straggler axis): asv reads a
-    result only under its benchmark's version and by the product of its params, so the recorder
-    rewrites every stored result to the current layout, each old point at straggler "none",
-    values, samples and stats untouched; new points land beside them."""
+    """A results folder written under perfsuite-allreduce-4 (no op axis): asv reads a result
+    only under its benchmark's version and by the product of its params, so the recorder
+    rewrites every stored result to the current layout, each old point at op "sum", values,
+    samples and stats untouched; new points land beside them."""
     import dataclasses
 
     from perfsuite.asv.project import load_project
@@ -440,7 +440,7 @@ def test_a_store_of_the_previous_layout_version_is_migrated_in_place(tmp_path):
     conf, commits = make_project(tmp_path, 2)
     rng = np.random.default_rng(12)
     real = bench.asv_layout("allreduce")
-    old = dataclasses.replace(real, version="perfsuite-allreduce-3", axes=real.axes[:-1],
+    old = dataclasses.replace(real, version="perfsuite-allreduce-4", axes=real.axes[:-1],
                               measured=real.measured[:-1], migrations=())
     for machine in ("box", "other-box"):
         for c in commits:
@@ -454,19 +454,19 @@ def test_a_store_of_the_previous_layout_version_is_migrated_in_place(tmp_path):
     assert "migrated 8 stored results" in summary.line()
     described = json.loads((tmp_path / "results" / "benchmarks.json").read_text())[name]
     assert described["version"] == real.version and described["param_names"] == list(real.axes)
-    assert described["params"][-1] == ["'none'", "'named'"]
-    # the untouched commit reads as before, at straggler "none"
-    assert stored(conf, commits[0]) == {k: {(*ids, "'none'"): v for ids, v in per.items()}
+    assert described["params"][-2:] == [["'none'", "'named'"], ["'sum'"]]
+    # the untouched commit reads as before, at op "sum"
+    assert stored(conf, commits[0]) == {k: {(*ids, "'sum'"): v for ids, v in per.items()}
                                         for k, per in before.items()}
     # the measured commit: the clean run pooled its round with the migrated five, the late one beside
     now = stored(conf, commits[1])[name]
-    assert now[KEY][2]["repeat"] == 5 + 1 and now[(*KEY[:-1], "'named'")][2]["repeat"] == 3
+    assert now[KEY][2]["repeat"] == 5 + 1 and now[(*KEY[:-2], "'named'", "'sum'")][2]["repeat"] == 3
     # asv's own reader (by benchmarks.json's versions and params) sees both commits on both machines
     series, _ = read_history(load_project(conf))
     points = {(s.machine, s.entry): len(s.points) for s in series if s.name == name}
     assert points == {("box", f"{name}({', '.join(KEY)})"): 2,
                       ("other-box", f"{name}({', '.join(KEY)})"): 2,
-                      ("box", f"{name}({', '.join(KEY[:-1])}, 'named')"): 1}
+                      ("box", f"{name}({', '.join(KEY[:-2])}, 'named', 'sum')"): 1}
     again = record.record([synthetic(mpi_case(), 10.0, rng)], RecordTarget(conf, "box", commits[0]),
                           bench.asv_layout, fp={})
     assert again.migrated == 0 and "migrated" not in again.line()
@@ -490,7 +490,7 @@ def test_asv_run_tracks_the_median_over_rounds(monkeypatch):
     values = {k[0]: v for k, v in cache["values"].items()}
     assert values["track_inv_busbw"] == pytest.approx(
         np.median([1 / s.metrics["busbw_GBps"].value for s in each]))
-    assert "contended" in cache["skipped"][("'mpi'", "2", "'4B'", "'float32'", "'python'", "'none'")]
+    assert "contended" in cache["skipped"][("'mpi'", "2", "'4B'", "'float32'", "'python'", "'none'", "'sum'")]
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -549,7 +549,7 @@ def test_run_asv_on_two_commits_publishes_both_points(measured_site):
 
     loop = "'python'" if native_build().why else "'native'"  # the loop that timed the runs
     j = [tuple(c) for c in itertools.product(*bench["params"])].index(
-        ("'mpi'", "2", "'1MiB'", "'float32'", loop, "'none'"))
+        ("'mpi'", "2", "'1MiB'", "'float32'", loop, "'none'", "'sum'"))
     (graph,) = [p for p in html.glob("graphs/**/allreduce.Allreduce.track_inv_busbw.json")
                 if "summary" not in p.parts]
     points = {rev: values[j] for rev, values in json.loads(graph.read_text())}

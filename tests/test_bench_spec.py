@@ -99,13 +99,15 @@ def test_a_new_benchmark_brings_its_report_table_layouts_and_size_plots(toys, tm
 
     assert print_formats() == ("nccl", "omb", "toy-osu", "csv", "md")
     plot = plots.latency_plot([("", r)], tmp_path / "l.png")
-    assert plot.file is not None and plot.title == "Allreduce / Toy-bcast latency vs message size"
+    assert plot.file is not None and plot.title == "Toy-bcast latency vs message size"
 
 
 def test_the_builtin_records_keep_their_report_words():
-    assert bench.sized_benchmarks() == ["allreduce"]
+    every = ["allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce"]
+    assert bench.sized_benchmarks() == every
     p = plots.latency_plot([], Path("/nonexistent/never-written.png"))
-    assert (p.title, p.skipped) == ("Allreduce latency vs message size", "no allreduce results in the input")
+    assert p.title == " / ".join(n.capitalize() for n in every) + " latency vs message size"
+    assert p.skipped == "no message-size results in the input"
     assert bench.layout_names() == ["omb"]
     tf = Result("tf-epoch", "mpi", 2, (sample("tf-epoch", "mpi", {"img_per_s": 5.0}),))
     assert report._result_rows(tf)[0] == ("case", "img_per_s (img/s)", "valid")  # no report rows: by metric

@@ -167,7 +167,7 @@ def test_a_library_changed_after_its_build_is_not_loaded(tmp_path, no_leftover_r
 
 FAKE = r"""
 #include <string.h>
-int perfsuite_native_abi(void) { return 1; }
+int perfsuite_native_abi(void) { return 2; }
 int perfsuite_native_mpi_library(char *buf, int *len) {
     strcpy(buf, "%s"); *len = (int)strlen(buf); return 0;
 }

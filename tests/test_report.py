@@ -245,7 +245,7 @@ def test_every_plot_draws_when_its_metrics_exist(tmp_path):
 
 def test_plots_without_their_metrics_say_why(tmp_path):
     drawn = {p.name: p for p in plots.make_plots([("", r) for r in tf_results()[:1]], tmp_path)}
-    assert drawn["latency"].skipped == "no allreduce results in the input"
+    assert drawn["latency"].skipped == "no message-size results in the input"
     assert "stall_*" in drawn["stalls"].skipped and drawn["stalls"].file is None
     assert drawn["throughput"].file is not None  # img/s is there, the allreduce is not
     assert not (tmp_path / "latency.png").exists()

@@ -7,7 +7,8 @@ PERFSUITE_ASV_SIZES=4,1MiB PERFSUITE_ASV_TRANSPORTS=mpi,ring). ``setup_cache`` s
 then reads its number from that cache (``perfsuite.faces.asv_run``). Numbers are lower-is-better
 for asv: latency in seconds and 1/busbw in s/GB (see perfsuite.asv.layout). ``timing`` is the
 loop that timed a case (native or python on the host, a device timing on a GPU), ``straggler``
-whether its world named a late rank (none or named): only the combination measured has a number.
+whether its world named a late rank (none or named), ``op`` its reduction: only the combination
+measured has a number. The other collectives are in ``collectives.py``.
 """
 from perfsuite import bench
 from perfsuite.faces import asv_run
@@ -27,15 +28,15 @@ class Allreduce:
 
     setup_cache.timeout = asv_run.bench_timeout(CASES)
 
-    def setup(self, cache, transport, world_size, size, dtype, timing, straggler):
-        asv_run.check_case(cache, "allreduce", transport, world_size, size, dtype, timing, straggler)
+    def setup(self, cache, transport, world_size, size, dtype, timing, straggler, op):
+        asv_run.check_case(cache, "allreduce", transport, world_size, size, dtype, timing, straggler, op)
 
-    def track_latency(self, cache, transport, world_size, size, dtype, timing, straggler):
-        return asv_run.tracked(cache, "track_latency", transport, world_size, size, dtype, timing, straggler)
+    def track_latency(self, cache, transport, world_size, size, dtype, timing, straggler, op):
+        return asv_run.tracked(cache, "track_latency", transport, world_size, size, dtype, timing, straggler, op)
 
     track_latency.unit = "seconds"
 
-    def track_inv_busbw(self, cache, transport, world_size, size, dtype, timing, straggler):
-        return asv_run.tracked(cache, "track_inv_busbw", transport, world_size, size, dtype, timing, straggler)
+    def track_inv_busbw(self, cache, transport, world_size, size, dtype, timing, straggler, op):
+        return asv_run.tracked(cache, "track_inv_busbw", transport, world_size, size, dtype, timing, straggler, op)
 
     track_inv_busbw.unit = "s/GB (1/busbw)"

@@ -24,7 +24,7 @@ from ..asv.layout import AsvLayout, generic_layout
 from ..errors import ConfigError
 from ..model import Case, Opt, Result, Sample, Tolerance, WorldSpec, time_sliced
 
-BUILTIN = ("perfsuite.bench.allreduce", "perfsuite.bench.tf_epoch", "perfsuite.bench.torch_epoch",
+BUILTIN = ("perfsuite.bench.allreduce", "perfsuite.bench.collectives", "perfsuite.bench.tf_epoch", "perfsuite.bench.torch_epoch",
            "perfsuite.bench.stalls", "perfsuite.bench.p2p")
 ENV = "PERFSUITE_BENCHMARKS"
 ENTRY_POINTS = "perfsuite.benchmarks"

@@ -1,15 +1,19 @@
-"""allreduce: latency and bus bandwidth per transport, world size, message size and dtype.
+"""allreduce: latency and bus bandwidth per transport, world size, message size, dtype and op.
 
 The kernel (``perfsuite.kernels.allreduce``) has OSU and nccl-tests semantics; this record says
-how its cases are chosen (sizes x dtypes inside one world per transport and world size), how a
-world's results are tabled (nccl-tests columns, and OSU's layout on request), how they land in
-asv, and how many bytes its calls must put on the wires between emulated nodes.
+how its cases are chosen (sizes x dtypes x ops inside one world per transport and world size),
+how a world's results are tabled (nccl-tests columns, and OSU's layout on request), how they
+land in asv, and how many bytes its calls must put on the wires between emulated nodes. The
+other collectives (``bench/collectives.py``) share all of it through their records
+(``perfsuite.collectives``): only the record differs.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .. import collectives
 from ..asv.layout import STRAGGLER, AsvLayout, AsvMetric, AxisAdded, MeasuredAxis
+from ..collectives import Collective
 from ..errors import ConfigError
 from ..model import (DTYPES, Case, Opt, Result, Sample, Tolerance, format_size, parse_names, parse_size,
                      split_list, timing_of)
@@ -65,36 +69,59 @@ def parse_dtypes(text: str | Sequence[str]) -> tuple[str, ...]:
     return parse_names(text, DTYPES, "dtype")
 
 
+def parse_ops(text: str | Sequence[str]) -> tuple[str, ...]:
+    return parse_names(text, collectives.OPS, "op")
+
+
+def parse_root(text) -> int:
+    value = str(text).strip()
+    if not value.isdigit():
+        raise ConfigError(f"root {text!r} must be a rank: a whole number >= 0, e.g. 0")
+    return int(value)
+
+
 def allreduce_cases(transports: Sequence[str], world_sizes: Sequence[int],
-                    sizes: Sequence[int], dtypes: Sequence[str] = (DEFAULT_DTYPE,)) -> list[Case]:
-    """transport x world size x dtype x size, in the order worlds run (sizes innermost)."""
+                    sizes: Sequence[int], dtypes: Sequence[str] = (DEFAULT_DTYPE,),
+                    ops: Sequence[str] = ("sum",), root: int = 0, benchmark: str = "allreduce") -> list[Case]:
+    """transport x world size x dtype x op x size, in the order worlds run (sizes innermost);
+    ops only for a collective that reduces, the root only for one that has a root."""
+    coll = collectives.get(benchmark)
     for dt in dtypes:
         for s in sizes:
             check_size(s, dt)
-    return [Case("allreduce", t, n, size_bytes=s, dtype=dt)
-            for t in transports for n in world_sizes for dt in dtypes for s in sizes]
+    ops = tuple(ops) if coll.reduces else ("sum",)
+    root = root if coll.rooted else 0
+    for n in world_sizes:
+        if root >= n:
+            raise ConfigError(f"root {root} is not a rank of world size {n}; give --root 0..{n - 1}")
+    return [Case(benchmark, t, n, size_bytes=s, dtype=dt, variant=collectives.variant(op, root))
+            for t in transports for n in world_sizes for dt in dtypes for op in ops for s in sizes]
 
 
 def cases(sel: Selection) -> list[Case]:
     v = sel.values
     return [c for t in sel.transports or ()
             for c in allreduce_cases((t,), sel.world_sizes_of(t), v.get("sizes") or parse_sizes(DEFAULT_SIZES),
-                                     v.get("dtypes") or (DEFAULT_DTYPE,))]
+                                     v.get("dtypes") or (DEFAULT_DTYPE,), v.get("ops") or ("sum",),
+                                     int(v.get("root") or 0), sel.benchmark)]
 
 
-def allreduce_wire_bytes(size_bytes: int, world_size: int, calls: int) -> int:
-    """The least bytes ``calls`` allreduces of ``size_bytes`` put on the wires, summed over
-    ranks, when every rank is on its own node: each rank must send 2(n-1)/n of the buffer
-    (the bandwidth-optimal bound; recursive doubling sends more), so n ranks send 2(n-1) x size."""
-    if world_size < 2:
-        return 0
-    return int(calls) * int(size_bytes) * 2 * (world_size - 1)
+def allreduce_wire_bytes(size_bytes: int, world_size: int, calls: int, benchmark: str = "allreduce") -> int:
+    """The least bytes ``calls`` calls of ``size_bytes`` put on the wires, summed over ranks,
+    when every rank is on its own node: an allreduce's ranks each send 2(n-1)/n of the buffer
+    (the bandwidth-optimal bound; recursive doubling sends more), so n ranks send 2(n-1) x size;
+    the other collectives (n-1) x size (``Collective.wire``)."""
+    return collectives.get(benchmark).wire_bytes(size_bytes, world_size, calls)
 
 
 def wire_bytes(sample: Sample) -> int:
     i = sample.info
-    return allreduce_wire_bytes(sample.case.size_bytes or 0, sample.case.world_size,
-                                int(i.get("iters", 0)) + int(i.get("warmup", 0)))
+    return allreduce_wire_bytes(int(i.get("size_bytes", sample.case.size_bytes or 0)), sample.case.world_size,
+                                int(i.get("iters", 0)) + int(i.get("warmup", 0)), _collective(sample.case.benchmark).name)
+
+
+def _collective(benchmark: str) -> Collective:
+    return collectives.find(benchmark) or collectives.get("allreduce")
 
 
 COLUMNS = ("size", "count", "type", "redop", "time(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)",
@@ -106,22 +133,29 @@ STATISTIC_LINE = ("# time, p99: per call the slowest rank's time, p50 and p99 ov
                   "busbw = algbw x 2(n-1)/n; OMB's per-rank means: perfsuite report FILE --print omb")
 
 
+def statistic_line(benchmark: str) -> str:
+    return STATISTIC_LINE.replace("2(n-1)/n", _collective(benchmark).factor_words)
+
+
 def table(result: Result) -> str:
-    """nccl-tests-like columns: time, algbw and busbw from one statistic (``STATISTIC_LINE``)."""
+    """nccl-tests-like columns: time, algbw and busbw from one statistic (``STATISTIC_LINE``);
+    a rooted collective's root beside its redop, as nccl-tests prints it."""
     extra = result.extra or {}
     head = heading(result, "in-place" if extra.get("inplace") else "out-of-place")
     # Device transports add busbw as a fraction of the device's measured copy bandwidth.
     of_copy = any("busbw_of_copy" in s.info for s in result.samples)
-    columns = COLUMNS + (("busbw/copy",) if of_copy else ())
+    rooted = any("root" in s.info for s in result.samples)
+    columns = COLUMNS[:4] + (("root",) if rooted else ()) + COLUMNS[4:] + (("busbw/copy",) if of_copy else ())
     lines = [head, "#" + "".join(f"{c:>13}" for c in columns)[1:]]
     for s in result.samples:
         i = s.info
         lines.append(
             f"{i['size_bytes']:>12} {i['count']:>12} {i['dtype']:>12} {i['op']:>12} "
-            f"{i['latency_us']:>12.2f} {i['p99_us']:>12.2f} {i['algbw_GBps']:>12.3f} "
+            + (f"{i.get('root', 0):>12} " if rooted else "")
+            + f"{i['latency_us']:>12.2f} {i['p99_us']:>12.2f} {i['algbw_GBps']:>12.3f} "
             f"{i['busbw_GBps']:>12.3f} {'OK' if s.valid else 'WRONG':>12}"
             + (f" {i.get('busbw_of_copy', float('nan')):>12.3f}" if of_copy else ""))
-    lines.append(STATISTIC_LINE)
+    lines.append(statistic_line(result.benchmark))
     first = result.samples[0].info if result.samples else {}
     line = timing_line(first, {timing_of(s.info) for s in result.samples})
     note = (extra.get("transport_facts") or {}).get("native_note")
@@ -146,8 +180,12 @@ def timing_line(first: dict, timings: set[str]) -> str:
     """Which loop or clock timed the calls, and why not the native loop where it was wanted."""
     timing = timing_of(first)
     if first.get("clock", "host") != "host" or timing not in ("python", "native", ""):
-        return (f"# timed by {first.get('clock', 'host')}, {first.get('timing')}: "
+        line = (f"# timed by {first.get('clock', 'host')}, {first.get('timing')}: "
                 f"{first.get('calls_per_sample', 1)} call(s) per sample, its mean per call")
+        if timing == "native-batch":
+            return line + " (the batch issued by a C loop between the events)"
+        why = first.get("timing_why")
+        return f"{line}; not native-batch: {why}" if why else line
     if not timing:
         return ""
     if timings == {"native"}:
@@ -161,15 +199,18 @@ def timing_line(first: dict, timings: set[str]) -> str:
 
 
 def omb_table(result: Result) -> str:
-    """The OSU Micro-Benchmarks osu_allreduce layout, so numbers diff against OMB runs directly."""
-    lines = [f"# OSU MPI Allreduce Latency Test (perfsuite, transport={result.transport})",
+    """The OSU Micro-Benchmarks layout of the collective's own benchmark (osu_allreduce,
+    osu_allgather, ...), so numbers diff against OMB runs directly: OMB's size is its message
+    size (``Collective.omb``: one rank's part for allgather, one peer's for alltoall)."""
+    coll = _collective(result.benchmark)
+    lines = [f"# {coll.omb_title} (perfsuite, transport={result.transport})",
              f"# world_size={result.world_size}  Datatype: "
              f"{result.samples[0].case.dtype if result.samples else DEFAULT_DTYPE}",
              f"# {'Size':<10}{'Avg Latency(us)':>18}{'Min Latency(us)':>18}"
              f"{'Max Latency(us)':>18}{'Iterations':>12}"]
     for s in result.samples:
         i = s.info
-        lines.append(f"{i['size_bytes']:<12}{i['omb_avg_us']:>18.2f}{i['omb_min_us']:>18.2f}"
+        lines.append(f"{i.get('omb_size_bytes', i['size_bytes']):<12}{i['omb_avg_us']:>18.2f}{i['omb_min_us']:>18.2f}"
                      f"{i['omb_max_us']:>18.2f}{i['iters']:>12}")
     return "\n".join(lines)
 
@@ -193,10 +234,10 @@ SHORT_NAMES = {"busbw_GBps": "busbw", "algbw_GBps": "algbw", "latency_us": "late
 
 
 def parse_device_timing(text: str) -> str:
-    from ..transports.base import TIMINGS
+    from ..transports.gpu import DEVICE_TIMINGS
 
-    if text not in TIMINGS:
-        raise ConfigError(f"device timing {text!r} is unknown; choose from {', '.join(TIMINGS)}")
+    if text not in DEVICE_TIMINGS:
+        raise ConfigError(f"device timing {text!r} is unknown; choose from {', '.join(DEVICE_TIMINGS)}")
     return text
 
 
@@ -230,31 +271,65 @@ def _asv_timing(info: dict) -> str:
     return timing_of(info) or ("python" if info.get("clock", "host") == "host" else "per-call")
 
 
+def _op_of(info: dict) -> str:
+    return str(info.get("op", "sum"))
+
+
+#: The op as allreduce's last axis: a measured axis (read from the sample, one choice per
+#: case), so version 4's points read as "sum" on it (``AxisAdded``).
+OP_AXIS = MeasuredAxis(_op_of, lambda case: (collectives.op_root(case.variant)[0],))
+
+
 # Version 2 adds the timing axis: the native and the mpi4py loop draw separate lines, so a
 # fallback from one to the other is never read as a step. Version 3: asv's samples are one value
 # per round, no longer per iteration (perfsuite.asv.layout.round_samples); asv never pools or
 # compares them with version 2's. Version 4 adds the straggler axis (a world with a late rank
-# draws its own line); version 3's points read as "none" on it.
+# draws its own line); version 3's points read as "none" on it. Version 5 adds the op axis
+# (allreduce with max is another line than with sum); version 4's points read as "sum".
+METRICS = (AsvMetric("track_latency", "latency_us", "seconds", scale=1e-6),
+           AsvMetric("track_inv_busbw", "busbw_GBps", "s/GB (1/busbw)", inverse=True))
 ASV = AsvLayout(
     "allreduce", "allreduce", "Allreduce",
-    ("transport", "world_size", "size", "dtype", "timing", "straggler"),
-    _asv_values,
-    (AsvMetric("track_latency", "latency_us", "seconds", scale=1e-6),
-     AsvMetric("track_inv_busbw", "busbw_GBps", "s/GB (1/busbw)", inverse=True)),
-    version="perfsuite-allreduce-4", sort_keys={"size": parse_size},
-    measured=(MeasuredAxis(_asv_timing, _timings), STRAGGLER),
-    migrations=(AxisAdded("perfsuite-allreduce-3", "perfsuite-allreduce-4", "straggler", "none"),))
+    ("transport", "world_size", "size", "dtype", "timing", "straggler", "op"),
+    _asv_values, METRICS,
+    version="perfsuite-allreduce-5", sort_keys={"size": parse_size},
+    measured=(MeasuredAxis(_asv_timing, _timings), STRAGGLER, OP_AXIS),
+    migrations=(AxisAdded("perfsuite-allreduce-3", "perfsuite-allreduce-4", "straggler", "none"),
+                AxisAdded("perfsuite-allreduce-4", "perfsuite-allreduce-5", "op", "sum")))
+
+
+def _asv_variant(case: Case) -> tuple:
+    op, root = collectives.op_root(case.variant)
+    coll = collectives.get(case.benchmark)
+    return (*_asv_values(case), *([op] if coll.reduces else []), *([root] if coll.rooted else []))
+
+
+def asv_layout(coll: Collective) -> AsvLayout:
+    """Another collective's layout: allreduce's axes, its op and root among the case's own."""
+    return AsvLayout(
+        coll.name, "collectives", coll.title,
+        ("transport", "world_size", "size", "dtype", *(["op"] if coll.reduces else []),
+         *(["root"] if coll.rooted else []), "timing", "straggler"),
+        _asv_variant, METRICS, version=f"perfsuite-{coll.name}-1", sort_keys={"size": parse_size},
+        measured=(MeasuredAxis(_asv_timing, _timings), STRAGGLER))
 
 OPTIONS = (
     Opt("sizes", DEFAULT_SIZES, "message sizes: 4,1024,1MiB or a range MIN:MAX[:FACTOR] (default x4)",
         metavar="SIZES", parse=lambda text: parse_sizes(text, None)),
-    Opt("dtypes", DEFAULT_DTYPE, "comma list of float32, float64, float16, int32", metavar="LIST",
+    Opt("dtypes", DEFAULT_DTYPE, "comma list of float32, float64, float16, bfloat16, int32", metavar="LIST",
         parse=parse_dtypes),
-    Opt("inplace", False, "in-place allreduce (default out-of-place)", kind="flag",
-        parse=bool, knob="inplace"),
-    Opt("device-timing", "batch", "how GPU transports' calls are timed: batch (nccl-tests: a batch of "
-        "calls between one pair of CUDA events, a sample is its mean), per-call, or graph (the batch "
-        "as one CUDA graph; nccl only)", metavar="MODE", parse=parse_device_timing, knob="device_timing"),
+    Opt("ops", "sum", "reduction ops of the collectives that reduce (allreduce, reduce_scatter, reduce): "
+        "comma list of sum, prod, min, max, avg, or all (nccl-tests -o)", metavar="LIST", parse=parse_ops),
+    Opt("root", "0", "the root rank of broadcast and reduce (nccl-tests -r)", metavar="RANK",
+        parse=parse_root),
+    Opt("inplace", False, "in-place collectives (default out-of-place; broadcast is always in place, "
+        "reduce_scatter and alltoall are skipped)", kind="flag", parse=bool, knob="inplace"),
+    Opt("device-timing", "auto", "how GPU transports' calls are timed: auto (nccl: native-batch where its C "
+        "loop builds, else batch with the reason; the others: batch), native-batch (a batch of calls "
+        "issued by a C loop between one pair of CUDA events; nccl only, refused where it cannot build), "
+        "batch (nccl-tests: the batch issued by Python between the events, a sample is its mean), "
+        "per-call, or graph (the batch as one CUDA graph; nccl only)", metavar="MODE",
+        parse=parse_device_timing, knob="device_timing"),
     Opt("host-timing", "auto", "how the mpi transport's calls are timed: auto (the native C loop, "
         "built with the MPI's mpicc on first use, else the mpi4py loop with the reason), native "
         "(refuse to run without it) or python (the mpi4py loop)", metavar="LOOP",
@@ -263,8 +338,16 @@ OPTIONS = (
         parse=lambda flag: not flag, knob="validate"),
 )
 
-SPEC = register(BenchmarkSpec(
-    "allreduce", "allreduce latency and busbw per transport, world size, size and dtype",
-    kernel="perfsuite.kernels.allreduce", cases=cases, options=OPTIONS, table=table, asv=ASV,
-    wire_bytes=wire_bytes, judged=("latency_us",), report_rows=report_rows, layouts={"omb": omb_table},
-    plots_by_size=True, tolerances=TOLERANCES, short_names=SHORT_NAMES))
+def collective_spec(coll: Collective) -> BenchmarkSpec:
+    """The benchmark of one collective: allreduce's cases, kernel, tables, layouts and
+    options, its own record (``perfsuite.collectives``) and asv layout."""
+    return BenchmarkSpec(
+        coll.name, f"{coll.name} latency and busbw per transport, world size, size, dtype"
+        + (" and op" if coll.reduces else "") + (" (root --root)" if coll.rooted else ""),
+        kernel="perfsuite.kernels.allreduce", cases=cases, options=OPTIONS, table=table,
+        asv=ASV if coll.name == "allreduce" else asv_layout(coll),
+        wire_bytes=wire_bytes, judged=("latency_us",), report_rows=report_rows, layouts={"omb": omb_table},
+        plots_by_size=True, tolerances=TOLERANCES, short_names=SHORT_NAMES)
+
+
+SPEC = register(collective_spec(collectives.get("allreduce")))

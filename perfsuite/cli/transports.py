@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from .. import transports
+from ..errors import ConfigError
 from .common import EXIT_OK, say
 
 COMMANDS = {}
@@ -14,13 +15,37 @@ def add_transports(p: argparse.ArgumentParser) -> None:
 
 
 def do_transports(args: argparse.Namespace) -> int:
-    for spec in transports.REGISTRY.values():
+    for key, spec in transports.REGISTRY.items():
+        if key.startswith("collective:"):  # an allreduce design under the other collectives: the matrix says
+            continue
         if args.benchmark and args.benchmark not in spec.benchmarks:
             continue
         reason = spec.unavailable_reason()
         state = "available" if reason is None else f"skipped: {reason}"
-        say(f"{spec.name:<14} {','.join(spec.benchmarks):<20} {spec.summary}\n{'':<14} {state}")
+        runs = "collectives" if spec.benchmarks == transports.COLLECTIVES else ",".join(spec.benchmarks)
+        say(f"{spec.name:<14} {runs:<20} {spec.summary}\n{'':<14} {state}")
+    if not args.benchmark or args.benchmark in transports.COLLECTIVES:
+        say(matrix())
     return EXIT_OK
+
+
+def matrix() -> str:
+    """Which transport runs which collective: 'yes', or '-' with the reason below the table."""
+    names = list(dict.fromkeys(n for c in transports.COLLECTIVES for n in transports.names(c)))
+    head = f"{'# collective':<14}" + "".join(f"{c:>16}" for c in transports.COLLECTIVES)
+    lines, why = [head], {}
+    for name in names:
+        have = transports.collectives_of(name)
+        lines.append(f"{name:<14}" + "".join(f"{'yes' if c in have else '-':>16}" for c in transports.COLLECTIVES))
+        missing = [c for c in transports.COLLECTIVES if c not in have]
+        if missing:
+            try:
+                why[name] = transports.spec(name, missing[0]).unavailable_reason()
+            except ConfigError:  # a design that is not an allreduce transport at all
+                why[name] = f"runs only {', '.join(have)}" if have else "a training transport"
+    lines += [f"# {name}: {reason}" for name, reason in why.items() if reason]
+    lines.append("# 'yes' where the transport has the call; whether it can run here is above")
+    return "\n".join(lines)
 
 
 COMMANDS["transports"] = (add_transports, do_transports, "list transports and whether they can run here")

@@ -1,16 +1,20 @@
-"""Allreduce microbenchmark with OSU (OMB) and nccl-tests semantics.
+"""The collective microbenchmark (allreduce first, and every collective of ``perfsuite.collectives``)
+with OSU (OMB) and nccl-tests semantics. A case's collective is its benchmark's name; its
+record says the buffers' counts, the busbw factor and the exact values; the transport makes the
+call it is bound to (``transports.base.Call``).
 
 Per size: warm-up, then ``iters`` barrier-separated calls timed on every rank. Reported:
 - ``latency_us`` (the table's time), ``p50_us`` and ``p99_us``: per call, the slowest rank's
   time (the time the world spent), p50 and p99 over calls; ``latency_us`` is the p50, the
   judged statistic, and the one algbw and busbw come from (as nccl-tests' time, algbw and busbw
   are one statistic per size);
-- algbw = bytes / t and busbw = algbw * 2(n-1)/n with t that p50 (nccl-tests' busbw factor for
-  allreduce: each rank sends and receives 2(n-1)/n of the buffer);
+- algbw = bytes / t and busbw = algbw x the collective's factor with t that p50 (nccl-tests'
+  factors: allreduce 2(n-1)/n, all_gather, reduce_scatter and alltoall (n-1)/n, broadcast and
+  reduce 1); bytes is nccl-tests' size, the larger of one rank's send and recv buffers;
 - ``omb_avg_us``/``omb_min_us``/``omb_max_us``: avg/min/max across ranks of each rank's mean
   time (OMB's Avg/Min/Max Latency). A mean keeps the slow calls a p50 drops, so ``omb_min_us``
   can lie above ``latency_us``.
-Every size is validated against the exact expected sum after the timed loop; ``invalid_ranks``
+Every size is validated against the exact expected values after the timed loop; ``invalid_ranks``
 lists the ranks whose own result was wrong ([] when every rank's was right; absent when the
 check is off).
 """
@@ -23,8 +27,12 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..model import DTYPES, Case, Metric, Sample, time_sliced_label
+from .. import collectives
+from ..collectives import Collective, as_type
+from ..errors import ConfigError, TransportUnavailable
+from ..model import Case, Metric, Sample, time_sliced_label
 from ..transports import load as load_transport
+from ..transports.base import Call
 from ..transports.hosts import node_name
 from . import ranks
 from .context import RankContext
@@ -38,7 +46,6 @@ SMALL_MESSAGE = 8192  # OMB's large-message threshold: fewer iterations above it
 SMALL_ITERS, SMALL_WARMUP = 1000, 100
 BYTE_BUDGET = 256 << 20  # per size, above the threshold: iterations = budget / size
 MIN_ITERS, MIN_WARMUP = 10, 2
-PATTERN = 4  # values per rank are small integers, so every dtype (float16 too) sums exactly
 DEVICE_SAMPLES = 10  # batches per size for device transports' batch timing
 # Calls in one batch at least: a batch of one call times the host's launch of it as well (with
 # the device idle meanwhile), so large sizes read slower than the device is; nccl-tests times
@@ -66,19 +73,17 @@ def batched(transport) -> bool:
 def busbw_factor(world_size: int) -> float:
     """nccl-tests' allreduce factor 2(n-1)/n: 0 for one rank, whose call moves nothing over any
     bus (an in-place ring of one rank returns at once, which algbw would show as a huge rate)."""
-    return 2.0 * (world_size - 1) / world_size if world_size > 1 else 0.0
+    return collectives.get("allreduce").busbw_factor(world_size)
 
 
 def pattern(rank: int, count: int, dtype: str) -> np.ndarray:
-    return ((np.arange(count) % PATTERN) + rank + 1).astype(dtype)
+    """What rank ``rank`` sends in an allreduce (``collectives.rank_values``), as ``dtype``."""
+    return as_type(collectives.rank_values(rank, count), dtype)
 
 
 def zero_sum_pattern(rank: int, world_size: int, count: int, dtype: str) -> np.ndarray:
-    """Small integers that sum to exactly 0 over the ranks: rank 0 holds -(n-1) v, the others v.
-    In place, every call's exact result is 0, so the output of a whole batch of timed calls can
-    be checked; the usual pattern would grow n-fold per call (float16 reaches inf, int32 wraps)."""
-    v = (np.arange(count) % PATTERN) + 1
-    return (v * -(world_size - 1) if rank == 0 else v).astype(dtype)
+    """Small integers that sum to exactly 0 over the ranks (``collectives.zero_sum``)."""
+    return as_type(collectives.zero_sum(rank, world_size, count), dtype)
 
 
 def calls_per_sample(transport, iters: int) -> int:
@@ -89,14 +94,13 @@ def calls_per_sample(transport, iters: int) -> int:
 
 
 def expected_sum(world_size: int, count: int, dtype: str) -> np.ndarray:
-    base = np.arange(count) % PATTERN
-    return (base * world_size + world_size * (world_size + 1) // 2).astype(dtype)
+    return as_type(collectives.reduced(world_size, count), dtype)
 
 
 def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: int,
               inplace: bool, copy_GBps: float | None = None,
               machine: dict | None = None, nodes: list[str] | None = None,
-              reordered: np.ndarray | None = None) -> Sample:
+              reordered: np.ndarray | None = None, call: Call | None = None) -> Sample:
     """``times`` is iterations x ranks, seconds. Pure, so it is unit-tested without MPI.
 
     ``copy_GBps``: the buffers' own memory-copy bandwidth (device transports measure it), so
@@ -111,12 +115,15 @@ def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: in
     world_time = times.max(axis=1)  # per iteration, the slowest rank
     p50 = float(np.percentile(world_time, 50))
     p99 = float(np.percentile(world_time, 99))
-    size = case.size_bytes or 0
-    factor = busbw_factor(n)
+    call = call or Call(dtype=case.dtype)
+    coll = collectives.get(call.collective)
+    sized = coll.sizes(case.size_bytes or 0, case.dtype, n)
+    size = sized["size_bytes"]
+    factor = coll.busbw_factor(n)
     algbw = size / p50 / 1e9 if p50 > 0 else 0.0
     info = {
-        "transport": case.transport, "world_size": n, "size_bytes": size,
-        "count": size // DTYPES[case.dtype], "dtype": case.dtype, "op": "sum",
+        "transport": case.transport, "world_size": n, **sized, "dtype": case.dtype,
+        "op": call.op if coll.reduces else "none", **({"root": call.root} if coll.rooted else {}),
         "inplace": inplace, "iters": iters, "warmup": warmup,
         "latency_us": p50 * 1e6, "p50_us": p50 * 1e6, "p99_us": p99 * 1e6,
         "omb_avg_us": float(per_rank_mean.mean() * 1e6),
@@ -246,7 +253,7 @@ def timed_loop(transport, send, recv, iters: int, barrier, fault, case: Case,
             fault("timed", case)
         if turns >= 0 and calls == 1:
             t0 = clock()
-            transport.allreduce(send, recv)  # host buffers: done when the call returns
+            transport.call(send, recv)  # host buffers: done when the call returns
             for _ in spin_range:  # the injected slowdown, inline: a call would cost more
                 pass
             times[i] = clock() - t0
@@ -296,9 +303,82 @@ def timed_blocks(transport, send, recv, iters: int, barrier, fault, case: Case, 
     return np.concatenate(parts), float(np.median(canary))
 
 
+class Buffers:
+    """One case's buffers on this rank, as its collective's record lays them out, and the
+    exact values they must hold: ``send`` is a slice of ``recv`` in place where the record
+    says so (all_gather's chunk at rank x c/n), ``recv`` itself where it is the whole buffer."""
+
+    def __init__(self, transport, coll: Collective, call: Call, case: Case, rank: int, n: int):
+        self.transport, self.coll, self.call, self.rank, self.n = transport, coll, call, rank, n
+        self.send_count, self.recv_count = coll.buffers(case.size_bytes or 0, case.dtype, n)
+        self.dtype = case.dtype
+        if call.inplace:
+            self.recv = transport.alloc(max(self.send_count, self.recv_count), case.dtype)
+            offset = coll.inplace_offset(rank, n, self.recv_count)
+            whole = offset == 0 and self.send_count == self.recv_count
+            self.send = self.recv if whole else self.recv[offset:offset + self.send_count]
+        else:
+            self.send = transport.alloc(self.send_count, case.dtype)
+            self.recv = transport.alloc(self.recv_count, case.dtype)
+
+    def inputs(self, stable: bool = False) -> None:
+        """Fill send with this rank's values (in place and ``stable``: ones whose result every
+        call leaves unchanged, where the record has such)."""
+        c, call = self.coll, self.call
+        if stable and call.inplace and c.stable_inputs is not None:
+            values = c.stable_inputs(self.rank, self.n, self.send_count, call.op)
+        else:
+            values = c.inputs(self.rank, self.n, self.send_count, call.op, call.root)
+        if call.inplace and self.send is not self.recv:
+            self.transport.fill(self.recv, as_type(np.zeros(self.recv_count), self.dtype))
+        self.transport.fill(self.send, as_type(values, self.dtype))
+
+    def expected(self, timed: bool) -> np.ndarray | None:
+        """What recv must hold after the timed loop (``timed``) or after one fresh call; None:
+        nothing to check there (an unstable in-place loop, or a rank whose recv is undefined)."""
+        c, call = self.coll, self.call
+        if timed and call.inplace:
+            if not c.inplace_stable:
+                return None
+            if c.stable_expected is not None:
+                return as_type(c.stable_expected(self.n, self.recv_count, call.op), self.dtype)
+        want = c.expected(self.rank, self.n, self.recv_count, call.op, call.root)
+        return None if want is None else as_type(want, self.dtype)
+
+    def check(self, timed: bool, corrupt: bool) -> bool | None:
+        """This rank's result right (True), wrong (False) or not checked here (None). A rank
+        whose recv is undefined (reduce's non-root) checks out of place that its send is intact."""
+        want = self.expected(timed)
+        if want is not None:
+            return same(self.transport.to_host(self.recv), want, corrupt)
+        if not self.call.inplace and self.coll.expected(self.rank, self.n, self.recv_count, self.call.op,
+                                                       self.call.root) is None:
+            sent = self.coll.inputs(self.rank, self.n, self.send_count, self.call.op, self.call.root)
+            return same(self.transport.to_host(self.send), as_type(sent, self.dtype), corrupt)
+        return None
+
+
+def bind_case(transport, coll: Collective, case: Case, inplace: bool, n: int) -> Call:
+    """The call this case makes, bound on the transport; a call the transport cannot make
+    skips the world with the reason (every rank finds the same)."""
+    op, root = collectives.op_root(case.variant)
+    if root >= n:
+        raise ConfigError(f"root {root} is not a rank of a world of {n}; give --root below {n}")
+    wants_inplace = inplace or coll.one_buffer
+    if wants_inplace and coll.inplace_offset is None:
+        raise TransportUnavailable(f"{coll.name} has no in-place form here (NCCL has none for "
+                                   "alltoall; MPI and NCCL place reduce_scatter's result apart)")
+    call = Call(coll.name, op if coll.reduces else "sum", root if coll.rooted else 0, wants_inplace, case.dtype)
+    why = transport.lacks(call, case.dtype)
+    if why:
+        raise TransportUnavailable(why)
+    transport.bind(call)
+    return call
+
+
 def run(ctx: RankContext) -> dict:
     comm = ctx.comm
-    transport = load_transport(ctx.transport)(comm, ctx.options)
+    transport = load_transport(ctx.transport, _transport_set(ctx))(comm, ctx.options)
     sliced = time_sliced_label(transport.describe())  # ranks that share one GPU take turns on it
     inplace = bool(ctx.options.get("inplace", False))
     validate = bool(ctx.options.get("validate", True))
@@ -317,21 +397,21 @@ def run(ctx: RankContext) -> dict:
     # transports answer None; their ceiling is the host copy bandwidth measured after the cases.
     copy_bw = copy_wanted(ctx.options)
     copy_gbps = root_alone(comm, ctx.is_root, transport.copy_bandwidth) if copy_bw else None
+    call = None
     for case in ctx.cases:
-        count = (case.size_bytes or 0) // DTYPES[case.dtype]
+        coll = collectives.get(case.benchmark if collectives.find(case.benchmark) else "allreduce")
+        call = bind_case(transport, coll, case, inplace, ctx.world_size)
+        bufs = Buffers(transport, coll, call, case, ctx.rank, ctx.world_size)
+        send, recv = bufs.send, bufs.recv
         iters, warmup = default_iters(case.size_bytes or 0, batched(transport))
         iters = int(ctx.options.get("iters") or iters)
         warmup = int(ctx.options.get("warmup") if ctx.options.get("warmup") is not None else warmup)
-        send = transport.alloc(count, case.dtype)
-        recv = send if inplace else transport.alloc(count, case.dtype)
         # What the timed calls leave in recv is checked: out of place every call writes the
-        # sum, in place a zero-sum fill keeps every call's result exactly 0.
-        transport.fill(send, zero_sum_pattern(ctx.rank, ctx.world_size, count, case.dtype)
-                       if inplace else pattern(ctx.rank, count, case.dtype))
-        timed_expect = (np.zeros(count, case.dtype) if inplace
-                        else expected_sum(ctx.world_size, count, case.dtype))
+        # same result; in place, inputs whose result every call leaves unchanged (allreduce: a
+        # zero sum), or, where there are none, only the fresh call below.
+        bufs.inputs(stable=True)
         for _ in range(warmup):
-            transport.allreduce(send, recv)
+            transport.call(send, recv)
         transport.sync()
         turns = (injected_turns(transport, send, recv, spinner, barrier, case, world_max(comm))
                  if spinner else -1)
@@ -350,14 +430,14 @@ def run(ctx: RankContext) -> dict:
         if validate:
             transport.sync()
             corrupt = getattr(ctx.fault, "corrupts", lambda c: False)(case)
-            checks["timed"] = same(transport.to_host(recv), timed_expect, corrupt)
-            # And one fresh call from the usual pattern: a transport that only ever wrote zeros
-            # would pass the in-place check above.
-            transport.fill(send, pattern(ctx.rank, count, case.dtype))
-            transport.allreduce(send, recv)
+            checks["timed"] = bufs.check(timed=True, corrupt=corrupt)
+            # And one fresh call from the usual values: a transport that only ever wrote
+            # zeros would pass the in-place check above.
+            bufs.inputs()
+            transport.call(send, recv)
             transport.sync()
-            checks["fresh"] = same(transport.to_host(recv),
-                                   expected_sum(ctx.world_size, count, case.dtype), corrupt)
+            checks["fresh"] = bufs.check(timed=False, corrupt=corrupt)
+            checks = {k: v for k, v in checks.items() if v is not None}
         # Each rank's own checks go to rank 0 with its times, so the sample names the ranks
         # whose result was wrong, not only that one was.
         gathered = comm.gather((times, machine, checks), root=0)
@@ -369,23 +449,28 @@ def run(ctx: RankContext) -> dict:
             ok = all(checked)
             timing = {"timing": loop_timing(transport, recv),
                       "clock": transport.clock, "calls_per_sample": batch}
-            if timing["timing"] == "python" and transport.timing_why:
+            if timing["timing"] in ("python", "batch") and transport.timing_why:
                 timing["timing_why"] = transport.timing_why
             if validate:
                 timing.update(valid_timed=bool(checked[0]), valid_fresh=bool(checked[1]),
                               invalid_ranks=[r for r, g in enumerate(gathered) if not all(g[2].values())])
+                if not any("timed" in g[2] for g in gathered):
+                    timing["valid_timed"] = None  # in place, only the fresh call is checked
             if sliced:
                 timing["time_sliced"] = sliced
             if reordered is not None:
                 timing["reordered_calls"] = len(reordered[0])
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1), ok, iters, warmup,
-                               inplace, copy_GBps=copy_gbps,
+                               call.inplace, copy_GBps=copy_gbps,
                                machine={**world_view([g[1] for g in gathered]), **timing}, nodes=nodes,
-                               reordered=None if reordered is None else np.stack(reordered, axis=1))
+                               reordered=None if reordered is None else np.stack(reordered, axis=1),
+                               call=call)
             ctx.emit(sample.to_dict())
-        del send, recv
-    extra = {"transport_facts": transport.describe(), "inplace": inplace,
+        del send, recv, bufs
+    extra = {"transport_facts": transport.describe(), "inplace": bool(call.inplace) if call else inplace,
              "slowdown_injected": slow}
+    if call is not None:
+        extra["collective"] = call.collective
     if sliced:
         extra["time_sliced"] = sliced
     if copy_bw:
@@ -398,6 +483,12 @@ def run(ctx: RankContext) -> dict:
     second.close()
     transport.close()  # after the barrier: no rank is still inside a call
     return extra
+
+
+def _transport_set(ctx: RankContext) -> str:
+    """The registry key of this world's transport: its collective's own (``all_gather:nccl``)."""
+    name = ctx.cases[0].benchmark if ctx.cases else "allreduce"
+    return name if collectives.find(name) else "allreduce"
 
 
 #: Seconds between a waiting rank's polls while rank 0 works alone: short beside a copy of
@@ -436,13 +527,15 @@ class SecondOrder:
             self.other = self.transport.reordered(comm) or False
             if not self.other:  # a transport made once per world: no second order
                 comm.Free()
+        if want and self.other:
+            self.other.bind(self.transport.bound)
         return want and bool(self.other)
 
     def time(self, send, recv, iters: int, case: Case) -> np.ndarray:
         """This rank's times of the same calls over the second order (no fault, no slowdown)."""
         calls = min(iters, ranks.REORDERED_CALLS)
         for _ in range(max(MIN_WARMUP, calls // 10)):
-            self.other.allreduce(send, recv)
+            self.other.call(send, recv)
         return timed_loop(self.other, send, recv, calls, self.other.comm.Barrier, None, case)
 
     def close(self) -> None:

@@ -40,6 +40,7 @@ class TransportSpec:
     check: Callable[[], str | None] = field(default=need_mpi4py, compare=False)
     needs_ports: bool = False  # the launching side fills options["ports"]: one free port per rank
     native: bool = False  # the launching side builds the native timed loop (launch/native.py)
+    device_native: bool = False  # ... or the native NCCL loop (launch/native_nccl.py)
     # MPI thread level the rank asks of MPI_Init_thread: Horovod's background thread calls MPI
     # itself, so it needs "multiple"; every other transport calls MPI from the main thread only.
     thread_level: str = "funneled"
@@ -66,6 +67,8 @@ def names(benchmark: str = "allreduce") -> list[str]:
 
 def spec(name: str, benchmark: str = "allreduce") -> TransportSpec:
     s = REGISTRY.get(f"{benchmark}:{name}") or REGISTRY.get(name)
+    if (s is None or benchmark not in s.benchmarks) and f"collective:{name}" in REGISTRY:
+        s = REGISTRY[f"collective:{name}"]
     if s is None or benchmark not in s.benchmarks:
         raise ConfigError(f"transport {name!r} is unknown for {benchmark}; "
                           f"choose from {', '.join(names(benchmark))}")
@@ -100,8 +103,13 @@ def load(name: str, benchmark: str = "allreduce"):
     return getattr(importlib.import_module(mod), attr)
 
 
-register(TransportSpec("mpi", "MPI_Allreduce on host (numpy) buffers, timed by a C loop", ("allreduce",),
-                       "perfsuite.transports.mpi:MpiAllreduce", native=True))
+#: The collective benchmarks (perfsuite.collectives, one record each); the transports that have
+#: every one serve them all, the designs that are allreduce by nature only allreduce.
+COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+OTHER_COLLECTIVES = COLLECTIVES[1:]
+
+register(TransportSpec("mpi", "the MPI library's collectives on host (numpy) buffers, timed by a C loop",
+                       COLLECTIVES, "perfsuite.transports.mpi:MpiAllreduce", native=True))
 register(TransportSpec("mpi", "MPI point-to-point (Isend/Irecv) between pairs of nodes", ("p2p",),
                        "perfsuite.transports.mpi:MpiAllreduce"), key="p2p:mpi")
 register(TransportSpec("ring", "Baidu ring allreduce: reduce-scatter + allgather over MPI Sendrecv",
@@ -119,13 +127,14 @@ def need_gpu() -> str | None:
 
 
 for _name, _summary, _cls in (
-        ("mpi-cuda", "mpi4py Allreduce on CuPy buffers (needs CUDA-aware MPI)", "mpi_cuda:MpiCudaAllreduce"),
-        ("mpi-staged", "D2H copy, host MPI Allreduce, H2D copy", "mpi_staged:MpiStagedAllreduce"),
-        ("nccl", "NCCL allreduce via cupy.cuda.nccl, one GPU per rank", "nccl:NcclAllreduce"),
+        ("mpi-cuda", "mpi4py's collectives on CuPy buffers (needs CUDA-aware MPI)", "mpi_cuda:MpiCudaAllreduce"),
+        ("mpi-staged", "D2H copy, the host MPI collective, H2D copy", "mpi_staged:MpiStagedAllreduce"),
+        ("nccl", "NCCL's collectives via cupy.cuda.nccl, one GPU per rank", "nccl:NcclAllreduce"),
         ("gpu-ring", "ring allreduce with CuPy-kernel reductions and cached buffers, over "
                      "CUDA-aware MPI or staged", "gpu_ring:GpuRingAllreduce")):
-    register(TransportSpec(_name, _summary, ("allreduce",), f"perfsuite.transports.{_cls}",
-                           device="gpu", check=need_gpu))
+    register(TransportSpec(_name, _summary, ("allreduce",) if _name == "gpu-ring" else COLLECTIVES,
+                           f"perfsuite.transports.{_cls}", device="gpu", check=need_gpu,
+                           device_native=_name == "nccl"))
 
 
 # TensorFlow: tf-grpc for the allreduce kernel, and the training transports of tf-epoch (keyed
@@ -165,13 +174,13 @@ for _name, _summary, _cls, _device, _check, _ports in (
 from .torch import support as _torch  # noqa: E402
 
 for _name, _summary, _cls, _device, _check in (
-        ("torch-gloo", "torch.distributed all_reduce, gloo backend, host tensors", "GlooAllreduce",
+        ("torch-gloo", "torch.distributed collectives, gloo backend, host tensors", "GlooAllreduce",
          "host", _torch.need_torch),
-        ("torch-nccl", "torch.distributed all_reduce, NCCL backend, one GPU per rank", "NcclAllreduce",
+        ("torch-nccl", "torch.distributed collectives, NCCL backend, one GPU per rank", "NcclAllreduce",
          "gpu", _torch.need_torch_gpu),
-        ("torch-mpi", "torch.distributed all_reduce, MPI backend (torch built with USE_MPI)",
+        ("torch-mpi", "torch.distributed collectives, MPI backend (torch built with USE_MPI)",
          "MpiAllreduce", "host", _torch.need_torch_mpi)):
-    register(TransportSpec(_name, _summary, ("allreduce",), f"perfsuite.transports.torch.allreduce:Torch{_cls}",
+    register(TransportSpec(_name, _summary, COLLECTIVES, f"perfsuite.transports.torch.allreduce:Torch{_cls}",
                            device=_device, check=_check))
 for _name, _summary, _cls, _device, _check in (
         ("torch-gloo", "DistributedDataParallel over gloo, host tensors", "GlooTraining", "host", _torch.need_torch),
@@ -181,3 +190,23 @@ for _name, _summary, _cls, _device, _check in (
          _torch.need_torch_mpi)):
     register(TransportSpec(_name, _summary, ("torch-epoch",), f"perfsuite.transports.torch.train:{_cls}",
                            device=_device, check=_check), key=f"torch-epoch:{_name}")
+
+
+def allreduce_only(name: str) -> Callable[[], str | None]:
+    def reason() -> str:
+        return (f"{name} is an allreduce design (its algorithm is an allreduce), so it runs no other "
+                "collective; mpi, nccl, torch-gloo and torch-nccl run every one")
+    return reason
+
+
+# The designs that are allreduce by nature are listed under every other collective, skipped
+# with that reason, so `--transports ring --benchmarks all_gather` says why rather than "unknown".
+for _spec in [s for s in list(REGISTRY.values()) if s.benchmarks == ("allreduce",) and s.module]:
+    register(TransportSpec(_spec.name, _spec.summary, OTHER_COLLECTIVES, _spec.module, device=_spec.device,
+                           check=allreduce_only(_spec.name)), key=f"collective:{_spec.name}")
+
+
+def collectives_of(name: str) -> list[str]:
+    """The collectives transport ``name`` runs (none for a training transport)."""
+    return [c for c in COLLECTIVES if (s := REGISTRY.get(f"{c}:{name}") or REGISTRY.get(name)) is not None
+            and c in s.benchmarks and not (f"collective:{name}" in REGISTRY and c in OTHER_COLLECTIVES)]

@@ -11,18 +11,52 @@ it, never by leaving a name out for the kernel to probe.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..model import storage_dtype
 
-#: How a device transport's calls are timed (option ``device_timing``):
-#: - ``batch`` (default, nccl-tests): after warm-up, a batch of calls enqueued back to back
-#:   between one pair of CUDA events; a sample is the batch's mean per call;
+#: The collectives a kernel can ask for, nccl-tests' names (one record each in perfsuite/bench/).
+COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+#: Reduction ops, nccl-tests' names (``-o``); a transport lists those its library has.
+OPS = ("sum", "prod", "min", "max", "avg")
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one timed call is: the collective, its reduction op, its root (broadcast and
+    reduce) and whether it works in place. Buffers, by collective (``c`` = the case's count
+    rounded down to a multiple of the world size ``n``, as nccl-tests does):
+
+    - allreduce: send c, recv c (in place: send is recv);
+    - all_gather: send c/n, recv c (in place: send is recv's slice at rank x c/n);
+    - reduce_scatter: send c, recv c/n (rank r gets the reduction of chunk r);
+    - alltoall: send c, recv c (chunk p of send goes to rank p; chunk q of recv came from q);
+    - broadcast: one buffer, c (send is recv; the root's is the source);
+    - reduce: send c, recv c; only the root's recv is defined (in place: send is recv).
+    """
+
+    collective: str = "allreduce"
+    op: str = "sum"
+    root: int = 0
+    inplace: bool = False
+    dtype: str = "float32"  # the element type (bfloat16's host arrays hold its bits as uint16)
+
+
+#: How a device transport's calls are timed (option ``device_timing``; its default, ``auto``,
+#: is ``native-batch`` where the transport has a C loop and every rank loads it, else ``batch``
+#: with the reason in ``timing_why``; gpu.DEVICE_TIMINGS). What a sample records:
+#: - ``batch`` (nccl-tests' shape): after warm-up, a batch of calls enqueued back to back by
+#:   Python between one pair of CUDA events; a sample is the batch's mean per call;
 #: - ``per-call``: an event pair around each barrier-separated call (includes Python dispatch);
 #: - ``graph``: the batch captured once as a CUDA graph and launched between the events
-#:   (transports whose call is device work only: ``nccl``).
-TIMINGS = ("batch", "per-call", "graph")
+#:   (transports whose call is device work only: ``nccl``);
+#: - ``native-batch``: the batch issued by a C loop between the events, no Python between the
+#:   calls (``nccl``: transports/native_nccl.py). A line of its own beside ``batch``: a fallback
+#:   from one to the other is never read as a step.
+TIMINGS = ("batch", "per-call", "graph", "native-batch")
 
 
 class AllreduceTransport:
@@ -46,6 +80,7 @@ class AllreduceTransport:
     def __init__(self, comm, options: dict | None = None):
         self.comm = comm
         self.options = dict(options or {})
+        self._call = self.allreduce
 
     def reordered(self, comm) -> "AllreduceTransport | None":
         """This transport over ``comm``, the same ranks in another order (collective), or None
@@ -54,7 +89,7 @@ class AllreduceTransport:
         return None
 
     def alloc(self, count: int, dtype: str):
-        return self.xp.zeros(count, dtype=dtype)
+        return self.xp.zeros(count, dtype=storage_dtype(dtype))
 
     def fill(self, buf, host_values: np.ndarray) -> None:
         buf[...] = self.xp.asarray(host_values)
@@ -62,8 +97,38 @@ class AllreduceTransport:
     def to_host(self, buf) -> np.ndarray:
         return np.asarray(buf)
 
+    #: The collectives this transport has (a method of that name each) and the reduction
+    #: ops it has; a design that is allreduce by nature keeps the defaults.
+    collectives: tuple[str, ...] = ("allreduce",)
+    reduce_ops: tuple[str, ...] = ("sum",)
+    #: Its library has a bfloat16 type (NCCL, torch; an MPI that defines MPI_BFLOAT16_T): a
+    #: design that reduces with numpy has none (numpy holds bfloat16's bits as uint16).
+    bfloat16: bool = False
+    bound: Call = Call()
+
+    def lacks(self, call: Call, dtype: str) -> str | None:
+        """Why this transport cannot make ``call`` on ``dtype`` buffers (one line), or None.
+        The same answer on every rank: the kernel skips the world with it."""
+        if call.collective not in self.collectives:
+            return f"{self.name} has no {call.collective} (it runs {', '.join(self.collectives)})"
+        if call.collective in ("allreduce", "reduce_scatter", "reduce") and call.op not in self.reduce_ops:
+            return f"{self.name} has no {call.op} reduction (it has {', '.join(self.reduce_ops)})"
+        if dtype == "bfloat16" and not self.bfloat16:
+            return f"{self.name} has no bfloat16 (it reduces with numpy, which has none)"
+        return None
+
+    def bind(self, call: Call) -> None:
+        """Make ``call`` the one ``call``, ``time_one`` and ``time_batch`` issue (per case)."""
+        self.bound = call
+        self._call = getattr(self, call.collective)
+
+    def call(self, send, recv) -> None:
+        """One call of the bound collective (``bind``; allreduce with sum until then)."""
+        getattr(self, "_call", self.allreduce)(send, recv)
+
     def allreduce(self, send, recv) -> None:
-        """Sum ``send`` over all ranks into ``recv``; ``recv is send`` means in place."""
+        """Reduce ``send`` over all ranks into ``recv`` with the bound op (sum unless bound
+        otherwise); ``recv is send`` means in place."""
         raise NotImplementedError
 
     def sync(self) -> None:
@@ -71,7 +136,7 @@ class AllreduceTransport:
 
     def time_one(self, send, recv) -> float:
         t0 = time.perf_counter()
-        self.allreduce(send, recv)
+        self.call(send, recv)
         self.sync()
         return time.perf_counter() - t0
 
@@ -79,7 +144,7 @@ class AllreduceTransport:
         """Seconds for ``calls`` calls issued back to back and then waited for (nccl-tests)."""
         t0 = time.perf_counter()
         for _ in range(calls):
-            self.allreduce(send, recv)
+            self.call(send, recv)
         self.sync()
         return time.perf_counter() - t0
 

@@ -1,0 +1,178 @@
+"""What a collective is, one small record per collective (nccl-tests' ``struct testColl`` in
+``src/all_gather.cu`` and its siblings): its buffers' counts, nccl-tests' busbw factor, the
+bytes it must put on the wires, the values each rank sends and the exact values each rank must
+receive. The timed loop, checking, statistics and tables are the shared kernel's
+(``perfsuite.kernels.allreduce``); which transports make the call is theirs (``collectives``).
+
+The records sit on the ground floor beside ``model`` because both sides read them: the ranks
+(buffers, expected values) and the benchmark registry (cases, tables, asv).
+
+Values are small integers chosen so every reduction is exact in every type, bfloat16 included
+(8 significant bits: integers to 256): rank r sends ``i % 4 + r + 1`` at element i, and for
+``prod`` a 1 or a 2, so a product is a power of two. Exact to 19 ranks in bfloat16 (a sum
+reaches 3n + n(n+1)/2), 60 in float16.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import DTYPES, storage_dtype
+
+PATTERN = 4
+#: Values a sum of which is exact: the ``avg`` of them is exact where n is a power of two
+#: (a half or quarter); other world sizes' averages are compared as the library rounds them.
+OPS = ("sum", "prod", "min", "max", "avg")
+
+
+def as_type(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Exact small numbers as a host array of ``dtype``; bfloat16 is held as its 16 bits (the
+    top half of a float32: exact for these values), since numpy has no bfloat16."""
+    if dtype == "bfloat16":
+        return (np.asarray(values, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return np.asarray(values).astype(storage_dtype(dtype))
+
+
+def rank_values(rank: int, count: int, op: str = "sum") -> np.ndarray:
+    """What rank ``rank`` contributes at each of ``count`` elements (float64, exact)."""
+    i = np.arange(count)
+    if op == "prod":
+        return (1 + (i + rank) % 2).astype(np.float64)
+    return (i % PATTERN + rank + 1).astype(np.float64)
+
+
+def reduced(n: int, count: int, op: str = "sum") -> np.ndarray:
+    """The exact reduction of ``rank_values`` over ranks 0..n-1 (float64)."""
+    i = np.arange(count)
+    base = (i % PATTERN).astype(np.float64)
+    if op == "sum":
+        return base * n + n * (n + 1) // 2
+    if op == "avg":
+        return (base * n + n * (n + 1) // 2) / n
+    if op == "min":
+        return base + 1
+    if op == "max":
+        return base + n
+    if op == "prod":  # element i gets a 2 from the ranks r with i + r odd
+        return np.where(i % 2 == 0, 2.0 ** (n // 2), 2.0 ** ((n + 1) // 2))
+    raise ValueError(f"op {op!r} is not one of {', '.join(OPS)}")
+
+
+def zero_sum(rank: int, n: int, count: int) -> np.ndarray:
+    """Small integers that sum to exactly 0 over the ranks (rank 0 holds -(n-1) v, the others
+    v): in place, every allreduce's result is 0 again, so a whole timed loop's output is known."""
+    v = (np.arange(count) % PATTERN + 1).astype(np.float64)
+    return v * -(n - 1) if rank == 0 else v
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective. ``counts(count, n)`` -> (send count, recv count) per rank from the
+    case's element count (nccl-tests' ``getCollByteCount``); ``inputs(rank, n, send_count, op,
+    root)`` and ``expected(rank, n, recv_count, op, root)`` are exact float64 values (None: this
+    rank's recv is not defined, as a non-root's in reduce)."""
+
+    name: str
+    title: str  # nccl-tests' and OMB's word: AllGather, Allgather
+    omb_name: str  # the OSU benchmark that times the same call: osu_allgather
+    omb_title: str  # its heading: "OSU MPI Allgather Latency Test"
+    factor: Callable[[int], float]  # busbw = algbw x factor(n) (nccl-tests' doc/PERFORMANCE.md)
+    factor_words: str  # the same in words: "2(n-1)/n"
+    wire: Callable[[int], int]  # the least bytes on the wires per call, in units of the size
+    counts: Callable[[int, int], tuple[int, int]]
+    inputs: Callable[[int, int, int, str, int], np.ndarray]
+    expected: Callable[[int, int, int, str, int], np.ndarray | None]
+    reduces: bool = False  # takes an op
+    rooted: bool = False  # takes a root
+    #: Its in-place form here, and where send sits in recv then (element offset; None: no
+    #: in-place form, as NCCL's alltoall has none and MPI's reduce_scatter places its result
+    #: apart from NCCL's).
+    inplace_offset: Callable[[int, int, int], int] | None = None
+    #: In place, every call leaves the same result, so the timed loop's output is checked too;
+    #: else only a fresh call after the loop is (a reduce's root accumulates call on call).
+    inplace_stable: bool = True
+    #: In place, what each rank sends so that the result is stable (allreduce: a zero sum).
+    stable_inputs: Callable[[int, int, int, str], np.ndarray] | None = None
+    stable_expected: Callable[[int, int, str], np.ndarray] | None = None
+    one_buffer: bool = False  # one buffer by nature (MPI_Bcast): always in place
+    #: nccl-tests' count column, from (send count, recv count, n): the count the call is given
+    #: (all_gather's per rank, alltoall's per peer); default the smaller buffer's.
+    param: Callable[[int, int, int], int] = lambda send, recv, n: min(send, recv)
+    #: OMB's message size in elements from (send count, recv count, n): osu_allgather's is one
+    #: rank's contribution, osu_alltoall's one peer's; default the send buffer.
+    omb: Callable[[int, int, int], int] | None = None
+
+    def busbw_factor(self, n: int) -> float:
+        """0 for one rank, whose call moves nothing over any bus."""
+        return self.factor(n) if n > 1 else 0.0
+
+    def wire_bytes(self, size_bytes: int, n: int, calls: int) -> int:
+        return int(calls) * int(size_bytes) * self.wire(n) if n > 1 else 0
+
+    def element_count(self, size_bytes: int, dtype: str, n: int) -> int:
+        """The case's element count: its size in elements, rounded down to a multiple of the
+        world size where the collective splits it across ranks (nccl-tests), at least one
+        element per rank."""
+        count = size_bytes // DTYPES[dtype]
+        send, recv = self.counts(count, n)
+        if max(send, recv) == 0:
+            send, recv = self.counts(n, n)
+        return max(send, recv)
+
+    def buffers(self, size_bytes: int, dtype: str, n: int) -> tuple[int, int]:
+        """(send count, recv count) of one rank's buffers for a case of ``size_bytes``."""
+        return self.counts(self.element_count(size_bytes, dtype, n), n)
+
+    def sizes(self, size_bytes: int, dtype: str, n: int) -> dict[str, int]:
+        """What the tables print of a case: nccl-tests' size (the larger buffer, bytes) and
+        count, and OMB's message size (bytes)."""
+        send, recv = self.buffers(size_bytes, dtype, n)
+        item = DTYPES[dtype]
+        omb = self.omb(send, recv, n) if self.omb is not None else send
+        return {"size_bytes": max(send, recv) * item, "count": self.param(send, recv, n),
+                "omb_size_bytes": omb * item}
+
+
+def split(count: int, n: int) -> int:
+    return count // n
+
+
+REGISTRY: dict[str, Collective] = {}
+
+
+def register(c: Collective) -> Collective:
+    REGISTRY[c.name] = c
+    return c
+
+
+def get(name: str) -> Collective:
+    if not REGISTRY:
+        from . import all_gather, allreduce, alltoall, broadcast, reduce, reduce_scatter  # noqa: F401
+    return REGISTRY[name]
+
+
+def find(name: str) -> Collective | None:
+    get("allreduce")
+    return REGISTRY.get(name)
+
+
+NAMES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+
+
+def variant(op: str = "sum", root: int = 0) -> str:
+    """A case's variant for its op and root: '' for sum at root 0, else 'max', 'root1',
+    'max-root1' (part of the case's name: allreduce[mpi-n2-4B-max])."""
+    return "-".join([*([op] if op != "sum" else []), *([f"root{root}"] if root else [])])
+
+
+def op_root(text: str) -> tuple[str, int]:
+    """The (op, root) a case's variant names; sum and root 0 where it names none."""
+    op, root = "sum", 0
+    for part in (p for p in text.split("-") if p):
+        if part in OPS:
+            op = part
+        elif part.startswith("root") and part[4:].isdigit():
+            root = int(part[4:])
+    return op, root

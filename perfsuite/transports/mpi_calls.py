@@ -1,0 +1,88 @@
+"""The MPI call of each collective through mpi4py, on the buffers a transport hands it (numpy
+arrays, or CuPy arrays for a CUDA-aware MPI): one place for ``mpi``'s Python loop, ``mpi-staged``
+and ``mpi-cuda``, so the three time the same call as the native loop does in C."""
+from __future__ import annotations
+
+from .base import Call
+
+#: MPI has no average: nccl-tests' avg is NCCL's own op (ncclAvg).
+MPI_OPS = {"sum": "SUM", "prod": "PROD", "min": "MIN", "max": "MAX"}
+COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+
+
+def mpi_lacks(call: Call, dtype: str) -> str | None:
+    """Why MPI cannot make this call (one line), or None."""
+    from mpi4py import MPI
+
+    if call.collective in ("allreduce", "reduce_scatter", "reduce") and call.op not in MPI_OPS:
+        return f"MPI has no {call.op} reduction (it has {', '.join(MPI_OPS)}; avg is NCCL's ncclAvg)"
+    if dtype == "bfloat16" and bfloat16_type() is None:
+        return (f"this MPI defines no MPI_BFLOAT16_T ({MPI.Get_library_version().splitlines()[0].strip()}); "
+                "bfloat16 runs on torch-gloo, torch-nccl and nccl")
+    return None
+
+
+def bfloat16_type():
+    """MPI 4.1's MPI_BFLOAT16_T where this MPI defines it, else None (MPICH 5.0 has it null)."""
+    from mpi4py import MPI
+
+    t = getattr(MPI, "BFLOAT16_T", MPI.DATATYPE_NULL)
+    return None if t == MPI.DATATYPE_NULL else t
+
+
+class MpiCalls:
+    """The bound call as mpi4py methods, looked up once per case (``bind``): each attribute
+    lookup inside the timed call is harness overhead."""
+
+    def __init__(self, comm):
+        from mpi4py import MPI
+
+        self.comm, self.MPI = comm, MPI
+        self.in_place = MPI.IN_PLACE
+        self.rank = comm.Get_rank()
+        self.bind(Call())
+
+    def bind(self, call: Call) -> None:
+        self.call = call
+        self.op = getattr(self.MPI, MPI_OPS.get(call.op, "SUM"))
+        self.root = call.root
+        self.is_root = self.rank == call.root
+        self.bf16 = bfloat16_type() if call.dtype == "bfloat16" else None
+        c = self.comm
+        if self.bf16 is not None:  # every buffer typed: a few lookups more, for bfloat16 only
+            wrap = self.typed
+            self.allreduce_ = lambda s, r, op: c.Allreduce(s if s is self.in_place else wrap(s), wrap(r), op)
+            self.allgather = lambda s, r: c.Allgather(s if s is self.in_place else wrap(s), wrap(r))
+            self.reduce_scatter_block = lambda s, r, op: c.Reduce_scatter_block(wrap(s), wrap(r), op)
+            self.alltoall_ = lambda s, r: c.Alltoall(wrap(s), wrap(r))
+            self.bcast = lambda b, root: c.Bcast(wrap(b), root)
+            self.reduce_ = lambda s, r, op, root: c.Reduce(s if s is self.in_place else wrap(s), wrap(r), op, root)
+            return
+        self.allreduce_, self.allgather, self.reduce_scatter_block = c.Allreduce, c.Allgather, c.Reduce_scatter_block
+        self.alltoall_, self.bcast, self.reduce_ = c.Alltoall, c.Bcast, c.Reduce
+
+    def typed(self, buf):
+        """bfloat16's uint16 arrays with MPI's bfloat16 type named (mpi4py would infer a uint16)."""
+        return [buf, self.bf16] if self.bf16 is not None and buf is not None else buf
+
+    def allreduce(self, send, recv) -> None:
+        self.allreduce_(self.in_place if recv is send else send, recv, self.op)
+
+    def all_gather(self, send, recv) -> None:
+        self.allgather(self.in_place if self.call.inplace else send, recv)
+
+    def reduce_scatter(self, send, recv) -> None:
+        self.reduce_scatter_block(send, recv, self.op)
+
+    def alltoall(self, send, recv) -> None:
+        self.alltoall_(send, recv)
+
+    def broadcast(self, send, recv) -> None:
+        self.bcast(recv, self.root)
+
+    def reduce(self, send, recv) -> None:
+        if recv is send:  # in place: the root's buffer is both; the others send theirs
+            self.reduce_(self.in_place if self.is_root else recv, recv if self.is_root else None,
+                         self.op, self.root)
+        else:
+            self.reduce_(send, recv, self.op, self.root)
