@@ -15,7 +15,7 @@ from . import bench, decision, fingerprint, regress, stragglers, transports
 from .bench import Selection
 from .errors import ConfigError, LaunchError, PerfsuiteError, PortInUse, RankFailure, Unavailable
 from .formats import SuiteRun, WorldOutcome
-from .launch import native
+from .launch import native, native_nccl
 from .launch.environment import free_ports, prepared
 from .launch.launchers import LaunchConfig
 from .launch.world import run_world
@@ -146,6 +146,10 @@ class Rounds:
         elif _transport(spec).native and "native_loop" not in self.spec.options:
             self.spec = replace(self.spec, options={**self.spec.options,
                                                     **native_options(self.spec.options, cfg.launch.python)})
+        elif _transport(spec).device_native and native_nccl.OPTION not in self.spec.options:
+            # The native NCCL loop, built on the launching side where a GPU world will run.
+            self.spec = replace(self.spec, options={**self.spec.options,
+                                                    **native_nccl.job_options(self.spec.options, cfg.launch.python)})
 
     def pooled(self) -> Result:
         return pool_results(self.results, self.policy.max_contention)

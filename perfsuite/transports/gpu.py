@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, TransportUnavailable
+from ..model import storage_dtype
 from . import has_module, need_mpi4py
-from .base import AllreduceTransport
+from .base import TIMINGS, AllreduceTransport
 
 ARRAY_MODULES = ("cupy", "numpy")
 COPY_BYTES = 256 << 20  # large enough that launch overhead is < 1% of a D2D copy on an H200
@@ -357,17 +358,27 @@ def open_device(comm, options: Mapping[str, Any]) -> tuple[DeviceOps, dict[str, 
     return ops, facts
 
 
-def device_timing(options: Mapping[str, Any], transport: str, graph_capture: bool) -> str:
-    """The ``device_timing`` option, checked (base.TIMINGS)."""
-    from .base import TIMINGS
+#: The ``device_timing`` option's values: base.TIMINGS (what a sample records), and ``auto``,
+#: the default: ``native-batch`` for a transport with a C loop (nccl), ``batch`` for the others.
+DEVICE_TIMINGS = (*TIMINGS, "auto")
 
-    timing = str(options.get("device_timing", "batch"))
-    if timing not in TIMINGS:
-        raise ConfigError(f"device_timing {timing!r} is unknown; choose from {', '.join(TIMINGS)}")
+
+def device_timing(options: Mapping[str, Any], transport: str, graph_capture: bool,
+                  native: bool = False) -> str:
+    """The ``device_timing`` option, checked and ``auto`` resolved (``native``: the transport has
+    a C loop that can issue its batches; whether it loads is the transport's to find out)."""
+    timing = str(options.get("device_timing", "auto"))
+    if timing not in DEVICE_TIMINGS:
+        raise ConfigError(f"device_timing {timing!r} is unknown; choose from {', '.join(DEVICE_TIMINGS)}")
+    if timing == "auto":
+        return "native-batch" if native else "batch"
+    # Every rank reads the same option, so every rank skips together.
     if timing == "graph" and not graph_capture:
-        # Every rank reads the same option, so every rank skips together.
         raise TransportUnavailable(f"device_timing graph needs a call that is device work only "
                                    f"(nccl); {transport}'s calls wait on MPI from the host")
+    if timing == "native-batch" and not native:
+        raise TransportUnavailable(f"device_timing native-batch needs a transport with a C loop "
+                                   f"(nccl); {transport}'s batches are issued from Python")
     return timing
 
 
@@ -376,11 +387,12 @@ class GpuTransport(AllreduceTransport):
     device's copy bandwidth, and facts for ``describe``. Construction is collective."""
 
     graph_capture = False  # True where a call is device work only, so a batch can be a CUDA graph
+    native_timing = False  # True where a C loop can issue the batches (nccl: native_nccl.py)
     host_buffers = False
 
     def __init__(self, comm, options: dict | None = None):
         super().__init__(comm, options)
-        self.timing = device_timing(self.options, self.name, self.graph_capture)
+        self.timing = device_timing(self.options, self.name, self.graph_capture, self.native_timing)
         self.ops, self.facts = open_device(comm, self.options)
         self.xp = self.ops.xp
         self.clock = "cuda-events" if self.ops.name == "cupy" else "host"
@@ -389,6 +401,9 @@ class GpuTransport(AllreduceTransport):
         self.rank, self.n = comm.Get_rank(), comm.Get_size()
         self._timer = self.ops.timer()
         self.facts.update(timing=self.timing, clock=self.clock)
+
+    def alloc(self, count: int, dtype: str):
+        return self.xp.zeros(count, dtype=storage_dtype(dtype))  # bfloat16: its bits, as uint16
 
     def fill(self, buf, host_values: np.ndarray) -> None:
         super().fill(buf, host_values)
@@ -404,10 +419,11 @@ class GpuTransport(AllreduceTransport):
         return self.time_batch(send, recv, 1)
 
     def time_batch(self, send, recv, calls: int) -> float:
+        call = getattr(self, "_call", self.allreduce)  # the bound collective (base.call), looked up once
         self.ops.synchronize()  # nothing queued earlier may fall inside these events
         self._timer.start()
         for _ in range(calls):
-            self.allreduce(send, recv)
+            call(send, recv)
         return self._timer.stop()
 
     def copy_bandwidth(self) -> float:
