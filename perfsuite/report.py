@@ -64,8 +64,10 @@ def run_summary(run: SuiteRun) -> str:
 
 def overhead_table(rep: Any) -> str:
     """``perfsuite overhead``: the native and mpi4py loops beside the C program, with deltas."""
+    names = list(rep.benchmarks)
+    calls = ", ".join(rep.call(b) for b in names)
     lines = [f"# harness overhead: the mpi transport's native loop and mpi4py loop vs the same "
-             f"MPI_Allreduce loop as a C program, world_size={rep.world_size}, {rep.rounds} "
+             f"{calls} loop as a C program, world_size={rep.world_size}, {rep.rounds} "
              "interleaved round(s)",
              "# p50 of the slowest rank per iteration, median over rounds; +us and x: median over "
              "rounds of each loop against C in the same round",
@@ -76,7 +78,11 @@ def overhead_table(rep: Any) -> str:
     def cell(d: dict, key: str, width: int, fmt: str) -> str:
         return f"{format(d[key], fmt):>{width}}" if key in d else f"{'-':>{width}}"
 
+    shown = None
     for r in rep.rows:
+        if len(names) > 1 and r.get("benchmark") != shown:  # a heading per collective
+            shown = r.get("benchmark")
+            lines.append(f"# {shown} ({rep.call(shown)})")
         p, b = r["p50_us"], r["busbw_GBps"]
         delta, ratio = r["delta_us"], r["ratio"]
         bx = {"x": 1 / ratio["native"]} if ratio.get("native") else {}
@@ -87,7 +93,7 @@ def overhead_table(rep: Any) -> str:
                      f"{cell(b, 'native', 10, '.3f')} {cell(bx, 'x', 8, '.3f')}")
     for r in rep.rows:
         lo_hi = ", ".join(f"{k} {a:.2f}-{z:.2f}" for k, (a, z) in r["range_us"].items())
-        lines.append(f"# {r['size_bytes']} B range over rounds (us): {lo_hi}")
+        lines.append(f"# {rep.label(r)}{r['size_bytes']} B range over rounds (us): {lo_hi}")
     for what, value, met in rep.targets():
         shown = f"{value:.3f} {'met' if met else 'NOT met'}" if value is not None else "NOT met (not measured)"
         lines.append(f"# target {what}: {shown}")
@@ -97,17 +103,20 @@ def overhead_table(rep: Any) -> str:
         lines.append(f"# native loop not used: {rep.native_why}")
     if rep.world_start_s is not None:
         lines.append(f"# world start {rep.world_start_s:.3f} s (target <= 0.5 s with MPICH)")
-    nat = next((r["busbw_GBps"].get("native") for r in rep.rows if r["size_bytes"] == 64 << 20), None)
-    if rep.host_copy_GBps and nat:
-        lines.append(f"# host memory-copy bandwidth {rep.host_copy_GBps:.2f} GB/s; native busbw at "
-                     f"64MiB {nat:.3f} GB/s = {nat / rep.host_copy_GBps:.2f} of it")
+    for r in rep.rows:
+        nat = r["busbw_GBps"].get("native") if r["size_bytes"] == 64 << 20 else None
+        if rep.host_copy_GBps and nat:
+            lines.append(f"# host memory-copy bandwidth {rep.host_copy_GBps:.2f} GB/s; {rep.label(r)}native "
+                         f"busbw at 64MiB {nat:.3f} GB/s = {nat / rep.host_copy_GBps:.2f} of it")
     return "\n".join(lines)
 
 
 def plain_overhead_table(rep: Any) -> str:
     """``perfsuite overhead --transports torch-gloo``: the harness beside the framework's plain loop."""
+    names = list(dict.fromkeys(r.get("benchmark", "allreduce") for r in rep.rows)) or ["allreduce"]
     lines = [f"# harness overhead: {rep.transport}'s kernel loop vs a plain loop of the framework's own "
-             f"allreduce (kernels/plain/), in place, float32, world_size={rep.world_size}, {rep.rounds} world(s)",
+             f"{', '.join(names)} (kernels/plain/; allreduce in place), float32, world_size={rep.world_size}, "
+             f"{rep.rounds} world(s) each",
              "# in each world the loops take turns in short blocks; p50 of the slowest rank per call, median over "
              "worlds; +us: median over paired calls of harness - plain; x: 1 + (+us) / plain p50, and its range "
              "over worlds",
@@ -116,13 +125,16 @@ def plain_overhead_table(rep: Any) -> str:
         p = r["p50_us"]
         lo_hi = f"{r['ratio_range'][0]:.3f}-{r['ratio_range'][1]:.3f}" if r["ratio_range"] else "-"
         diff = f"{r['diff_us']:+.2f}" if r["diff_us"] is not None else "-"
+        if len(names) > 1 and r is next(x for x in rep.rows if x.get("benchmark") == r.get("benchmark")):
+            lines.append(f"# {r.get('benchmark')}")
         lines.append(f"{r['size_bytes']:>12} {p.get('plain', float('nan')):>11.2f} "
                      f"{p.get('harness', float('nan')):>12.2f} {diff:>9} "
                      f"{(format(r['ratio'], '.3f') if r['ratio'] is not None else '-'):>7} {lo_hi:>15}")
     for r in rep.rows:
         lo_hi = ", ".join(f"{k} {a:.2f}-{z:.2f}" for k, (a, z) in r["range_us"].items())
         per_world = ", ".join(f"{x:.3f}" for x in r["world_ratios"])
-        lines.append(f"# {r['size_bytes']} B: p50 range over worlds (us): {lo_hi}; x per world: {per_world} "
+        lines.append(f"# {r.get('benchmark', 'allreduce') + ' ' if len(names) > 1 else ''}{r['size_bytes']} B: "
+                     f"p50 range over worlds (us): {lo_hi}; x per world: {per_world} "
                      f"({r['pairs']} paired calls)")
     for what, value, met in rep.targets():
         shown = f"{value:.3f} {'met' if met else 'NOT met'}" if value is not None else "NOT met (not measured)"

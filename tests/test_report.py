@@ -369,3 +369,38 @@ def test_overhead_exits_1_when_a_printed_target_is_not_met(monkeypatch, capsys, 
     # not measured: 4, before a missed one (1); all met: 0
     assert rc == (4 if any("not measured" in t for t in targets) else 1 if any("NOT met" in t for t in targets)
                   else 0)
+
+
+def test_overhead_prints_each_collective_asked_for_with_its_targets(monkeypatch, capsys):
+    """--benchmarks reaches the experiment with the root; the table heads each collective's rows
+    with its MPI call, and its targets and ranges name the collective; one missed target is 1."""
+    from perfsuite.experiments import overhead
+
+    asked = {}
+
+    def fake(*a, benchmarks=("allreduce",), root=0, **kw):
+        asked.update(benchmarks=benchmarks, root=root)
+        rep = _overhead_report(0.1)
+        slow = _overhead_report(0.5)
+        rep.rows = ([{"benchmark": "all_gather", **r} for r in rep.rows]
+                    + [{"benchmark": "broadcast", **r} for r in slow.rows])
+        rep.benchmarks = tuple(benchmarks)
+        return rep
+
+    monkeypatch.setattr(overhead, "overhead", fake)
+    assert cli.main(["overhead", "--benchmarks", "all_gather,broadcast", "--root", "1"]) == 1
+    assert asked == {"benchmarks": ("all_gather", "broadcast"), "root": 1}
+    out = capsys.readouterr().out
+    assert "MPI_Allgather, MPI_Bcast loop as a C program" in out, out
+    lines = out.splitlines()
+    heads = [i for i, line in enumerate(lines) if line in ("# all_gather (MPI_Allgather)", "# broadcast (MPI_Bcast)")]
+    assert len(heads) == 2, out
+    # each heading is followed by its three sizes' rows
+    assert [lines[i].split()[0] for i in range(heads[0] + 1, heads[0] + 4)] == ["4", "1048576", "67108864"], out
+    assert "# target all_gather 4 B native - C <= +0.2 us: 0.100 met" in lines, out
+    assert "# target broadcast 4 B native - C <= +0.2 us: 0.500 NOT met" in lines, out
+    assert "# broadcast 4 B range over rounds (us): c 1.00-1.00, python 1.50-1.50, native 1.50-1.50" in lines, out
+    # a collective without a plain-framework loop, or an unknown name, is bad input (2)
+    assert cli.main(["overhead", "--transports", "torch-gloo", "--benchmarks", "alltoall"]) == 2
+    assert cli.main(["overhead", "--benchmarks", "allgather"]) == 2
+    assert "benchmark 'allgather' is unknown" in capsys.readouterr().err

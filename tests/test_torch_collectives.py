@@ -196,3 +196,23 @@ def test_fill_and_to_host_copy_bfloat16_bits_exactly_through_a_slice():
     f32 = t.alloc(4, "float32")
     t.fill(f32, as_type(np.arange(4.0), "float32"))
     assert t.to_host(f32).dtype == np.float32 and t.to_host(f32).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@needs_torch
+@pytest.mark.world
+def test_overhead_pairs_each_collective_with_a_plain_torch_loop(no_leftover_ranks):
+    """`perfsuite overhead --transports torch-gloo --benchmarks ...`: the yardstick world of each
+    collective times the harness's loop and torch's own call of it, alternating, and checks the
+    result it left (out of place; broadcast on its one buffer)."""
+    from perfsuite import suite
+    from perfsuite.experiments.overhead import plain_overhead
+    from perfsuite.report import plain_overhead_table
+    from perfsuite.rounds import RoundsPolicy
+
+    cfg = suite.SuiteConfig(launch=LaunchConfig(), timeout=120, options={"iters": 40},
+                            rounds=RoundsPolicy(max_contention=None, retries=0))
+    rep = plain_overhead(cfg, "torch-gloo", sizes=(4,), rounds=1, benchmarks=("reduce_scatter", "broadcast"))
+    assert [(r["benchmark"], r["size_bytes"]) for r in rep.rows] == [("reduce_scatter", 4), ("broadcast", 4)]
+    assert all(r["pairs"] == 50 and r["ratio"] > 0 for r in rep.rows)
+    text = plain_overhead_table(rep)
+    assert "# reduce_scatter\n" in text and "# target broadcast 4 B harness / plain <= 1.05" in text

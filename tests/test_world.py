@@ -2,6 +2,7 @@
 named, with nothing left running and what was measured before it kept."""
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -409,3 +410,69 @@ def test_overhead_fills_every_column_and_its_exit_status_follows_its_targets(cap
     # a target nothing measured (no C program, no native loop) is 4; one missed, 1
     assert rc == (4 if any("not measured" in t for t in targets) else 1 if any("NOT met" in t for t in targets)
                   else 0), out
+
+
+def _c_loop(tmp_path):
+    """The plain C loop (kernels/c/collective_loop.c) built with this MPI's mpicc, or a skip
+    where there is no compiler (the overhead command then says so in its table)."""
+    import importlib.resources
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from perfsuite.experiments.overhead import C_SOURCE
+    from perfsuite.launch.world import build_c_program
+
+    if not ((Path(sys.executable).parent / "mpicc").exists() or shutil.which("mpicc")) or not shutil.which("cc"):
+        pytest.skip("no mpicc and cc to build the C loop with")
+    binary = str(tmp_path / "collective_loop")
+    with importlib.resources.as_file(importlib.resources.files("perfsuite.kernels").joinpath(C_SOURCE)) as path:
+        build_c_program(str(path), binary)
+    return binary
+
+
+def test_the_plain_c_loop_of_every_collective_runs_the_records_buffers(tmp_path, no_leftover_ranks):
+    """The C yardstick of each of the six collectives builds and runs at 2 ranks (root 1 where it
+    has one), one JSON line per size naming the collective, with the counts perfsuite's record
+    gives its buffers (``_rows`` holds them to it), at sizes that split (1 MiB) and that do not
+    (4 B, 12 B: one element per rank)."""
+    from perfsuite import collectives
+    from perfsuite.experiments.overhead import _rows, c_args
+    from perfsuite.launch.world import run_program
+
+    binary = _c_loop(tmp_path)
+    for name in collectives.NAMES:
+        args = c_args(name, 1, [4, 12, 1 << 20], {"iters": 3, "warmup": 1})
+        assert ("-r" in args) == collectives.get(name).rooted
+        out = run_program([binary, *args], 2, LaunchConfig(), 60)
+        lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+        assert [(d["collective"], d["size_bytes"], d["iters"]) for d in lines] == \
+            [(name, s, 3) for s in (4, 12, 1 << 20)], out
+        for d in lines:
+            assert (d["send_count"], d["recv_count"]) == collectives.get(name).buffers(d["size_bytes"], "float32", 2)
+            assert d["p50_us"] > 0 and d["latency_us"] > 0
+        assert set(_rows(out, name, 2)) == {4, 12, 1 << 20}
+    # Without -c it is allreduce, as the program always was; a wrong count is caught by _rows.
+    out = run_program([binary, "8:2:0"], 2, LaunchConfig(), 60)
+    assert json.loads(out)["collective"] == "allreduce"
+    with pytest.raises(LaunchError, match="counts"):
+        _rows(out.replace('"send_count": 2', '"send_count": 3'), "allreduce", 2)
+    with pytest.raises(LaunchError, match="exited"):
+        run_program([binary, "-c", "allgather", "8:2:0"], 2, LaunchConfig(), 60)
+
+
+def test_overhead_compares_each_collective_asked_for(capsys, no_leftover_ranks):
+    """--benchmarks runs every loop of each collective, the C loop of the same call included,
+    and prints each collective's rows under its heading with its own targets."""
+    from perfsuite import cli
+
+    rc = cli.main(["overhead", "--benchmarks", "reduce_scatter,broadcast", "--root", "1", "--sizes", "4",
+                   "--iters", "20", "--warmup", "2", "--rounds", "1"])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    for name, call in (("reduce_scatter", "MPI_Reduce_scatter_block"), ("broadcast", "MPI_Bcast")):
+        i = lines.index(f"# {name} ({call})")
+        row = lines[i + 1].split()
+        assert row[0] == "4" and row[1] != "-" and row[3] != "-", out  # C and mpi4py always there
+        assert any(t.startswith(f"# target {name} 4 B native - C <= +0.2 us: ") for t in lines), out
+    assert rc in (0, 1, 4), out

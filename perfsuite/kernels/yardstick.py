@@ -1,4 +1,5 @@
-"""A transport's timed loop beside a plain loop of its framework's own call, inside one world.
+"""A transport's timed loop beside a plain loop of its framework's own call, inside one world
+(allreduce, or the collective the case's benchmark names).
 
 Between worlds a small allreduce moves by tens of percent here (and gloo's by several times),
 so a 5% bound on what the harness adds cannot be checked by comparing a harness world with a
@@ -18,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import DTYPES
+from .. import collectives
 from ..transports import load as load_transport
-from .allreduce import default_iters, summarize, timed_loop, world_max, zero_sum_pattern
+from .allreduce import Buffers, _transport_set, bind_case, default_iters, summarize, timed_loop, world_max
 from .context import RankContext
 from .faults import spin
 from .plain.torch_allreduce import timed_calls
@@ -30,33 +31,40 @@ MIN_BLOCKS, CALLS_PER_BLOCK = 10, 10
 
 def run(ctx: RankContext) -> dict:
     comm = ctx.comm
-    transport = load_transport(ctx.transport)(comm, ctx.options)
+    coll = collectives.get(_transport_set(ctx))
+    transport = load_transport(ctx.transport, coll.name)(comm, ctx.options)
     slowest = world_max(comm)
     for case in ctx.cases:
-        count = (case.size_bytes or 0) // DTYPES[case.dtype]
         iters, warmup = default_iters(case.size_bytes or 0)
         iters = int(ctx.options.get("iters") or iters)
         # Short blocks, many of them: the two loops take turns every CALLS_PER_BLOCK calls, so
         # a spell of the machine (gloo's 4 B call moves 2x for seconds here) falls on both.
         blocks = int(ctx.options.get("blocks") or max(MIN_BLOCKS, iters // CALLS_PER_BLOCK))
         per_block = max(iters // blocks, 5)
-        buf = transport.alloc(count, case.dtype)
-        # Every call's exact sum is 0: the tensor stays the same however many calls run.
-        transport.fill(buf, zero_sum_pattern(ctx.rank, ctx.world_size, count, case.dtype))
+        # allreduce in place (torch's is, as users call it; every call's exact sum is 0, so the
+        # tensor stays the same however many calls run), broadcast on its one buffer, the other
+        # collectives out of place: each call leaves the same result, checked after the blocks.
+        call = bind_case(transport, coll, case, coll.name == "allreduce", ctx.world_size)
+        bufs = Buffers(transport, coll, call, case, ctx.rank, ctx.world_size)
+        bufs.inputs(stable=True)
+        send, recv = bufs.send, bufs.recv
         for _ in range(warmup):
-            transport.allreduce(buf, buf)
+            transport.call(send, recv)
         spinner = spin(float(ctx.options["fraction"]), None) if ctx.options.get("fraction") else None
         harness, plain = [], []
         for b in range(blocks):
             for loop in (("harness", "plain") if b % 2 == 0 else ("plain", "harness")):
                 if loop == "harness":
-                    times = timed_loop(transport, buf, buf, per_block, comm.Barrier, None, case, spinner)
+                    times = timed_loop(transport, send, recv, per_block, comm.Barrier, None, case, spinner)
                 else:
-                    times = np.array(timed_calls(transport.dist, comm.Barrier, buf, per_block))
+                    times = np.array(timed_calls(transport.dist, comm.Barrier, send, per_block,
+                                                 None if recv is send else recv, coll.name, call.op, call.root))
                 (harness if loop == "harness" else plain).append(slowest(times))
-        exact = bool(comm.allreduce(not np.any(transport.to_host(buf)), op=_land()))
+        transport.sync()
+        exact = bool(comm.allreduce(bufs.check(timed=True, corrupt=False) is not False, op=_land()))
         if ctx.is_root:
-            sample = summarize(case, np.concatenate(harness)[:, None], exact, per_block * blocks, warmup, True)
+            sample = summarize(case, np.concatenate(harness)[:, None], exact, per_block * blocks, warmup,
+                               call.inplace, call=call)
             info = {**sample.info, "world_size": ctx.world_size, "blocks": blocks, "calls_per_block": per_block,
                     **paired_estimate(harness, plain)}
             ctx.emit({**sample.to_dict(), "info": info})
