@@ -9,23 +9,24 @@
 # Steps, each under its own limit and all under BUDGET (default 270 s after the start):
 #  1. the bring-up (scripts/gpu-bringup.sh, as gpu-first-contact.sh does: a venv over the machine's
 #     CuPy, NCCL and PyTorch, perfsuite installed editable from this checkout);
-#  2. perfsuite run --benchmarks allreduce,all_gather,reduce_scatter,alltoall,broadcast,reduce
-#     --transports nccl --world-sizes 1 --sizes 4:64MiB --max-contention off (default device
-#     timing: the native C loop where it builds and loads, else the Python batch with its reason);
-#  3. nccl-tests' six *_perf binaries built from .nccl-tests with nvcc for this GPU only, against the
-#     NCCL CuPy loads (the nvidia-nccl wheel), each run at -b 4 -e 64M -f 4 -g 1 -w 5 -n 50, and
-#     all_reduce, reduce_scatter and reduce once more with -d bfloat16 -o avg -b 4 -e 16M -f 4;
-#  4. the same perfsuite run with --device-timing batch (the batch issued from Python);
-#  5. perfsuite with --dtypes bfloat16 --ops avg at 4, 256KiB and 16MiB;
-# then one side-by-side table per collective: size, perfsuite's time (its timing named), the
-# Python batch's, nccl-tests' out-of-place time, and the ratio of perfsuite's to nccl-tests'.
+#  2. nccl-tests' six *_perf binaries built from .nccl-tests with nvcc for this GPU only, against the
+#     NCCL CuPy loads (the nvidia-nccl wheel);
+#  3. ROUNDS (default 2) interleaved rounds, the tool that goes first turned each round, of
+#     perfsuite run --benchmarks allreduce,all_gather,reduce_scatter,alltoall,broadcast,reduce
+#     --transports nccl --world-sizes 1 --sizes 4:64MiB (default device timing: the native C loop
+#     where it builds and loads, else the Python batch with its reason) and of each *_perf at
+#     -b 4 -e 64M -f 4 -g 1 -w 5 -n 50 (both rotate their buffers within the sweep's largest);
+# then one side-by-side table per collective: size, perfsuite's time (median over rounds, its
+# timing named), nccl-tests' (median over rounds; out of place, but in place for broadcast, which
+# perfsuite times on one buffer as MPI_Bcast has it), the ratio and each one's range.
 #
-# $OUT (default a new temp folder) gets at most 6 files: bringup.log, collectives.log (everything
-# printed), nccl-tests.log, coll.json, coll-batch.json, coll-bf16.json.
+# $OUT (default a new temp folder) gets at most 2 + 2 x ROUNDS files: bringup.log, collectives.log
+# (everything printed), coll-R.json and nccl-tests-R.log per round.
 #
 # WHEELS (default .whl), VENV (default .venv-gpu), NCCL_TESTS (default .nccl-tests),
 # NCCL_TESTS_BUILD (default /tmp/perfsuite-nccl-tests: a rerun on the same machine skips the build),
-# PYTHON (the machine's, default python3) and BUDGET (seconds, default 270) say where things are.
+# PYTHON (the machine's, default python3), BUDGET (seconds, default 270) and ROUNDS (default 2)
+# say where things are and how much.
 #
 # Exit 0 done (a skipped world is no failure); 1 a step failed (its line says which). Without a
 # GPU it says so in one line and exits 0.
@@ -71,13 +72,12 @@ step() {  # step LIMIT_S NAME COMMAND...: cut to what is left of BUDGET; a line 
 }
 
 suite=("$venv/bin/perfsuite" run --benchmarks allreduce,all_gather,reduce_scatter,alltoall,broadcast,reduce
-       --transports nccl --world-sizes 1 --max-contention off)
-step 75 "perfsuite, default timing" "${suite[@]}" --sizes 4:64MiB --timeout 40 --json "$out/coll.json"
+       --transports nccl --world-sizes 1 --max-contention off --sizes 4:64MiB --timeout 40)
 
 # nccl-tests against the NCCL CuPy loads: the wheel's include/ and lib/, with the unversioned
 # libnccl.so the linker wants made beside it in the build folder.
-nccl_tests() {
-    local home build cc bins=()
+nccl_tests_build() {
+    local home cc build bins=()
     home="$("$py" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])')" || return 1
     cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')"
     [[ -n "$cc" ]] || cc="$("$py" -c 'import cupy; print(cupy.cuda.Device(0).compute_capability)')" || return 1
@@ -88,34 +88,47 @@ nccl_tests() {
     for c in all_reduce all_gather reduce_scatter alltoall broadcast reduce; do bins+=("$build/bin/${c}_perf"); done
     make -s -j"$(nproc)" -C "$sources/src" BUILDDIR="$build/bin" NCCL_HOME="$build/nccl" \
         NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" "${bins[@]}" || return 1
-    export LD_LIBRARY_PATH="$home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    for b in "${bins[@]}"; do
-        echo "## $(basename "$b") float32 sum"
-        "$b" -b 4 -e 64M -f 4 -g 1 -w 5 -n 50 || return 1
-    done
-    for c in all_reduce reduce_scatter reduce; do
-        echo "## ${c}_perf bfloat16 avg"
-        "$build/bin/${c}_perf" -d bfloat16 -o avg -b 4 -e 16M -f 4 -g 1 -w 5 -n 50 || return 1
-    done
+    echo "$build/bin" > "$out/.bin"
 }
+nccl_tests_run() {  # nccl_tests_run LOG: each *_perf once, float32 sum, 4 B to 64 MiB
+    local bin home c
+    bin="$(cat "$out/.bin")"
+    home="$("$py" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])')" || return 1
+    export LD_LIBRARY_PATH="$home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    for c in all_reduce all_gather reduce_scatter alltoall broadcast reduce; do
+        echo "## ${c}_perf float32 sum"
+        "$bin/${c}_perf" -b 4 -e 64M -f 4 -g 1 -w 5 -n 50 || return 1
+    done > "$1" 2>&1
+}
+have_tests=0
 if [[ -f "$sources/src/all_reduce.cu" ]]; then
-    export -f nccl_tests
-    export py sources
-    step 150 "nccl-tests: build six *_perf, run them" \
-        bash -c 'nccl_tests 2>&1 | tee "$0/nccl-tests.log"; exit "${PIPESTATUS[0]}"' "$out"
+    export -f nccl_tests_build nccl_tests_run
+    export py sources out
+    step 90 "nccl-tests: build six *_perf" bash -c nccl_tests_build
+    [[ -f "$out/.bin" ]] && have_tests=1
 else
     echo "== nccl-tests: no sources in $sources (git clone --depth 1 https://github.com/NVIDIA/nccl-tests $sources, then carry it)"
     failed+=("nccl-tests (no sources)")
 fi
-
-step 60 "perfsuite, --device-timing batch" "${suite[@]}" --sizes 4:64MiB --device-timing batch --timeout 35 \
-    --json "$out/coll-batch.json"
-step 40 "perfsuite, bfloat16 and avg" "${suite[@]}" --sizes 4,256KiB,16MiB --dtypes bfloat16 --ops avg \
-    --timeout 25 --json "$out/coll-bf16.json"
+# Interleaved: each round runs both tools, the one that goes first turned each round, so a drift
+# of the machine falls on both.
+for (( r = 1; r <= ${ROUNDS:-2}; r++ )); do
+    order=(perfsuite nccl-tests)
+    (( r % 2 == 0 )) && order=(nccl-tests perfsuite)
+    for tool in "${order[@]}"; do
+        if [[ $tool == perfsuite ]]; then
+            step 45 "round $r: perfsuite" "${suite[@]}" --json "$out/coll-$r.json"
+        elif (( have_tests )); then
+            step 40 "round $r: nccl-tests" bash -c 'nccl_tests_run "$0"' "$out/nccl-tests-$r.log"
+        fi
+    done
+done
+rm -f "$out/.bin"
 
 echo "== side by side (one GPU, world size 1: busbw is 0 for both; time is the figure)"
 "$py" - "$out" <<'EOF' || failed+=("side-by-side tables")
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -124,65 +137,52 @@ from perfsuite.formats import load_run
 out = Path(sys.argv[1])
 NAMES = {"allreduce": "all_reduce_perf", "all_gather": "all_gather_perf", "reduce_scatter": "reduce_scatter_perf",
          "alltoall": "alltoall_perf", "broadcast": "broadcast_perf", "reduce": "reduce_perf"}
+IN_PLACE = ("broadcast",)  # perfsuite times broadcast on one buffer: nccl-tests' in-place column
+SIZES = [4 << (2 * k) for k in range(13)]  # -b 4 -e 64M -f 4
 
-
-def ours(name):
-    """{(benchmark, dtype, nominal size): (us, timing, nccl-tests' size)}, and lines about worlds."""
-    got, notes, path = {}, [], out / name
-    if not path.exists():
-        return got, [f"{name}: none (that step did not run or wrote nothing)"]
-    run = load_run(path)
-    for o in run.outcomes:
+ours, timing, notes = {}, {}, []
+for path in sorted(out.glob("coll-*.json")):
+    for o in load_run(path).outcomes:
         if o.skipped or o.failure:
-            notes.append(f"{name}: {o.world} {'skipped' if o.skipped else 'FAILED'}: {o.skipped or o.why}")
+            notes.append(f"{path.name}: {o.world} {'skipped' if o.skipped else 'FAILED'}: {o.skipped or o.why}")
         facts = (o.result.extra.get("transport_facts") or {}) if o.result else {}
         if facts.get("timing_why"):
-            notes.append(f"{name}: {o.world} timed by the Python batch, not the native loop: {facts['timing_why']}")
+            notes.append(f"{path.name}: {o.world} not native-batch: {facts['timing_why']}")
         for s in o.samples():
-            i = s.info
-            got[(s.case.benchmark, s.case.dtype, s.case.size_bytes)] = (
-                i.get("latency_us"), i.get("timing", "?") + ("" if s.valid else " WRONG"), i.get("size_bytes"))
-    return got, notes
-
-
-theirs, block = {}, None  # {(binary, dtype): [(size, oop us), ...]} in the order printed
-log = out / "nccl-tests.log"
-for line in log.read_text().splitlines() if log.exists() else []:
-    m = re.match(r"## (\S+) (\S+)", line)
-    if m:
-        block = (m[1], m[2])
-        theirs[block] = []
-        continue
-    cells = line.split()
-    # rows: size count type redop root time algbw busbw #wrong (out-of-place), then in-place
-    if block and len(cells) >= 13 and cells[0].isdigit() and cells[1].isdigit():
-        theirs[block].append((int(cells[0]), float(cells[5])))
-
-default, n1 = ours("coll.json")
-batch, n2 = ours("coll-batch.json")
-bf16, n3 = ours("coll-bf16.json")
-fmt = lambda x: "-" if x is None else f"{x:.2f}"
-for note in n1 + n2 + n3:
-    print("#", note)
-for dtype, mine, nominal, ran in (("float32", default, [4 << (2 * k) for k in range(13)], "float32"),
-                                  ("bfloat16", bf16, [4, 256 << 10, 16 << 20], "bfloat16")):
-    for bench, binary in NAMES.items():
-        rows = theirs.get((binary, ran), [])
-        if not any(k[0] == bench and k[1] == dtype for k in mine) and not rows:
+            ours.setdefault((s.case.benchmark, s.case.size_bytes), []).append(s.info["latency_us"])
+            timing[s.case.benchmark] = s.info.get("timing", "?") + ("" if s.valid else " WRONG")
+theirs = {}
+for path in sorted(out.glob("nccl-tests-*.log")):
+    block = None
+    for line in path.read_text().splitlines():
+        m = re.match(r"## (\S+_perf)", line)
+        if m:
+            block, k = next(b for b, x in NAMES.items() if x == m[1]), 0
             continue
-        op = " avg" if dtype == "bfloat16" and bench in ("allreduce", "reduce_scatter", "reduce") else ""
-        print(f"\n# {bench} ({dtype}{op}, out of place; sizes: perfsuite's and nccl-tests' own, which "
-              "rounds each rank's part to 16 bytes)")
-        print(f"{'size':>10} {'ours B':>10} {'theirs B':>10} {'perfsuite us':>13} {'timing':>13} "
-              f"{'py batch us':>12} {'nccl-tests us':>14} {'ratio':>6}")
-        by_size = dict(zip([4 << (2 * k) for k in range(len(rows))], rows))  # nccl-tests -b 4 -f 4
-        for size in nominal:
-            us, timing, our_b = mine.get((bench, dtype, size), (None, "-", None))
-            b = batch.get((bench, dtype, size), (None,))[0] if dtype == "float32" else None
-            their_b, t = by_size.get(size, (None, None))
-            ratio = f"{us / t:.2f}" if us and t else "-"
-            print(f"{size:>10} {our_b if our_b is not None else '-':>10} {their_b if their_b is not None else '-':>10} "
-                  f"{fmt(us):>13} {timing:>13} {fmt(b):>12} {fmt(t):>14} {ratio:>6}")
+        cells = line.split()
+        # rows: size count type redop root time algbw busbw #wrong (out-of-place), then in-place
+        if block and len(cells) >= 13 and cells[0].isdigit() and cells[1].isdigit() and k < len(SIZES):
+            us = float(cells[9] if block in IN_PLACE else cells[5])
+            theirs.setdefault((block, SIZES[k]), []).append((int(cells[0]), us))
+            k += 1
+for note in notes:
+    print("#", note)
+fmt = lambda x: "-" if x is None else f"{x:.2f}"
+span = lambda xs: f"{min(xs):.2f}-{max(xs):.2f}" if xs else "-"
+for bench in NAMES:
+    place = "in place" if bench in IN_PLACE else "out of place"
+    print(f"\n# {bench} (float32, {place}; medians over rounds; nccl-tests' own size, which rounds each "
+          f"rank's part to 16 bytes; timing {timing.get(bench, '-')})")
+    print(f"{'size':>10} {'theirs B':>10} {'perfsuite us':>13} {'range':>13} {'nccl-tests us':>14} "
+          f"{'range':>13} {'ratio':>6}")
+    for size in SIZES:
+        a = ours.get((bench, size), [])
+        b = [t for _, t in theirs.get((bench, size), [])]
+        their_b = theirs.get((bench, size), [(None, None)])[0][0]
+        ma, mb = (statistics.median(a) if a else None), (statistics.median(b) if b else None)
+        ratio = f"{ma / mb:.2f}" if ma and mb else "-"
+        print(f"{size:>10} {their_b if their_b is not None else '-':>10} {fmt(ma):>13} {span(a):>13} "
+              f"{fmt(mb):>14} {span(b):>13} {ratio:>6}")
 EOF
 
 if (( ${#failed[@]} )); then

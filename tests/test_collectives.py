@@ -193,3 +193,33 @@ def test_pytest_selects_a_collective_by_its_name(pytester_run=None):
                    "benchmarks/test_collectives.py::test_all_gather[mpi-n2-1MiB]",
                    "benchmarks/test_collectives.py::test_all_gather[ring-n2-4B]",
                    "benchmarks/test_collectives.py::test_all_gather[ring-n2-1MiB]"], r.stdout + r.stderr
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("inplace", [False, True])
+def test_device_batches_rotate_through_copies_of_the_buffers(monkeypatch, no_leftover_ranks, inplace):
+    """nccl-tests shifts its buffers each call within the sweep's largest: a device batch cycles
+    through copies of the case's buffers (64 at most), every copy filled, results exact. Run on
+    host arrays (``array_module=numpy``) through mpi-staged, a device transport's code."""
+    import dataclasses
+
+    from perfsuite import suite
+    from perfsuite.bench.allreduce import allreduce_cases
+    from perfsuite.kernels.allreduce import MAX_COPIES
+    from perfsuite.launch.launchers import LaunchConfig
+    from perfsuite.rounds import RoundsPolicy
+
+    spec = transports.REGISTRY["mpi-staged"]
+    monkeypatch.setitem(transports.REGISTRY, "mpi-staged", dataclasses.replace(spec, check=lambda: None))
+    for name in ("all_gather", "reduce", "broadcast") if inplace else OTHERS:
+        (world,) = suite.plan(allreduce_cases(["mpi-staged"], [2], [8, 256, 4096], benchmark=name),
+                              {"array_module": "numpy", "copy_bytes": 1 << 20, "iters": 40, "warmup": 2,
+                               "device_timing": "batch", "inplace": inplace})
+        out = suite.run_one(world, suite.SuiteConfig(launch=LaunchConfig(), timeout=90,
+                                                     rounds=RoundsPolicy(max_contention=None, retries=0)))
+        assert out.result is not None, out.failure or out.skipped
+        got = {s.case.size_bytes: s for s in out.result.samples}
+        assert all(s.valid and s.info["valid_fresh"] for s in got.values()), name
+        assert got[256].info["buffer_copies"] == 4096 // 256  # nccl-tests' steps
+        assert got[8].info["buffer_copies"] == MAX_COPIES  # 512 steps, capped
+        assert "buffer_copies" not in got[4096].info

@@ -74,7 +74,7 @@ def run_rank(monkeypatch, rank: int, options: dict, device_copy: float | None = 
         log.append("host copy")
         return 7.0
 
-    monkeypatch.setattr(allreduce, "load_transport", lambda name: Transport)
+    monkeypatch.setattr(allreduce, "load_transport", lambda name, *kind: Transport)
     monkeypatch.setattr(allreduce, "copy_bandwidth", host_copy)
     monkeypatch.setattr(time, "sleep", lambda s: log.append("sleep"))
     ctx = RankContext(FakeComm(rank, log), rank, 2, "mpi", [], options, emit=lambda d: None)

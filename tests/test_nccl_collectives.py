@@ -196,8 +196,8 @@ def test_the_loaded_loop_times_the_bound_call_with_the_plan(monkeypatch):
     send, recv = fake.zeros(8, "float32"), fake.zeros(8, "float32")
     t.bind(Call("alltoall"))
     assert t.time_batch(send, recv, 10) == 1e-3 and t.time_one(send, recv) == 1e-3
-    assert batches[0] == (0x5eed, 3, send.data.ptr, recv.data.ptr, 4, 16, "f32", "sum", 0, 2, 0, 10)
-    assert batches[1][-1] == 1
+    assert batches[0] == (0x5eed, 3, send.data.ptr, recv.data.ptr, 4, 16, "f32", "sum", 0, 2, 0, 10, 1, 0, 0)
+    assert batches[1][-4:] == (1, 1, 0, 0)  # one call, one copy: no rotation
     t.close()
     assert log[-2:] == [("loop.close",), ("destroy",)]  # the loop's events go before the communicator
 

@@ -197,6 +197,9 @@ if loop is not None:
         n.stub_clear()
         seconds = loop.batch(COMM, C[name], S, R, count, peer, 9, 4, 1, 3, STREAM, 2)
         out["calls"][name] = [seconds, n.stub_log().decode()]
+    n.stub_clear()  # three calls over two copies 0x40 bytes apart, from the second copy on
+    loop.batch(COMM, C["allreduce"], S, R, 8, 0, 7, 0, 0, 3, STREAM, 3, 2, 0x40, 1)
+    out["rotated"] = n.stub_log().decode()
     n.stub_clear()
     out["zero"] = loop.batch(COMM, C["allreduce"], S, S, 8, 0, 7, 0, 0, 3, STREAM, 0)
     try:
@@ -248,6 +251,8 @@ def test_the_c_loop_issues_each_collective_as_nccl_tests_does(built, stubs):
     group = ("group(000000;" + "".join(f"send {0x1000 + 8 * p:x} 2 0 t9 peer{p} 0;recv {0x9000 + 8 * p:x} 2 0 t9 peer{p} 0;"
                                        for p in range(3)) + ")group000000;")
     assert calls["alltoall"] == group * 2
+    # nccl-tests' shift per iteration: call i on copy (turn + i) % copies
+    assert got["rotated"] == "allreduce 1040 9040 8 t7 op0 1;allreduce 1000 9000 8 t7 op0 1;allreduce 1040 9040 8 t7 op0 1;"
     assert got["zero"] == pytest.approx(2.5e-3)
     assert "NCCL" in got["nccl_error"] and "invalid usage (NCCL error 5" in got["nccl_error"]
     assert "cuEventRecord: CUDA error 400: invalid handle" in got["cuda_error"]

@@ -30,7 +30,7 @@ import numpy as np
 from .. import collectives
 from ..collectives import Collective, as_type
 from ..errors import ConfigError, TransportUnavailable
-from ..model import Case, Metric, Sample, time_sliced_label
+from ..model import DTYPES, Case, Metric, Sample, time_sliced_label
 from ..transports import load as load_transport
 from ..transports.base import Call
 from ..transports.hosts import node_name
@@ -308,18 +308,35 @@ class Buffers:
     exact values they must hold: ``send`` is a slice of ``recv`` in place where the record
     says so (all_gather's chunk at rank x c/n), ``recv`` itself where it is the whole buffer."""
 
-    def __init__(self, transport, coll: Collective, call: Call, case: Case, rank: int, n: int):
+    def __init__(self, transport, coll: Collective, call: Call, case: Case, rank: int, n: int,
+                 copies: int = 1):
         self.transport, self.coll, self.call, self.rank, self.n = transport, coll, call, rank, n
         self.send_count, self.recv_count = coll.buffers(case.size_bytes or 0, case.dtype, n)
         self.dtype = case.dtype
-        if call.inplace:
-            self.recv = transport.alloc(max(self.send_count, self.recv_count), case.dtype)
-            offset = coll.inplace_offset(rank, n, self.recv_count)
-            whole = offset == 0 and self.send_count == self.recv_count
-            self.send = self.recv if whole else self.recv[offset:offset + self.send_count]
-        else:
+        # ``copies`` of both buffers one stride apart (the larger buffer's length, nccl-tests'
+        # shift), for batches that rotate through them; copy 0 is the one warmed up and checked.
+        stride = max(self.send_count, self.recv_count)
+        whole = self.send_count == self.recv_count
+        offset = coll.inplace_offset(rank, n, self.recv_count) if call.inplace else 0
+        if copies == 1 and call.inplace:
+            self.recv = transport.alloc(stride, case.dtype)
+            self.send = self.recv if whole and offset == 0 else self.recv[offset:offset + self.send_count]
+            self.views = [(self.send, self.recv)]
+        elif copies == 1:
             self.send = transport.alloc(self.send_count, case.dtype)
             self.recv = transport.alloc(self.recv_count, case.dtype)
+            self.views = [(self.send, self.recv)]
+        else:
+            recv_all = transport.alloc(copies * stride, case.dtype)
+            send_all = recv_all if call.inplace else transport.alloc(copies * stride, case.dtype)
+            self.views = []
+            for k in range(copies):
+                recv = recv_all[k * stride:k * stride + self.recv_count]
+                send = (recv if call.inplace and whole and offset == 0 else
+                        send_all[k * stride + offset:k * stride + offset + self.send_count])
+                self.views.append((send, recv))
+            self.send, self.recv = self.views[0]
+        self.stride_bytes = stride * DTYPES[case.dtype]
 
     def inputs(self, stable: bool = False) -> None:
         """Fill send with this rank's values (in place and ``stable``: ones whose result every
@@ -329,9 +346,11 @@ class Buffers:
             values = c.stable_inputs(self.rank, self.n, self.send_count, call.op)
         else:
             values = c.inputs(self.rank, self.n, self.send_count, call.op, call.root)
-        if call.inplace and self.send is not self.recv:
-            self.transport.fill(self.recv, as_type(np.zeros(self.recv_count), self.dtype))
-        self.transport.fill(self.send, as_type(values, self.dtype))
+        values = as_type(values, self.dtype)
+        for send, recv in self.views:
+            if call.inplace and send is not recv:
+                self.transport.fill(recv, as_type(np.zeros(self.recv_count), self.dtype))
+            self.transport.fill(send, values)
 
     def expected(self, timed: bool) -> np.ndarray | None:
         """What recv must hold after the timed loop (``timed``) or after one fresh call; None:
@@ -356,6 +375,21 @@ class Buffers:
             sent = self.coll.inputs(self.rank, self.n, self.send_count, self.call.op, self.call.root)
             return same(self.transport.to_host(self.send), as_type(sent, self.dtype), corrupt)
         return None
+
+
+#: At most this many copies of a case's buffers for a batch to rotate through: nccl-tests
+#: rotates through as many as fit in the sweep's largest buffer, but below a few KiB every copy
+#: sits in cache anyway, and each copy is filled and checked.
+MAX_COPIES = 64
+
+
+def copies_of(transport, coll: Collective, case: Case, n: int, largest: int, batch: int) -> int:
+    """How many copies of the buffers this case's batches rotate through: nccl-tests' steps
+    (the sweep's largest buffer over this case's), where the transport rotates its batches."""
+    if not transport.rotates or batch <= 1:
+        return 1
+    size = coll.sizes(case.size_bytes or 0, case.dtype, n)["size_bytes"]
+    return max(1, min(largest // max(size, 1), MAX_COPIES))
 
 
 def bind_case(transport, coll: Collective, case: Case, inplace: bool, n: int) -> Call:
@@ -398,14 +432,18 @@ def run(ctx: RankContext) -> dict:
     copy_bw = copy_wanted(ctx.options)
     copy_gbps = root_alone(comm, ctx.is_root, transport.copy_bandwidth) if copy_bw else None
     call = None
+    coll = collectives.get(_transport_set(ctx))
+    largest = max((coll.sizes(c.size_bytes or 0, c.dtype, ctx.world_size)["size_bytes"] for c in ctx.cases), default=0)
     for case in ctx.cases:
-        coll = collectives.get(case.benchmark if collectives.find(case.benchmark) else "allreduce")
         call = bind_case(transport, coll, case, inplace, ctx.world_size)
-        bufs = Buffers(transport, coll, call, case, ctx.rank, ctx.world_size)
-        send, recv = bufs.send, bufs.recv
         iters, warmup = default_iters(case.size_bytes or 0, batched(transport))
         iters = int(ctx.options.get("iters") or iters)
         warmup = int(ctx.options.get("warmup") if ctx.options.get("warmup") is not None else warmup)
+        batch = calls_per_sample(transport, iters)
+        bufs = Buffers(transport, coll, call, case, ctx.rank, ctx.world_size,
+                       copies_of(transport, coll, case, ctx.world_size, largest, batch))
+        transport.rotate(bufs.views, bufs.stride_bytes)
+        send, recv = bufs.send, bufs.recv
         # What the timed calls leave in recv is checked: out of place every call writes the
         # same result; in place, inputs whose result every call leaves unchanged (allreduce: a
         # zero sum), or, where there are none, only the fresh call below.
@@ -415,7 +453,6 @@ def run(ctx: RankContext) -> dict:
         transport.sync()
         turns = (injected_turns(transport, send, recv, spinner, barrier, case, world_max(comm))
                  if spinner else -1)
-        batch = calls_per_sample(transport, iters)
         probe = Probe()
         if canary_blocks:
             times, canary = timed_blocks(transport, send, recv, iters, barrier, fault, case,
@@ -458,6 +495,8 @@ def run(ctx: RankContext) -> dict:
                     timing["valid_timed"] = None  # in place, only the fresh call is checked
             if sliced:
                 timing["time_sliced"] = sliced
+            if len(bufs.views) > 1:  # nccl-tests' rotation through copies of the buffers
+                timing["buffer_copies"] = len(bufs.views)
             if reordered is not None:
                 timing["reordered_calls"] = len(reordered[0])
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1), ok, iters, warmup,
@@ -466,6 +505,7 @@ def run(ctx: RankContext) -> dict:
                                reordered=None if reordered is None else np.stack(reordered, axis=1),
                                call=call)
             ctx.emit(sample.to_dict())
+        transport.rotate([], 0)
         del send, recv, bufs
     extra = {"transport_facts": transport.describe(), "inplace": bool(call.inplace) if call else inplace,
              "slowdown_injected": slow}

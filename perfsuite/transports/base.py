@@ -148,6 +148,15 @@ class AllreduceTransport:
         self.sync()
         return time.perf_counter() - t0
 
+    #: Its batches cycle through copies of the buffers, as nccl-tests shifts its buffers each
+    #: iteration "to avoid cache effects" (device transports: a 16 MiB buffer would stay in an
+    #: H200's 50 MB L2 between calls); the kernel lays the copies out (``rotate``).
+    rotates: bool = False
+
+    def rotate(self, views: list, stride_bytes: int) -> None:
+        """This case's copies of (send, recv), ``stride_bytes`` apart, for the batches to cycle
+        through; one copy: no rotation."""
+
     def copy_bandwidth(self) -> float | None:
         """This rank's buffer memory's copy bandwidth (GB/s), measured by transports whose
         buffers live on a device; None: the kernel measures the host's itself."""

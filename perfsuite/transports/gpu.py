@@ -418,12 +418,32 @@ class GpuTransport(AllreduceTransport):
     def time_one(self, send, recv) -> float:
         return self.time_batch(send, recv, 1)
 
+    rotates = True
+    _views: list = []
+    _stride = 0
+    _turn = 0  # the copy the next batch starts on: the rotation runs on across batches
+
+    def rotate(self, views: list, stride_bytes: int) -> None:
+        self._views, self._stride, self._turn = list(views) if len(views) > 1 else [], stride_bytes, 0
+
+    def next_turn(self, calls: int) -> tuple[int, int]:
+        """(the copy this batch starts on, how many copies) and the rotation moved on by ``calls``."""
+        turn, copies = self._turn, max(1, len(self._views))
+        self._turn = (turn + calls) % copies
+        return turn, copies
+
     def time_batch(self, send, recv, calls: int) -> float:
         call = getattr(self, "_call", self.allreduce)  # the bound collective (base.call), looked up once
+        views = self._views
+        turn, copies = self.next_turn(calls)
         self.ops.synchronize()  # nothing queued earlier may fall inside these events
         self._timer.start()
-        for _ in range(calls):
-            call(send, recv)
+        if views:
+            for i in range(turn, turn + calls):
+                call(*views[i % copies])
+        else:
+            for _ in range(calls):
+                call(send, recv)
         return self._timer.stop()
 
     def copy_bandwidth(self) -> float:

@@ -48,41 +48,48 @@ class MpiCalls:
         self.root = call.root
         self.is_root = self.rank == call.root
         self.bf16 = bfloat16_type() if call.dtype == "bfloat16" else None
-        c = self.comm
-        if self.bf16 is not None:  # every buffer typed: a few lookups more, for bfloat16 only
-            wrap = self.typed
-            self.allreduce_ = lambda s, r, op: c.Allreduce(s if s is self.in_place else wrap(s), wrap(r), op)
-            self.allgather = lambda s, r: c.Allgather(s if s is self.in_place else wrap(s), wrap(r))
-            self.reduce_scatter_block = lambda s, r, op: c.Reduce_scatter_block(wrap(s), wrap(r), op)
-            self.alltoall_ = lambda s, r: c.Alltoall(wrap(s), wrap(r))
-            self.bcast = lambda b, root: c.Bcast(wrap(b), root)
-            self.reduce_ = lambda s, r, op, root: c.Reduce(s if s is self.in_place else wrap(s), wrap(r), op, root)
+        c, wrap = self.comm, self.typed
+        # Only the bound collective's method is looked up: a communicator may have no other
+        # (a test's stand-in; a training transport's that only sums).
+        name = {"allreduce": "Allreduce", "all_gather": "Allgather", "reduce_scatter": "Reduce_scatter_block",
+                "alltoall": "Alltoall", "broadcast": "Bcast", "reduce": "Reduce"}[call.collective]
+        method = getattr(c, name)
+        if self.bf16 is None:
+            self.method = method
             return
-        self.allreduce_, self.allgather, self.reduce_scatter_block = c.Allreduce, c.Allgather, c.Reduce_scatter_block
-        self.alltoall_, self.bcast, self.reduce_ = c.Alltoall, c.Bcast, c.Reduce
+        # bfloat16: every buffer typed, a few lookups more per call, for bfloat16 only
+        place = self.in_place
+        self.method = {
+            "Allreduce": lambda s, r, op: method(s if s is place else wrap(s), wrap(r), op),
+            "Allgather": lambda s, r: method(s if s is place else wrap(s), wrap(r)),
+            "Reduce_scatter_block": lambda s, r, op: method(wrap(s), wrap(r), op),
+            "Alltoall": lambda s, r: method(wrap(s), wrap(r)),
+            "Bcast": lambda b, root: method(wrap(b), root),
+            "Reduce": lambda s, r, op, root: method(s if s is place else wrap(s), wrap(r), op, root),
+        }[name]
 
     def typed(self, buf):
         """bfloat16's uint16 arrays with MPI's bfloat16 type named (mpi4py would infer a uint16)."""
         return [buf, self.bf16] if self.bf16 is not None and buf is not None else buf
 
     def allreduce(self, send, recv) -> None:
-        self.allreduce_(self.in_place if recv is send else send, recv, self.op)
+        self.method(self.in_place if recv is send else send, recv, self.op)
 
     def all_gather(self, send, recv) -> None:
-        self.allgather(self.in_place if self.call.inplace else send, recv)
+        self.method(self.in_place if self.call.inplace else send, recv)
 
     def reduce_scatter(self, send, recv) -> None:
-        self.reduce_scatter_block(send, recv, self.op)
+        self.method(send, recv, self.op)
 
     def alltoall(self, send, recv) -> None:
-        self.alltoall_(send, recv)
+        self.method(send, recv)
 
     def broadcast(self, send, recv) -> None:
-        self.bcast(recv, self.root)
+        self.method(recv, self.root)
 
     def reduce(self, send, recv) -> None:
         if recv is send:  # in place: the root's buffer is both; the others send theirs
-            self.reduce_(self.in_place if self.is_root else recv, recv if self.is_root else None,
-                         self.op, self.root)
+            self.method(self.in_place if self.is_root else recv, recv if self.is_root else None,
+                        self.op, self.root)
         else:
-            self.reduce_(send, recv, self.op, self.root)
+            self.method(send, recv, self.op, self.root)

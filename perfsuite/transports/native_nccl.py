@@ -19,7 +19,7 @@ import os
 from .base import COLLECTIVES
 from .cuda_aware import mapped_libraries
 
-ABI = 1
+ABI = 2
 OPTION = "native_nccl"  # launch/native_nccl.OPTION: what the launching side prepared
 #: The collective codes the C loop takes: the index in base.COLLECTIVES.
 CODES = {name: code for code, name in enumerate(COLLECTIVES)}
@@ -55,7 +55,7 @@ class NcclLoop:
         self._batch = lib.perfsuite_nccl_batch
         self._batch.restype = _int
         self._batch.argtypes = [_vp, _vp, _int, _vp, _vp, _sz, _sz, _int, _int, _int, _int, _vp, _long,
-                                ctypes.POINTER(ctypes.c_float)]
+                                _long, _sz, _long, ctypes.POINTER(ctypes.c_float)]
         self._error = lib.perfsuite_nccl_error
         self._error.restype, self._error.argtypes = ctypes.c_char_p, [_vp]
         self._close = lib.perfsuite_nccl_close
@@ -67,9 +67,11 @@ class NcclLoop:
                          else "grouped ncclSend/ncclRecv")
 
     def batch(self, comm: int, code: int, send: int, recv: int, count: int, peer_bytes: int,
-              datatype: int, op: int, root: int, nranks: int, stream: int, calls: int) -> float:
+              datatype: int, op: int, root: int, nranks: int, stream: int, calls: int,
+              copies: int = 1, stride: int = 0, turn: int = 0) -> float:
+        """Call i works on the buffers' copy (turn + i) % copies, ``stride`` bytes apart."""
         rc = self._batch(self._handle, comm, code, send, recv, count, peer_bytes, datatype, op, root,
-                         nranks, stream, calls, self._ms_ref)
+                         nranks, stream, calls, copies, stride, turn, self._ms_ref)
         if rc != 0:
             what = _ERRORS.get(rc, f"code {rc}")
             raise RuntimeError(f"native NCCL loop failed ({what}): "

@@ -190,12 +190,15 @@ class NcclAllreduce(GpuTransport):
         if self.nccl_loop is not None:
             p = self._plan
             count, peer_bytes = counts(p.collective, send.size, recv.size, self.n, recv.itemsize)
+            turn, copies = self.next_turn(calls)
             return self.nccl_loop.batch(self._comm.comm, p.code, send.data.ptr, recv.data.ptr, count,
-                                        peer_bytes, p.type, p.op, p.root, self.n, self._stream, calls)
+                                        peer_bytes, p.type, p.op, p.root, self.n, self._stream, calls,
+                                        copies, self._stride, turn)
         if self.timing != "graph":
             return super().time_batch(send, recv, calls)
         stream = self.ops.stream
-        key = (send.data.ptr, recv.data.ptr, send.size, recv.size, self.bound, calls)
+        views = self._views or [(send, recv)]
+        key = (send.data.ptr, recv.data.ptr, send.size, recv.size, self.bound, len(views), calls)
         graph = self._graphs.get(key)
         if graph is None:
             self.ops.synchronize()
@@ -204,8 +207,8 @@ class NcclAllreduce(GpuTransport):
             call = self._call
             stream.begin_capture()
             try:
-                for _ in range(calls):
-                    call(send, recv)
+                for i in range(calls):  # the graph holds the rotation through the copies
+                    call(*views[i % len(views)])
             finally:
                 graph = stream.end_capture()  # ends the capture even when a call raised
             graph.upload(stream)  # so the first timed launch does not pay for the upload

@@ -25,7 +25,10 @@
  *   int   perfsuite_nccl_alltoall(void *h);      1: ncclAlltoAll, 0: grouped ncclSend/ncclRecv
  *   int   perfsuite_nccl_batch(void *h, void *comm, int collective, const void *send, void *recv,
  *                              size_t count, size_t peer_bytes, int datatype, int op, int root,
- *                              int nranks, void *stream, long calls, float *ms);
+ *                              int nranks, void *stream, long calls, long copies, size_t stride,
+ *                              long turn, float *ms);
+ *         call i of the batch works on copy (turn + i) % copies of the buffers, `stride` bytes
+ *         apart, as nccl-tests shifts its buffers each iteration "to avoid cache effects";
  *   const char *perfsuite_nccl_error(void *h);   the last failure, one line
  *   void  perfsuite_nccl_close(void *h);
  */
@@ -39,7 +42,7 @@
 
 #include <nccl.h>
 
-#define PERFSUITE_NCCL_ABI 1
+#define PERFSUITE_NCCL_ABI 2
 
 /* Collective codes: the index in perfsuite.transports.base.COLLECTIVES. */
 enum { ALLREDUCE = 0, ALL_GATHER = 1, REDUCE_SCATTER = 2, ALLTOALL = 3, BROADCAST = 4, REDUCE = 5 };
@@ -234,10 +237,10 @@ static ncclResult_t issue(struct perfsuite_nccl *h, ncclComm_t comm, int collect
 
 int perfsuite_nccl_batch(void *handle, void *comm, int collective, const void *send, void *recv,
                          size_t count, size_t peer_bytes, int datatype, int op, int root, int nranks,
-                         void *stream, long calls, float *ms) {
+                         void *stream, long calls, long copies, size_t stride, long turn, float *ms) {
     struct perfsuite_nccl *h = handle;
     if (h == NULL || comm == NULL || ms == NULL || calls < 0 || nranks < 1 || collective < ALLREDUCE ||
-        collective > REDUCE) {
+        collective > REDUCE || copies < 1 || turn < 0) {
         if (h != NULL) say(h->error, sizeof h->error, "bad argument to perfsuite_nccl_batch");
         return BAD_ARGUMENT;
     }
@@ -247,8 +250,10 @@ int perfsuite_nccl_batch(void *handle, void *comm, int collective, const void *s
     if ((c = h->stream_synchronize(s)) != 0) return cuda_failed(h, "cuStreamSynchronize", c);
     if ((c = h->event_record(h->start, s)) != 0) return cuda_failed(h, "cuEventRecord", c);
     for (long i = 0; i < calls; i++) {
-        ncclResult_t r = issue(h, (ncclComm_t)comm, collective, send, recv, count, peer_bytes,
-                               (ncclDataType_t)datatype, (ncclRedOp_t)op, root, nranks, s);
+        size_t shift = stride * (size_t)((turn + i) % copies);
+        ncclResult_t r = issue(h, (ncclComm_t)comm, collective, (const char *)send + shift,
+                               (char *)recv + shift, count, peer_bytes, (ncclDataType_t)datatype,
+                               (ncclRedOp_t)op, root, nranks, s);
         if (r != ncclSuccess) return nccl_failed(h, "the NCCL call", r);
     }
     if ((c = h->event_record(h->end, s)) != 0) return cuda_failed(h, "cuEventRecord", c);
