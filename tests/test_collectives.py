@@ -223,3 +223,17 @@ def test_device_batches_rotate_through_copies_of_the_buffers(monkeypatch, no_lef
         assert got[256].info["buffer_copies"] == 4096 // 256  # nccl-tests' steps
         assert got[8].info["buffer_copies"] == MAX_COPIES  # 512 steps, capped
         assert "buffer_copies" not in got[4096].info
+
+
+@pytest.mark.world
+def test_ab_runs_a_collective_and_stops_at_an_arm_with_wrong_results(tmp_path, no_leftover_ranks):
+    """`perfsuite ab --benchmark all_gather`: both arms run the collective's worlds; arm B's rank 1
+    corrupt, the first pair ends it, exit 4, the line naming the arm, case and rank."""
+    r = perfsuite("ab", "--benchmark", "all_gather", "--transports", "mpi", "--world-sizes", "2", "--sizes", "4",
+                  "--iters", "20", "--warmup", "2", "--b-env", "PERFSUITE_TEST_FAULT=corrupt@1",
+                  "--max-pairs", "4", "--json", "ab.json", cwd=tmp_path)
+    assert r.returncode == 4, said(r)
+    assert re.search(r"INVALID: arm B: all_gather\[mpi-n2-4B\] returned wrong results on rank 1 in pair 1",
+                     r.stdout + r.stderr), said(r)
+    d = json.loads((tmp_path / "ab.json").read_text())
+    assert d["pairs"] == 1 and list(d["values"]) == ["all_gather[mpi-n2-4B]"]
