@@ -19,9 +19,9 @@
 #include <sys/mman.h>
 
 /* A buffer as numpy allocates the harness's: at 4 MiB and above numpy asks the kernel for huge
- * pages (madvise MADV_HUGEPAGE, its NUMPY_MADVISE_HUGEPAGE default), which made the native loop
- * 17-20% faster than this program at 64 MiB here (copy-bound collectives) with nothing of the loop
- * in it; so the comparison is of the loops, this program's buffers get the same pages. */
+ * pages (madvise MADV_HUGEPAGE, its NUMPY_MADVISE_HUGEPAGE default), which makes copy-bound
+ * collectives faster with nothing of the loop in it (docs/measurements.md, "Collectives"); so that
+ * the comparison is of the loops, this program's buffers get the same pages. */
 static void *buffer(size_t bytes) {
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0) return NULL;
