@@ -21,7 +21,8 @@ import numpy as np
 
 from .. import collectives
 from ..transports import load as load_transport
-from .allreduce import Buffers, _transport_set, bind_case, default_iters, summarize, timed_loop, world_max
+from .allreduce import default_iters, summarize, timed_loop, world_max
+from .buffers import Buffers, bind_case, transport_set
 from .context import RankContext
 from .faults import spin
 from .plain.torch_allreduce import timed_calls
@@ -31,7 +32,7 @@ MIN_BLOCKS, CALLS_PER_BLOCK = 10, 10
 
 def run(ctx: RankContext) -> dict:
     comm = ctx.comm
-    coll = collectives.get(_transport_set(ctx))
+    coll = collectives.get(transport_set(ctx))
     transport = load_transport(ctx.transport, coll.name)(comm, ctx.options)
     slowest = world_max(comm)
     for case in ctx.cases:
