@@ -1,5 +1,5 @@
 """The other collectives per transport, as allreduce's: `pytest benchmarks --benchmark-only -k
-all_gather` (or reduce_scatter, alltoall, broadcast, test_reduce). Each case is one message size
+all_gather` (or reduce_scatter, alltoall, broadcast, "test_reduce and not scatter"). Each case is one message size
 in one world; sizes and counts are nccl-tests' (an all_gather's size is the gathered buffer's),
 and every rank's result is checked against the exact expected values."""
 import pytest
