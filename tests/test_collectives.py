@@ -177,7 +177,7 @@ def test_a_corrupt_rank_is_caught_in_every_collective(tmp_path, no_leftover_rank
 
 
 @pytest.mark.world
-def test_pytest_selects_a_collective_by_its_name(pytester_run=None):
+def test_pytest_selects_a_collective_by_its_name():
     """`pytest benchmarks --benchmark-only -k all_gather` collects all_gather's cases alone."""
     import subprocess
     import sys
