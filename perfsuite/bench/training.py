@@ -13,16 +13,18 @@ from collections.abc import Callable, Iterable, Sequence
 
 from .. import stats
 from ..errors import ConfigError
-from ..kernels.tf_models import MODELS, check_batch
+from ..kernels.tf_models import MODELS, check_batch, model_spec
+from ..kernels.training import AMP, PARALLEL, rate_of, training_variant
 from ..model import Case, Opt, Result, Sample, parse_names, round_values, split_list, whole_number
 from . import heading
 from .allreduce import allreduce_wire_bytes
 
-DEFAULT_MODELS = "small-cnn"  # the CPU CI model; mobilenet and resnet50 on request
-DEFAULT_BATCHES = "32"
-#: A step's time and its rate are one number: a case is judged once, on images/s.
-JUDGED = ("img_per_s",)
-SHORT_NAMES = {"img_per_s": "img/s", "step_ms": "step"}
+DEFAULT_MODELS = "small-cnn"  # the CPU CI model; mobilenet, resnet50, gpt-tiny, gpt2-small on request
+DEFAULT_BATCHES = None  # each model's own (tf_models.ModelSpec.batch: 32 images, 8 sequences)
+#: A step's time and its rate are one number: a case is judged once, on images/s (tokens/s for a
+#: language model).
+JUDGED = ("img_per_s", "tokens_per_s")
+SHORT_NAMES = {"img_per_s": "img/s", "tokens_per_s": "tokens/s", "step_ms": "step"}
 
 Pairs = Sequence[tuple[str, str]]
 
@@ -42,12 +44,16 @@ def parse_batches(text: str | Iterable[int]) -> tuple[int, ...]:
 
 def training_cases(benchmark: str, transports: Sequence[str], world_sizes: Sequence[int],
                    models: str | Sequence[str] = DEFAULT_MODELS,
-                   batches: str | Sequence[int] = DEFAULT_BATCHES) -> list[Case]:
-    """transport x world size x model x per-worker batch (batches innermost: one world per
-    transport, world size and model sweeps its batches)."""
-    picked, sizes = parse_models(models), parse_batches(batches)
-    return [Case(benchmark, t, n, model=m, batch=b)
-            for t in transports for n in world_sizes for m in picked for b in sizes]
+                   batches: str | Sequence[int] | None = DEFAULT_BATCHES,
+                   parallel: Sequence[str] = PARALLEL[:1], amp: Sequence[str] = AMP[:1]) -> list[Case]:
+    """transport x world size x model x parallelism x precision x per-worker batch (batches
+    innermost: one world per transport, world size, model, parallelism and precision sweeps its
+    batches). Without ``batches``, each model's own batch."""
+    picked = parse_models(models)
+    sizes = {m: parse_batches(batches) if batches else (model_spec(m).batch,) for m in picked}
+    return [Case(benchmark, t, n, model=m, batch=b, variant=training_variant(p, a))
+            for t in transports for n in world_sizes for m in picked for p in parallel for a in amp
+            for b in sizes[m]]
 
 
 def wire_bytes(sample: Sample) -> int:
@@ -59,8 +65,8 @@ def wire_bytes(sample: Sample) -> int:
                                 int(i.get("steps", 0)) + int(i.get("warmup", 0)))
 
 
-COLUMNS = ("model", "batch", "global", "img/s", "img/s/wkr", "p50(ms)", "p99(ms)",
-           "plain img/s", "scaling", "allreduce", "weights")
+COLUMNS = ("model", "batch", "global", "rate", "rate/wkr", "p50(ms)", "p99(ms)",
+           "plain rate", "scaling", "allreduce", "weights")
 
 
 def training_table(result: Result, framework_label: str, version_key: str, import_key: str) -> str:
@@ -78,15 +84,24 @@ def training_table(result: Result, framework_label: str, version_key: str, impor
 
     for smp in result.samples:
         i = smp.info
+        key, unit = rate_of(i)
         share = i.get("allreduce_share")
         weights = {True: "same", False: "DIFFER", None: "n/a"}[i.get("weights_identical")]
-        lines.append(f"{i['model']:>11} {i['batch']:>11} {i['global_batch']:>11} "
-                     f"{i['img_per_s']:>11.1f} {i['img_per_s_per_worker']:>11.1f} "
+        model = "-".join([i["model"], *([smp.case.variant] if smp.case.variant else [])])
+        lines.append(f"{model:>11} {i['batch']:>11} {i['global_batch']:>11} "
+                     f"{i[key]:>11.1f} {i[f'{key}_per_worker']:>11.1f} "
                      f"{i['step_ms_p50']:>11.2f} {i['step_ms_p99']:>11.2f} "
-                     f"{num(i.get('plain_img_per_s'), '.1f'):>11} "
+                     f"{num(i.get(f'plain_{key}'), '.1f'):>11} "
                      f"{num(i.get('scaling_efficiency'), '.3f'):>11} "
-                     f"{(f'{share:.1%}' if share is not None else 'in graph'):>11} {weights:>11}")
+                     f"{_share(share, i):>11} {weights:>11}  {unit}")
     return "\n".join(lines)
+
+
+def _share(share: float | None, info: dict) -> str:
+    """The exposed exchange's share of a step; where Python cannot see it, why."""
+    if share is not None:
+        return f"{share:.1%}"
+    return "see below" if info.get("collectives_per_step") else "in graph"
 
 
 def ratio_lines(samples: Sequence[Sample], benchmark: str, pairs: Pairs) -> list[str]:
@@ -95,24 +110,26 @@ def ratio_lines(samples: Sequence[Sample], benchmark: str, pairs: Pairs) -> list
     With rounds, the suite interleaves the transports' worlds, so round k of one and round k
     of the other ran side by side: the ratio is the geometric mean of those pairs, with its
     95% t interval (``stats.paired_ratio_ci``)."""
-    img = {(s.case.transport, s.case.model, s.case.batch, s.case.world_size): s
-           for s in samples if s.case.benchmark == benchmark and "img_per_s" in s.metrics}
+    img = {(s.case.transport, s.case.model, s.case.variant, s.case.batch, s.case.world_size): s
+           for s in samples if s.case.benchmark == benchmark and rate_of(s.info)[0] in s.metrics}
     out = []
     for num, den in pairs:
-        for (t, model, batch, n), s in img.items():
-            other = img.get((den, model, batch, n))
+        for (t, model, variant, batch, n), s in img.items():
+            other = img.get((den, model, variant, batch, n))
             if t != num or other is None:
                 continue
-            a, b = round_values(s, "img_per_s"), round_values(other, "img_per_s")
-            what = (f"({model}, batch {batch}, {n} workers: {stats.median(a):.1f} vs "
-                    f"{stats.median(b):.1f} img/s")
+            key, unit = rate_of(s.info)
+            a, b = round_values(s, key), round_values(other, key)
+            label = "-".join([model, *([variant] if variant else [])])
+            what = (f"({label}, batch {batch}, {n} workers: {stats.median(a):.1f} vs "
+                    f"{stats.median(b):.1f} {unit}")
             aligned = not (s.info.get("rounds_dropped") or other.info.get("rounds_dropped"))
             if aligned and len(a) == len(b) and len(a) > 1 and min(a + b) > 0:
                 ratio, lo, hi = stats.paired_ratio_ci(a, b)
-                out.append(f"# img/s({num})/img/s({den}) = {ratio:.2f} [{lo:.2f}, {hi:.2f}] 95% over "
+                out.append(f"# {unit}({num})/{unit}({den}) = {ratio:.2f} [{lo:.2f}, {hi:.2f}] 95% over "
                            f"{len(a)} interleaved rounds  {what})")
             elif min(a + b) > 0:
-                out.append(f"# img/s({num})/img/s({den}) = {stats.median(a) / stats.median(b):.2f} "
+                out.append(f"# {unit}({num})/{unit}({den}) = {stats.median(a) / stats.median(b):.2f} "
                            f"(no interval: {len(a)} vs {len(b)} rounds; use --rounds 3 or more)  {what})")
     return out
 
@@ -135,9 +152,10 @@ def ratio_comparisons(benchmark: str, pairs: Pairs) -> Callable[[Sequence[Sample
 
 #: The options every training benchmark reads; another framework's record lists these very
 #: objects, so the registry sees one option, not two of one name.
-MODELS_OPT = Opt("models", DEFAULT_MODELS, "training: comma list of small-cnn, mobilenet, resnet50, or 'all'",
+MODELS_OPT = Opt("models", DEFAULT_MODELS, f"training: comma list of {', '.join(MODELS)}, or 'all'",
                  metavar="LIST", parse=parse_models)
-BATCHES_OPT = Opt("batches", DEFAULT_BATCHES, "training: comma list of per-worker batch sizes, e.g. 16,32,64",
+BATCHES_OPT = Opt("batches", DEFAULT_BATCHES, "training: comma list of per-worker batch sizes (images, or "
+                  "sequences of a language model), e.g. 16,32,64 [default: each model's own, 32 or 8]",
                   metavar="LIST", parse=parse_batches)
 IMAGE_SIZE_OPT = Opt("image-size", None, "training: image height = width in pixels (default: the model's, "
                      "32 or 224)", metavar="N", parse=lambda v: whole_number(v, "image size"),

@@ -5,7 +5,10 @@ a model name or a batch size without importing TensorFlow; ``build_model`` and `
 take the already-imported ``tf`` module and run inside a rank only.
 
 ResNet-50 and MobileNet are the seed study's models, built with ``weights=None`` so nothing is
-downloaded; ``small-cnn`` is small enough for a CPU CI case to finish in seconds.
+downloaded; ``small-cnn`` is small enough for a CPU CI case to finish in seconds. The language
+models (``kind="lm"``) are GPT-2's architecture at two sizes (``gpt``): ``gpt-tiny``, whose step
+takes tens of milliseconds on two CPU cores, and ``gpt2-small`` (124 M parameters) for GPUs;
+their batch is sequences of ``seq_len`` tokens and their "classes" the vocabulary.
 """
 from __future__ import annotations
 
@@ -16,19 +19,45 @@ from ..errors import ConfigError
 
 
 @dataclass(frozen=True)
+class LmShape:
+    """A GPT-2-style decoder's shape: blocks, attention heads, width, vocabulary."""
+
+    n_layer: int
+    n_head: int
+    d_model: int
+    vocab: int
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     summary: str
-    image_size: int  # default height = width, pixels
-    classes: int  # default number of classes of the synthetic labels
+    image_size: int  # default height = width, pixels (0: not an image model)
+    classes: int  # default number of classes of the synthetic labels (a language model: its vocabulary)
     min_image_size: int  # below this the network's downsampling leaves nothing
+    kind: str = "image"  # image | lm
+    seq_len: int = 0  # a language model's default context, tokens per sequence
+    batch: int = 32  # the default per-worker batch (images, or sequences)
+    lm: LmShape | None = None
+
+    @property
+    def is_lm(self) -> bool:
+        return self.kind == "lm"
 
 
 MODELS: dict[str, ModelSpec] = {
     "small-cnn": ModelSpec("small-cnn", "2 conv + 2 dense layers (~0.3 M parameters), CPU CI", 32, 10, 8),
     "mobilenet": ModelSpec("mobilenet", "Keras MobileNet v1, weights=None (~4.3 M parameters)", 224, 1000, 32),
     "resnet50": ModelSpec("resnet50", "Keras ResNet-50, weights=None (~25.6 M parameters)", 224, 1000, 32),
+    # Sized by measurement (docs/measurements.md, "Transformer"): a step of tens of ms at 2 ranks
+    # on the 2-core CI machine.
+    "gpt-tiny": ModelSpec("gpt-tiny", "GPT-2 architecture, 2 blocks x 128 wide, vocab 2048 (~0.6 M parameters), CPU CI",
+                          0, 2048, 0, kind="lm", seq_len=64, batch=8, lm=LmShape(2, 4, 128, 2048)),
+    "gpt2-small": ModelSpec("gpt2-small", "GPT-2 small, 12 blocks x 768 wide, vocab 50257 (124 M parameters), GPUs",
+                            0, 50257, 0, kind="lm", seq_len=1024, batch=8, lm=LmShape(12, 12, 768, 50257)),
 }
+IMAGE_MODELS = tuple(name for name, spec in MODELS.items() if not spec.is_lm)
+LM_MODELS = tuple(name for name, spec in MODELS.items() if spec.is_lm)
 
 
 def model_spec(name: str) -> ModelSpec:
@@ -53,9 +82,25 @@ def check_batch(batch: Any, world_size: int = 1, global_batch: bool = False) -> 
 
 def check_image_size(model: str, size: Any) -> int:
     spec = model_spec(model)
+    if spec.is_lm:
+        raise ConfigError(f"image size {size!r} does not apply to {model}, a language model; "
+                          f"its input is set by the sequence length (--seq-len)")
     s = str(size).strip()
     if not s.isdigit() or int(s) < spec.min_image_size:
         raise ConfigError(f"image size {size!r} for {model} must be a whole number >= {spec.min_image_size}")
+    return int(s)
+
+
+def check_seq_len(model: str, seq_len: Any) -> int:
+    """A language model's tokens per sequence: a whole number >= 2 (a next token to predict)."""
+    spec = model_spec(model)
+    if not spec.is_lm:
+        raise ConfigError(f"sequence length {seq_len!r} does not apply to {model}, an image model; "
+                          f"choose a language model ({', '.join(LM_MODELS)}) or set --image-size")
+    s = str(seq_len).strip()
+    if not s.isdigit() or int(s) < 2:
+        raise ConfigError(f"sequence length {seq_len!r} for {model} must be a whole number >= 2 "
+                          f"(tokens per sequence), e.g. {spec.seq_len}")
     return int(s)
 
 

@@ -1,15 +1,18 @@
-"""A short PyTorch DistributedDataParallel epoch per transport: images/s, step times, scaling
-efficiency, measured as ``tf-epoch`` measures them (``training``), so the two frameworks'
-figures compare.
+"""A short PyTorch epoch per transport, DDP or FSDP2, float32 or bf16: images/s (tokens/s for a
+language model), step times, scaling efficiency, measured as ``tf-epoch`` measures them
+(``training``), so the two frameworks' figures compare.
 
-Per case (one model and per-worker batch in one world): rank 0 first times one worker training
-alone on a plain loop (no DDP, no group yet) while the others wait without spinning; then the
-transport's group forms, the model is wrapped in DDP (which broadcasts rank 0's weights), and
-``warmup`` then ``iters`` steps run on every rank. After the epoch the weights are compared
-across ranks (bitwise). On synthetic data the same DDP model also trains ``iters`` steps in
-``plain/torch_ddp.ddp_epoch``, the loop a user writes and times by the wall clock, half just
-before the timed epoch and half just after: the harness's img/s over that loop's is
-``vs_plain_ddp`` (the harness's loop should cost nothing measurable).
+Per case (one model, per-worker batch, parallelism and precision in one world): rank 0 first
+times one worker training alone on a plain loop (no DDP, no group yet) while the others wait
+without spinning; then the transport's group forms, the model is wrapped (DDP broadcasts rank
+0's weights; FSDP shards the weights every rank initialised alike), and ``warmup`` then ``iters``
+steps run on every rank. After the epoch: every step's loss finite (and, for a language model,
+falling), the weights compared across ranks bitwise (FSDP: the full parameters gathered from
+the shards), then ``profile_steps`` more steps under the profiler, for each collective's time and
+the part of it the step waited for (``exposure``). On synthetic data the same wrapped model also
+trains ``iters`` steps in ``plain/torch_ddp.ddp_epoch``, the loop a user writes and times by the
+wall clock, half just before the timed epoch and half just after: the harness's rate over that
+loop's is ``vs_plain_loop`` (the harness's loop should cost nothing measurable).
 
 CPU threads: torch's intra-op pool would take every core in every rank; like torchrun, each rank
 gets the node's cores divided among its ranks (``compute_threads`` sets it).
@@ -31,13 +34,20 @@ from ..transports.torch.support import import_torch
 from .context import RankContext, whole_option
 from .contention import world_view
 from .faults import slowdown_fraction, spin
+from ..errors import ConfigError
+from ..model import Metric
+from .exposure import profile
+from .peaks import mfu, peak_flops
 from .plain.torch_ddp import ddp_epoch
-from .tf_models import check_batch, check_image_size, model_spec
+from .tf_models import check_batch, check_image_size, check_seq_len, model_spec
 from .torch_input import input_feed
-from .torch_models import ARCHITECTURES, build_model, synthetic_batch
-from .training import SEED, epoch_options, plain_epoch, root_baseline, summarize, warm_and_time, weights_agree
+from .torch_models import Workload, workload
+from .training import (AMP, PARALLEL, SEED, epoch_options, loss_checks, parallel_amp, plain_epoch, rate_of,
+                       root_baseline, summarize, warm_and_time, weights_agree)
 
 BENCHMARK = "torch-epoch"
+#: Steps run under torch.profiler after the timed epoch, for each collective's exposed time.
+DEFAULT_PROFILE_STEPS = 4
 
 
 def compute_threads(options: dict, ranks_on_node: int) -> int:
@@ -53,11 +63,8 @@ def run(ctx: RankContext) -> dict:
     comm = ctx.comm
     opts = epoch_options(ctx.options)
     reference = bool(ctx.options.get("plain_ddp", ctx.options.get("yardsticks", True)))
-    for case in ctx.cases:  # every bad case is named before torch is even imported
-        model_spec(case.model or "")
-        check_batch(case.batch)
-        if opts["image_size"] is not None:
-            check_image_size(case.model, opts["image_size"])
+    profile_steps = whole_option(ctx.options, "profile_steps", DEFAULT_PROFILE_STEPS, 0, "profiled steps")
+    works = {case.name: _workload(case, opts, ctx.options) for case in ctx.cases}  # bad cases named before torch loads
     t0 = time.perf_counter()
     torch, _ = import_torch()
     import_s = time.perf_counter() - t0
@@ -65,13 +72,12 @@ def run(ctx: RankContext) -> dict:
     torch.set_num_threads(threads)
     transport = load_transport(ctx.transport, BENCHMARK)(comm, ctx.options)
     device = transport.device
-    loss_fn = torch.nn.CrossEntropyLoss()
+    learning_rate = ctx.options.get("learning_rate")
     baselines: dict[str, list[float] | None] = {}
     if opts["baseline"]:
         for case in ctx.cases:
-            image, classes = _image_classes(case, opts)
             baselines[case.name] = root_baseline(
-                ctx, lambda: _plain_baseline(torch, case, image, classes, opts, loss_fn, device,
+                ctx, lambda: _plain_baseline(torch, case, works[case.name], opts, learning_rate, device,
                                              transport.finish()))
     t0 = time.perf_counter()
     transport.start()
@@ -79,51 +85,63 @@ def run(ctx: RankContext) -> dict:
     slow = slowdown_fraction()
     spinner = spin(slow)
     nodes = comm.gather(node_name(), root=0)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     for case in ctx.cases:
-        image, classes = _image_classes(case, opts)
+        work = works[case.name]
+        parallel, amp = parallel_amp(case.variant)
         batch = int(case.batch)
-        x, y = synthetic_batch(torch, batch, image, classes, SEED + ctx.rank, device)
-        feed = input_feed(torch, ctx.options, ctx.rank, ctx.world_size, batch, image, classes,
-                          opts["warmup"], opts["steps"], device)  # None: synthetic data
+        x, y = work.batch(torch, batch, SEED + ctx.rank, device)
+        feed = input_feed(torch, ctx.options, ctx.rank, ctx.world_size, batch, work, opts["warmup"],
+                          opts["steps"], device)  # None: synthetic data
         if feed is not None:
             x, y = feed.x, feed.y
         torch.manual_seed(SEED)
-        model = build_model(torch, case.model, image, classes).to(device)
-        ddp = transport.wrap(model)
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=opts["learning_rate"])
-        step = transport.make_step(ddp, optimizer, loss_fn, x, y)
-        if feed is not None:
-            step = feed.wrap(step)
-        # The plain DDP loop runs half its steps just before the timed epoch and half just after
+        model = work.model(torch).to(device)
+        facts = work.facts(model)
+        wrapped = transport.wrap(model, parallel, amp)
+        optimizer = work.optimizer(torch, wrapped.parameters(), learning_rate, opts["learning_rate"])
+        loss_fn = work.loss(torch)
+        raw_step = transport.make_step(wrapped, optimizer, loss_fn, x, y)
+        step = feed.wrap(raw_step) if feed is not None else raw_step
+        # The plain loop runs half its steps just before the timed epoch and half just after
         # (A-B-A): a drift of the machine during the case weighs on both alike.
         halves = (opts["steps"] // 2, opts["steps"] - opts["steps"] // 2) if reference and feed is None else None
-        plain = (comm, ddp, optimizer, loss_fn, x, y, transport.finish())
-        plain_ddp_s: list[float] = []
-        before = functools.partial(_plain_ddp, plain_ddp_s, *plain, halves[0]) if halves else (lambda: None)
+        plain = (comm, wrapped, optimizer, loss_fn, x, y, transport.finish())
+        plain_s: list[float] = []
+        before = functools.partial(_plain_loop, plain_s, *plain, halves[0]) if halves else (lambda: None)
         times, allreduce, machine, warmup_s = warm_and_time(comm, step, feed, opts, ctx.fault, case, spinner,
                                                             before_timed=before)
-        weights = [p.detach().cpu().numpy() for p in model.parameters()]
-        identical, max_diff = weights_agree(comm, weights) if ctx.world_size > 1 else (True, None)
+        checks = loss_checks(raw_step.losses)
+        identical, max_diff = _replicas_agree(comm, model, parallel, ctx.world_size)
         if halves:
-            _plain_ddp(plain_ddp_s, *plain, halves[1])
-        gathered = comm.gather((times, allreduce, machine), root=0)
+            _plain_loop(plain_s, *plain, halves[1])
+        exposed, compute = _profile(torch, raw_step, profile_steps, device)
+        gathered = comm.gather((times, allreduce, machine, exposed, compute, checks), root=0)
         if ctx.is_root:
-            info = {**world_view([g[2] for g in gathered]), "image_size": image, "classes": classes,
-                    "warmup": opts["warmup"], "warmup_s": warmup_s, "architecture": ARCHITECTURES[case.model],
-                    "params": int(sum(p.numel() for p in model.parameters())),
+            world_checks = _world_checks([g[5] for g in gathered])
+            valid = identical and world_checks["loss_finite"] and (world_checks["loss_falling"] or not work.spec.is_lm)
+            info = {**world_view([g[2] for g in gathered]), **facts, "parallel": parallel, "amp": amp,
+                    "warmup": opts["warmup"], "warmup_s": warmup_s, "compute_threads": threads,
                     "weights_identical": identical if max_diff is not None else None,
-                    "weights_max_diff": max_diff, "compute_threads": threads,
-                    "transport_facts": transport.describe(),
+                    **({"shards_consistent": identical} if parallel == "fsdp" else {}),
+                    "weights_max_diff": max_diff, **world_checks,
+                    "transport_facts": transport.describe(), "device_name": device_name,
+                    **_exposure_info([g[3] for g in gathered]),
                     **(feed.describe() if feed is not None else {"data": "synthetic"})}
+            profiled = [g[4] for g in gathered]
+            per_rank = (np.stack(profiled, axis=1) if parallel == "fsdp" and all(len(c) for c in profiled)
+                        else None)
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1),
                                np.stack([g[1] for g in gathered], axis=1), baselines.get(case.name), info,
-                               valid=identical, nodes=nodes)
-            if halves and sum(plain_ddp_s) > 0:
-                plain_img = ctx.world_size * batch * opts["steps"] / sum(plain_ddp_s)
-                sample.info.update(plain_ddp_img_per_s=plain_img,
-                                   vs_plain_ddp=sample.info["img_per_s"] / plain_img)
+                               valid=valid, nodes=nodes, compute=per_rank)
+            _add_mfu(sample, amp, ctx.world_size)
+            if halves and sum(plain_s) > 0:
+                key, _ = rate_of(sample.info)
+                per_worker = batch * int(sample.info.get("seq_len") or 1)
+                plain_rate = ctx.world_size * per_worker * opts["steps"] / sum(plain_s)
+                sample.info.update(plain_loop_per_s=plain_rate, vs_plain_loop=sample.info[key] / plain_rate)
             ctx.emit(sample.to_dict())
-        del ddp, model, optimizer, step, plain, before
+        del wrapped, model, optimizer, step, raw_step, plain, before
     comm.Barrier()
     transport.close()
     return {"torch": torch.__version__, "torch_import_s": import_s, "transport_start_s": start_s,
@@ -131,10 +149,84 @@ def run(ctx: RankContext) -> dict:
             "transport_facts": transport.describe()}
 
 
-def _plain_ddp(seconds: list[float], comm, ddp: Any, optimizer: Any, loss_fn: Any, x: Any, y: Any,
+def _workload(case: Case, opts: dict, options: dict) -> Workload:
+    """The case's model, its input size checked (the same check on every rank)."""
+    spec = model_spec(case.model or "")
+    check_batch(case.batch)
+    parallel, amp = parallel_amp(case.variant)
+    if parallel not in PARALLEL or amp not in AMP:
+        raise ConfigError(f"case {case.name}: parallelism {parallel!r} / precision {amp!r} unknown")
+    if spec.is_lm:
+        seq = options.get("seq_len")
+        return workload(spec.name, seq_len=check_seq_len(spec.name, seq) if seq is not None else None)
+    image = check_image_size(case.model, opts["image_size"]) if opts["image_size"] is not None else None
+    return workload(spec.name, image, opts["classes"])
+
+
+def _replicas_agree(comm, model: Any, parallel: str, world_size: int) -> tuple[bool, float | None]:
+    """DDP: every rank's replica bitwise the same. FSDP: every rank's view of the full parameters,
+    all-gathered from the shards, bitwise the same and finite."""
+    if world_size == 1 and parallel == "ddp":
+        return True, None
+    params = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
+    weights = [p.detach().float().cpu().numpy() for p in params]
+    identical, max_diff = weights_agree(comm, weights)
+    finite = all(bool(np.all(np.isfinite(w))) for w in weights)
+    return identical and bool(comm.allreduce(finite, op=_land())), max_diff
+
+
+def _world_checks(per_rank: list[dict]) -> dict[str, Any]:
+    """The epoch's loss checks over the world: finite on every rank; falling on every rank."""
+    return {"loss_finite": all(c["loss_finite"] for c in per_rank),
+            "loss_falling": all(c["loss_falling"] for c in per_rank),
+            "loss_first": per_rank[0]["loss_first"], "loss_last": per_rank[0]["loss_last"]}
+
+
+def _profile(torch: Any, step: Callable, steps: int, device: Any) -> tuple[dict | None, list[float]]:
+    """Each collective's time and exposed time per step over ``steps`` profiled steps (after the
+    timed epoch; None when off or where the profiler fails), and each profiled step's compute."""
+    if steps <= 0:
+        return None, []
+    try:
+        return profile(torch, step, steps, device.type)
+    except Exception as exc:  # the profile is a breakdown beside the measurement, never its failure
+        return {"error": f"{type(exc).__name__}: {exc}"}, []
+
+
+def _exposure_info(per_rank: list[dict | None]) -> dict[str, Any]:
+    """Per collective, the median over ranks of its ms and exposed ms per step."""
+    if not per_rank or per_rank[0] is None:
+        return {}
+    failed = next((r["error"] for r in per_rank if r and "error" in r), None)
+    if failed:
+        return {"collectives_per_step": None, "collectives_why": f"profiler failed: {failed}"}
+    names = sorted({k for r in per_rank for k in r})
+    table = {}
+    for name in names:
+        rows = [r.get(name, {"calls": 0.0, "ms": 0.0, "exposed_ms": 0.0}) for r in per_rank]
+        table[name] = {m: float(np.median([row[m] for row in rows])) for m in ("calls", "ms", "exposed_ms")}
+    return {"collectives_per_step": table}
+
+
+def _add_mfu(sample: Any, amp: str, world_size: int) -> None:
+    i = sample.info
+    peak = peak_flops(i.get("device_name"), amp)
+    value = mfu(i.get("tokens_per_s") or 0.0, i.get("flops_per_token") or 0.0, world_size, peak)
+    if value is not None:
+        i.update(mfu=value, peak_flops=peak)
+        sample.metrics["mfu"] = Metric("mfu", value, "", True)
+
+
+def _land():
+    from mpi4py import MPI
+
+    return MPI.LAND
+
+
+def _plain_loop(seconds: list[float], comm, ddp: Any, optimizer: Any, loss_fn: Any, x: Any, y: Any,
                done: Callable[[], None], steps: int) -> None:
-    """The plain DDP loop's ``steps`` steps, started together: the slowest rank's seconds join
-    ``seconds``."""
+    """The plain loop's ``steps`` steps (of the DDP or FSDP model), started together: the slowest
+    rank's seconds join ``seconds``."""
     comm.Barrier()
     seconds.append(comm.allreduce(ddp_epoch(ddp, optimizer, loss_fn, x, y, steps, done), op=_max()))
 
@@ -145,22 +237,22 @@ def _max():
     return MPI.MAX
 
 
-def _image_classes(case: Case, opts: dict) -> tuple[int, int]:
-    spec = model_spec(case.model)
-    return int(opts["image_size"] or spec.image_size), int(opts["classes"] or spec.classes)
-
-
-def _plain_baseline(torch: Any, case: Case, image: int, classes: int, opts: dict, loss_fn: Any,
+def _plain_baseline(torch: Any, case: Case, work: Workload, opts: dict, learning_rate: float | None,
                     device: Any, done: Callable[[], None]) -> list[float]:
-    """One worker, no DDP: a fresh model and optimizer on a plain loop (rank 0 only)."""
+    """One worker, no DDP or FSDP: a fresh model and optimizer on a plain loop (rank 0 only), in
+    the case's precision."""
     torch.manual_seed(SEED)
-    model = build_model(torch, case.model, image, classes).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=opts["learning_rate"])
-    x, y = synthetic_batch(torch, int(case.batch), image, classes, SEED, device)
+    model = work.model(torch).to(device)
+    amp = parallel_amp(case.variant)[1]
+    optimizer = work.optimizer(torch, model.parameters(), learning_rate, opts["learning_rate"])
+    loss_fn = work.loss(torch)
+    x, y = work.batch(torch, int(case.batch), SEED, device)
 
     def train_step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp == "bf16"):
+            out = model(x)
+        loss = loss_fn(out, y)
         loss.backward()
         optimizer.step()
         loss.item()

@@ -62,11 +62,16 @@ class FileFeed(ShardFeed):
         return super().describe(loader="DataLoader worker processes", **extra)
 
 
-def input_feed(torch: Any, options: dict, rank: int, world_size: int, batch: int, image: int,
-               classes: int, warmup_steps: int, steps: int, device: Any) -> FileFeed | None:
-    """None for synthetic data (the kernel's own fixed batch), else a FileFeed."""
+def input_feed(torch: Any, options: dict, rank: int, world_size: int, batch: int, work: Any,
+               warmup_steps: int, steps: int, device: Any) -> FileFeed | None:
+    """None for synthetic data (the kernel's own fixed batch), else a FileFeed of the
+    ``work``load's (``torch_models.Workload``) images."""
     opts = input_options(options)
     if opts["data"] != "files":
         return None
-    return FileFeed(torch, list_images(opts["data_dir"]), rank, world_size, batch, image, classes,
+    if work.spec.is_lm:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"data source 'files' for {work.spec.name}: token shards are not read yet")
+    return FileFeed(torch, list_images(opts["data_dir"]), rank, world_size, batch, work.image, work.classes,
                     warmup_steps, steps, opts["prep_threads"], opts["prefetch"], device)

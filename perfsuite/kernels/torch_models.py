@@ -1,19 +1,79 @@
 """The tf-epoch models in PyTorch, from the same catalogue (``tf_models.MODELS``): ``small-cnn``
 layer for layer as Keras builds it, MobileNet v2 and ResNet-50 from torchvision (random weights,
-nothing downloaded). Keras' MobileNet is v1, which torchvision lacks: the two frameworks'
-``mobilenet`` differ in architecture (each result names its own), while small-cnn and resnet50
-are the same networks. Imported inside a rank only (it imports torch)."""
+nothing downloaded), and the GPT language models (``gpt``). Keras' MobileNet is v1, which
+torchvision lacks: the two frameworks' ``mobilenet`` differ in architecture (each result names
+its own), while small-cnn and resnet50 are the same networks. Imported inside a rank only.
+
+``Workload`` is what the training loop needs of a model, whatever its kind: a fresh model, a
+batch, the loss, the optimizer, and the facts a result names (sequence length, FLOPs per token).
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .tf_models import model_spec
+from .gpt import build_gpt, flops_per_token, lm_loss, synthetic_tokens
+from .tf_models import ModelSpec, model_spec
 
 ARCHITECTURES = {"small-cnn": "2 conv + 2 dense layers, as tf-epoch's",
                  "mobilenet": "torchvision mobilenet_v2",
-                 "resnet50": "torchvision resnet50"}
+                 "resnet50": "torchvision resnet50",
+                 "gpt-tiny": "GPT-2 decoder, 2 blocks x 128, 4 heads, vocab 2048, tied head",
+                 "gpt2-small": "GPT-2 small decoder, 12 blocks x 768, 12 heads, vocab 50257, tied head"}
+#: AdamW's learning rate for the language models (a CNN trains with SGD at the loop's rate), when
+#: no learning rate is given: what GPT-2-sized models train at.
+LM_LEARNING_RATE = 1e-3
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One model's training, as the loop sees it (``image`` for an image model, ``seq_len`` for a
+    language model; ``classes`` its labels or vocabulary)."""
+
+    spec: ModelSpec
+    image: int
+    classes: int
+    seq_len: int = 0
+
+    def model(self, torch: Any):
+        return (build_gpt(torch, self.spec.name, self.seq_len) if self.spec.is_lm
+                else build_model(torch, self.spec.name, self.image, self.classes))
+
+    def batch(self, torch: Any, batch: int, seed: int, device: Any = None):
+        if self.spec.is_lm:
+            return synthetic_tokens(torch, batch, self.seq_len, self.classes, seed, device)
+        return synthetic_batch(torch, batch, self.image, self.classes, seed, device)
+
+    def loss(self, torch: Any):
+        return lm_loss(torch) if self.spec.is_lm else torch.nn.CrossEntropyLoss()
+
+    def optimizer(self, torch: Any, params: Any, learning_rate: float | None, default_rate: float):
+        if self.spec.is_lm:
+            return torch.optim.AdamW(params, lr=learning_rate or LM_LEARNING_RATE)
+        return torch.optim.SGD(params, lr=learning_rate or default_rate)
+
+    def facts(self, model: Any) -> dict[str, Any]:
+        """What the result names of the model; for a language model its FLOPs per token (MFU)."""
+        params = int(sum(p.numel() for p in model.parameters()))
+        out: dict[str, Any] = {"params": params, "architecture": ARCHITECTURES[self.spec.name],
+                               "classes": self.classes}
+        if self.spec.is_lm:
+            out.update(seq_len=self.seq_len, vocab=self.classes,
+                       flops_per_token=flops_per_token(params, model.position_params(), self.spec.lm,
+                                                       self.seq_len))
+        else:
+            out["image_size"] = self.image
+        return out
+
+
+def workload(name: str, image_size: int | None = None, classes: int | None = None,
+             seq_len: int | None = None) -> Workload:
+    spec = model_spec(name)
+    if spec.is_lm:
+        return Workload(spec, 0, int(spec.classes), int(seq_len or spec.seq_len))
+    return Workload(spec, int(image_size or spec.image_size), int(classes or spec.classes))
 
 
 def build_model(torch: Any, name: str, image_size: int, classes: int):

@@ -5,7 +5,8 @@ A framework's kernel (``tf_epoch``, ``torch_epoch``) builds its model, data and 
 measured about a step, and how, is decided here once, so an img/s of TensorFlow and one of PyTorch
 mean the same thing. Per case, from the slowest rank of each step:
 
-- img_per_s = world_size * batch / p50(step time); per-step values are its samples;
+- img_per_s = world_size * batch / p50(step time); per-step values are its samples; for a
+  language model tokens_per_s = world_size * batch * seq_len / p50 (a batch is of sequences);
 - step_ms p50 and p99;
 - scaling_efficiency = img_per_s / (world_size * plain_img_per_s), where plain_img_per_s is one
   worker training alone on a plain loop, measured in the same world on rank 0 while the other
@@ -27,6 +28,10 @@ from . import ranks
 from .contention import Probe
 from .faults import Spin
 
+#: Parallelism and precision, a training case's axes (its variant: '' for ddp in float32, else
+#: 'fsdp', 'bf16', 'fsdp-bf16'), so names of cases from before the axes existed are unchanged.
+PARALLEL = ("ddp", "fsdp")
+AMP = ("off", "bf16")
 DEFAULT_STEPS, DEFAULT_WARMUP = 20, 3
 DEFAULT_LEARNING_RATE = 0.01
 SEED = 1234
@@ -48,6 +53,27 @@ def epoch_options(options: dict) -> dict[str, Any]:
         # names this one alone (the kernels' own option, as tests set it).
         "baseline": bool(options.get("baseline", options.get("yardsticks", True))),
     }
+
+
+def training_variant(parallel: str = "ddp", amp: str = "off") -> str:
+    return "-".join([*([parallel] if parallel != PARALLEL[0] else []), *([amp] if amp != AMP[0] else [])])
+
+
+def parallel_amp(variant: str) -> tuple[str, str]:
+    """The (parallelism, precision) a training case's variant names."""
+    parts = [p for p in (variant or "").split("-") if p]
+    return (next((p for p in parts if p in PARALLEL), PARALLEL[0]), next((p for p in parts if p in AMP), AMP[0]))
+
+
+def loss_checks(losses: Sequence[float]) -> dict[str, Any]:
+    """Is every step's loss finite, and did it fall over the epoch (the median of the last third
+    of the steps below that of the first third)?"""
+    x = np.asarray(losses, dtype=float)
+    finite = bool(x.size) and bool(np.all(np.isfinite(x)))
+    third = max(len(x) // 3, 1)
+    falling = finite and len(x) >= 3 and float(np.median(x[-third:])) < float(np.median(x[:third]))
+    return {"loss_finite": finite, "loss_falling": bool(falling),
+            "loss_first": float(x[0]) if x.size else None, "loss_last": float(x[-1]) if x.size else None}
 
 
 def timed_epoch(step: Callable[[], float | None], steps: int, fault: Callable, case: Case,
@@ -84,34 +110,37 @@ def plain_epoch(train_step: Callable[[], Any], steps: int,
 
 def summarize(case: Case, times: np.ndarray, allreduce: np.ndarray | None,
               baseline: Sequence[float] | None, info: dict[str, Any], valid: bool = True,
-              nodes: Sequence[str] | None = None) -> Sample:
+              nodes: Sequence[str] | None = None, compute: np.ndarray | None = None) -> Sample:
     """``times`` and ``allreduce`` are steps x ranks, seconds; ``baseline`` the plain loop's step
     times of one worker; ``nodes`` each rank's node, for the straggler rule on each rank's
-    compute (its step apart from the exchange, where the transport shows the exchange). Pure,
-    so it is unit-tested without TensorFlow or MPI."""
+    compute (its step apart from the exchange, where the transport shows the exchange, or
+    ``compute``, steps x ranks seconds, where a profile measured it). Pure, so it is unit-tested
+    without TensorFlow or MPI."""
     n = times.shape[1]
     batch = int(case.batch or 0)
+    key, unit = rate_of(info)
+    per_worker = batch * int(info.get("seq_len") or 1)  # images, or tokens, per worker and step
     world_time = times.max(axis=1)  # per step, the slowest rank: the time the world spent
     p50, p99 = float(np.percentile(world_time, 50)), float(np.percentile(world_time, 99))
-    img_per_s = n * batch / p50 if p50 > 0 else 0.0
+    rate = n * per_worker / p50 if p50 > 0 else 0.0
     info = {**info, "transport": case.transport, "world_size": n, "model": case.model,
             "batch": batch, "global_batch": n * batch, "steps": int(times.shape[0]),
-            "img_per_s": img_per_s, "img_per_s_per_worker": img_per_s / n,
+            key: rate, f"{key}_per_worker": rate / n,
             "step_ms_p50": p50 * 1e3, "step_ms_p99": p99 * 1e3,
             "step_ms_mean": float(world_time.mean() * 1e3)}
     with np.errstate(divide="ignore"):
-        img_samples = np.where(world_time > 0, n * batch / world_time, 0.0)
+        rate_samples = np.where(world_time > 0, n * per_worker / world_time, 0.0)
     metrics = {
-        "img_per_s": Metric("img_per_s", img_per_s, "img/s", True, tuple(float(v) for v in img_samples)),
+        key: Metric(key, rate, unit, True, tuple(float(v) for v in rate_samples)),
         "step_ms": Metric("step_ms", p50 * 1e3, "ms", False, tuple(float(v) for v in world_time * 1e3)),
         "step_p99_ms": Metric("step_p99_ms", p99 * 1e3, "ms", False),
     }
     if baseline:
         plain_p50 = float(np.percentile(baseline, 50))
-        plain_img = batch / plain_p50 if plain_p50 > 0 else 0.0
-        eff = img_per_s / (n * plain_img) if plain_img > 0 else 0.0
-        info.update(plain_step_ms_p50=plain_p50 * 1e3, plain_img_per_s=plain_img,
-                    scaling_efficiency=eff)
+        plain_rate = per_worker / plain_p50 if plain_p50 > 0 else 0.0
+        eff = rate / (n * plain_rate) if plain_rate > 0 else 0.0
+        info.update({"plain_step_ms_p50": plain_p50 * 1e3, f"plain_{key}": plain_rate,
+                     "scaling_efficiency": eff})
         metrics["scaling_efficiency"] = Metric("scaling_efficiency", eff, "", True)
         if case.transport == "plain" and n == 1:
             # The same step, timed by the harness loop and by a plain loop in one process.
@@ -127,7 +156,16 @@ def summarize(case: Case, times: np.ndarray, allreduce: np.ndarray | None,
                         **ranks.kept(np.maximum(times - allreduce, 1e-9), "compute"))
     else:
         info.setdefault("allreduce_share", None)  # inside TF's graph: not visible from Python
+        if n > 1 and compute is not None and len(compute):
+            info.update(nodes=list(nodes or [f"rank{r}" for r in range(n)]),
+                        **ranks.kept(np.maximum(compute, 1e-9), "compute"))
     return Sample(case, metrics, bool(valid), tuple(float(v) for v in world_time), info)
+
+
+def rate_of(info: dict[str, Any]) -> tuple[str, str]:
+    """(metric, unit) of a training sample's rate: tokens/s for a language model (its info names
+    a seq_len), else images/s."""
+    return ("tokens_per_s", "tokens/s") if info.get("seq_len") else ("img_per_s", "img/s")
 
 
 def weights_agree(comm, arrays: Sequence[np.ndarray]) -> tuple[bool, float]:
