@@ -143,7 +143,7 @@ def test_torch_epoch_trains_in_step_and_against_a_plain_ddp_loop(no_leftover_ran
     assert s.valid and s.info["weights_identical"] is True and s.info["weights_max_diff"] == 0.0
     assert s.metrics["img_per_s"].value > 0 and len(s.times_s) == TINY["iters"]
     assert s.info["plain_img_per_s"] > 0 and s.metrics["scaling_efficiency"].value > 0
-    assert s.info["plain_ddp_img_per_s"] > 0 and s.info["vs_plain_ddp"] > 0
+    assert s.info["plain_loop_per_s"] > 0 and s.info["vs_plain_loop"] > 0
     # The exchange a rank waited on, apart from its own compute (forward and backward hooks):
     # a share of the step, and each rank's compute kept for the straggler rule.
     assert 0 < s.info["allreduce_share"] < 1 and 0 < s.info["compute_ms_p50"] < s.info["step_ms_p50"]
@@ -175,7 +175,7 @@ def test_torch_epoch_reads_jpeg_files_through_a_dataloader(tmp_path, no_leftover
                           {**TINY, "data": "files", "data_dir": str(tmp_path / "data"), "prep_threads": 1})
     (s,) = measured(world).samples
     assert s.valid and s.info["data"] == "files" and s.info["input_wait_ms_mean"] is not None
-    assert "vs_plain_ddp" not in s.info  # the plain DDP loop compares on synthetic data only
+    assert "vs_plain_loop" not in s.info  # the plain loop compares on synthetic data only
 
 
 @needs_torch

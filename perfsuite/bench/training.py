@@ -101,7 +101,9 @@ def _share(share: float | None, info: dict) -> str:
     """The exposed exchange's share of a step; where Python cannot see it, why."""
     if share is not None:
         return f"{share:.1%}"
-    return "see below" if info.get("collectives_per_step") else "in graph"
+    if info.get("collectives_per_step"):
+        return "see below"
+    return "-" if info.get("parallel") else "in graph"  # torch: not seen (FSDP, a GPU); TF: in its graph
 
 
 def ratio_lines(samples: Sequence[Sample], benchmark: str, pairs: Pairs) -> list[str]:

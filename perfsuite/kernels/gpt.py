@@ -117,15 +117,21 @@ def lm_loss(torch: Any):
     return loss
 
 
-def synthetic_tokens(torch: Any, batch: int, seq_len: int, vocab: int, seed: int, device: Any = None):
-    """One in-memory batch reused every step: (inputs, next-token targets), each batch x seq_len,
-    drawn from a Zipf-like distribution (as words in text), so there is something to learn and the
-    loss falls from step to step."""
+def zipf_tokens(batch: int, seq_len: int, vocab: int, seed: int):
+    """batch x (seq_len + 1) token ids (numpy int64) from a Zipf-like distribution (as words in
+    text), so there is something to learn and the loss falls from step to step. One draw for
+    both frameworks (``synthetic_tokens`` here, ``tf_gpt.synthetic_tokens``), so their
+    tokens/s are over the same batch."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     ranks = np.arange(1, vocab + 1, dtype=np.float64)
     p = 1.0 / ranks
-    tokens = rng.choice(vocab, size=(batch, seq_len + 1), p=p / p.sum()).astype(np.int64)
-    t = torch.from_numpy(tokens)
+    return rng.choice(vocab, size=(batch, seq_len + 1), p=p / p.sum()).astype(np.int64)
+
+
+def synthetic_tokens(torch: Any, batch: int, seq_len: int, vocab: int, seed: int, device: Any = None):
+    """One in-memory batch reused every step: (inputs, next-token targets), each batch x seq_len
+    (``zipf_tokens``)."""
+    t = torch.from_numpy(zipf_tokens(batch, seq_len, vocab, seed))
     return t[:, :-1].contiguous().to(device or "cpu"), t[:, 1:].contiguous().to(device or "cpu")

@@ -1,6 +1,8 @@
-"""The real-data input both training kernels read: the dataset's JPEG files (written by
-``perfsuite/dataset.py``), each rank's shard of them, and the input knobs. The frameworks' own
-pipelines (``tf_input``: tf.data; ``torch_input``: a DataLoader) read what this module lists.
+"""The real-data input both training kernels read: the dataset's files (written by
+``perfsuite/dataset.py``: JPEGs for an image model, token shards for a language model), each
+rank's shard of them, and the input knobs. The frameworks' own pipelines (``tf_input``: tf.data;
+``torch_input``: a DataLoader) read what this module lists; the names and the token layout are
+defined here, once, for the writer and the readers alike.
 
 Each rank reads its own shard (files r, r+n, ...); warm-up steps read one part of the shard and
 the timed steps another, opened only after the warm-up, so a cold-cache run is cold for exactly
@@ -49,18 +51,69 @@ def shard(files: list[str], rank: int, world_size: int, warmup_steps: int, steps
     return mine[:need_w], mine[need_w:need_w + need_t]
 
 
+IMAGE_GLOB = "img-*.jpg"
+#: A token shard: one sequence of seq_len + 1 token ids (inputs and their next-token targets),
+#: unsigned 16-bit little-endian, so any vocabulary up to 65536 ids (GPT-2's is 50257) fits
+#: and a file is exactly 2 * (seq_len + 1) bytes. Its own prefix and suffix, so a JPEG folder
+#: and a token folder can never be read for one another.
+TOKEN_DTYPE = "<u2"
+TOKEN_BYTES = 2
+TOKEN_GLOB = "tokens-*.u16"
+
+
 def file_name(index: int, label: int) -> str:
     """A dataset file's name carries its label: ``img-<index>-<label>.jpg``."""
     return f"img-{index:06d}-{label}.jpg"
 
 
+def token_file_name(index: int) -> str:
+    """A token shard's name: ``tokens-<index>.u16`` (the suffix is its element type)."""
+    return f"tokens-{index:06d}.u16"
+
+
+def _listed(folder: str | os.PathLike, pattern: str, other: str, what: str, how: str) -> list[str]:
+    """The files of ``pattern`` in index order; none is one ConfigError line that names the
+    folder, says when it holds the other kind of dataset, and how to write the right one."""
+    root = Path(folder)
+    files = sorted(str(p) for p in root.glob(pattern)) if root.is_dir() else []
+    if files:
+        return files
+    if not root.is_dir():
+        where = "it does not exist"
+    elif any(root.glob(other)):
+        where = f"it holds {other} files, another model kind's dataset"
+    else:
+        where = f"it has no {pattern} files"
+    raise ConfigError(f"no {what} in {str(folder)!r} ({where}): write one with {how}")
+
+
 def list_images(folder: str | os.PathLike) -> list[str]:
     """The dataset's JPEG paths in index order; a missing or empty folder is a ConfigError."""
-    root = Path(folder)
-    files = sorted(str(p) for p in root.glob("img-*.jpg")) if root.is_dir() else []
-    if not files:
-        raise ConfigError(f"no dataset in {str(folder)!r}: write one with perfsuite.dataset.ensure_dataset")
-    return files
+    return _listed(folder, IMAGE_GLOB, TOKEN_GLOB, "dataset of JPEG files",
+                   "perfsuite.dataset.ensure_dataset(folder, DatasetSpec(...)) or `perfsuite stalls`")
+
+
+def list_tokens(folder: str | os.PathLike) -> list[str]:
+    """The token shards' paths in index order; a missing or empty folder is a ConfigError."""
+    return _listed(folder, TOKEN_GLOB, IMAGE_GLOB, "dataset of token shards",
+                   "perfsuite.dataset.ensure_dataset(folder, TokenSpec(...)) or "
+                   "`perfsuite stalls --model gpt-tiny`")
+
+
+def check_token_file(path: str, seq_len: int, vocab: int) -> None:
+    """One shard against the model that will read it (every rank checks its first before any
+    step): the length must be seq_len + 1 tokens and every id inside the vocabulary, or the
+    embedding would fail later with an index error that names neither."""
+    import numpy as np
+
+    size = os.path.getsize(path)
+    if size != TOKEN_BYTES * (seq_len + 1):
+        raise ConfigError(f"token shard {path} holds {size // TOKEN_BYTES} tokens; sequences of {seq_len} "
+                          f"need {seq_len + 1} (inputs + one target): write a dataset for this --seq-len")
+    top = int(np.fromfile(path, dtype=TOKEN_DTYPE).max())
+    if top >= vocab:
+        raise ConfigError(f"token shard {path} holds id {top}, outside the model's vocabulary of {vocab}: "
+                          f"write a dataset for this model")
 
 
 class ShardFeed:

@@ -109,6 +109,8 @@ def run(ctx: RankContext) -> dict:
         plain = (comm, wrapped, optimizer, loss_fn, x, y, transport.finish())
         plain_s: list[float] = []
         before = functools.partial(_plain_loop, plain_s, *plain, halves[0]) if halves else (lambda: None)
+        if getattr(ctx.fault, "corrupts", lambda c: False)(case):
+            _poison(torch, model)
         times, allreduce, machine, warmup_s = warm_and_time(comm, step, feed, opts, ctx.fault, case, spinner,
                                                             before_timed=before)
         checks = loss_checks(raw_step.losses)
@@ -119,13 +121,14 @@ def run(ctx: RankContext) -> dict:
         gathered = comm.gather((times, allreduce, machine, exposed, compute, checks), root=0)
         if ctx.is_root:
             world_checks = _world_checks([g[5] for g in gathered])
-            valid = identical and world_checks["loss_finite"] and (world_checks["loss_falling"] or not work.spec.is_lm)
+            why = _invalid_why(world_checks, identical, parallel, work.spec.is_lm)
             info = {**world_view([g[2] for g in gathered]), **facts, "parallel": parallel, "amp": amp,
                     "warmup": opts["warmup"], "warmup_s": warmup_s, "compute_threads": threads,
                     "weights_identical": identical if max_diff is not None else None,
                     **({"shards_consistent": identical} if parallel == "fsdp" else {}),
                     "weights_max_diff": max_diff, **world_checks,
                     "transport_facts": transport.describe(), "device_name": device_name,
+                    **({"invalid_reason": why} if why else {}),
                     **_exposure_info([g[3] for g in gathered]),
                     **(feed.describe() if feed is not None else {"data": "synthetic"})}
             profiled = [g[4] for g in gathered]
@@ -133,7 +136,7 @@ def run(ctx: RankContext) -> dict:
                         else None)
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1),
                                np.stack([g[1] for g in gathered], axis=1), baselines.get(case.name), info,
-                               valid=valid, nodes=nodes, compute=per_rank)
+                               valid=not why, nodes=nodes, compute=per_rank)
             _add_mfu(sample, amp, ctx.world_size)
             if halves and sum(plain_s) > 0:
                 key, _ = rate_of(sample.info)
@@ -182,6 +185,19 @@ def _world_checks(per_rank: list[dict]) -> dict[str, Any]:
             "loss_first": per_rank[0]["loss_first"], "loss_last": per_rank[0]["loss_last"]}
 
 
+def _invalid_why(checks: dict, identical: bool, parallel: str, is_lm: bool) -> str | None:
+    """Why the epoch did not train as it claims, or None: a loss that was not finite, a language
+    model's loss that did not fall, replicas (DDP) or gathered shards (FSDP) that differ."""
+    if not checks["loss_finite"]:
+        return "the loss was not finite on some step"
+    if is_lm and not checks["loss_falling"]:
+        return f"the loss did not fall over the epoch ({checks['loss_first']:.3f} -> {checks['loss_last']:.3f})"
+    if not identical:
+        return ("the replicas differ after the epoch" if parallel == "ddp"
+                else "the parameters gathered from the shards differ between ranks or are not finite")
+    return None
+
+
 def _profile(torch: Any, step: Callable, steps: int, device: Any) -> tuple[dict | None, list[float]]:
     """Each collective's time and exposed time per step over ``steps`` profiled steps (after the
     timed epoch; None when off or where the profiler fails), and each profiled step's compute."""
@@ -215,6 +231,17 @@ def _add_mfu(sample: Any, amp: str, world_size: int) -> None:
     if value is not None:
         i.update(mfu=value, peak_flops=peak)
         sample.metrics["mfu"] = Metric("mfu", value, "", True)
+
+
+def _poison(torch: Any, model: Any) -> None:
+    """The test fault ``corrupt``: a NaN in this rank's first parameter (or shard), which the
+    exchange carries to every rank, as a real numerical fault would: the loss checks must fail
+    the world."""
+    with torch.no_grad():
+        first = next(iter(model.parameters()))
+        local = first.to_local() if hasattr(first, "to_local") else first
+        if local.numel():
+            local.view(-1)[0] = float("nan")
 
 
 def _land():
