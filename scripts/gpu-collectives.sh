@@ -55,21 +55,7 @@ venv="${VENV:-$checkout/.venv-gpu}"
 py="$venv/bin/python"
 
 failed=()
-step() {  # step LIMIT_S NAME COMMAND...: cut to what is left of BUDGET; a line before and after
-    local limit=$1 name=$2 rc=0 left=$(( deadline - SECONDS ))
-    shift 2
-    if (( left < 15 )); then
-        echo "== $name: not run, ${left} s left of the budget"
-        failed+=("$name (no time left)")
-        return
-    fi
-    (( limit <= left )) || limit=$left
-    echo "== $name (limit ${limit} s)"
-    local t0=$SECONDS
-    timeout -k 10 "$limit" "$@" || rc=$?
-    echo "== $name: exit $rc after $(( SECONDS - t0 )) s"
-    (( rc == 0 )) || failed+=("$name (exit $rc)")
-}
+source "$checkout/scripts/gpu-steps.sh"
 
 suite=("$venv/bin/perfsuite" run --benchmarks allreduce,all_gather,reduce_scatter,alltoall,broadcast,reduce
        --transports nccl --world-sizes 1 --max-contention off --sizes 4:64MiB --timeout 40)
@@ -185,10 +171,4 @@ for bench in NAMES:
               f"{fmt(mb):>14} {span(b):>13} {ratio:>6}")
 EOF
 
-if (( ${#failed[@]} )); then
-    printf '  - %s\n' "${failed[@]}"
-    say "FAILED: ${#failed[@]} step(s); files in $out"
-    exit 1
-fi
-say "done: files in $out"
-exit 0
+finish gpu-collectives "$out"

@@ -76,34 +76,10 @@ fi
 
 exec > >(tee -a "$out/$stage.log") 2>&1
 failed=()
-deadline=$(( SECONDS + ${ALL_BUDGET:-540} ))  # `all`: every step ends before the call's 600 s
-step() {  # step LIMIT_S NAME COMMAND...: one line before, its exit status after
-    local limit=$1 name=$2 rc=0
-    shift 2
-    if [[ "$stage" == all ]]; then
-        local left=$(( deadline - SECONDS ))
-        if (( left < 20 )); then
-            echo "== $name: not run, ${left} s left of the call's budget"
-            failed+=("$name (no time left)")
-            return
-        fi
-        (( limit <= left )) || limit=$left
-    fi
-    echo "== $name (limit ${limit} s)"
-    local t0=$SECONDS
-    timeout -k 10 "$limit" "$@" || rc=$?
-    echo "== $name: exit $rc after $(( SECONDS - t0 )) s"
-    (( rc == 0 )) || failed+=("$name (exit $rc)")
-}
-finish() {
-    if (( ${#failed[@]} )); then
-        printf '  - %s\n' "${failed[@]}"
-        say "FAILED: ${#failed[@]} step(s)"
-        exit 1
-    fi
-    say "done: files in $out"
-    exit 0
-}
+# `all`: every step ends before the call's 600 s; another stage's steps keep their own limits
+[[ "$stage" == all ]] && deadline=$(( SECONDS + ${ALL_BUDGET:-540} )) || deadline=""
+MIN_LEFT=20
+source "$checkout/scripts/gpu-steps.sh"
 gpu_tests() {  # gpu_tests LIMIT_S
     step "$1" "pytest GPU cases" "$py" -m pytest "$checkout/tests/test_gpu_transports.py" \
         "$checkout/tests/test_gpu_correctness.py" "$checkout/tests/test_one_gpu.py" \
@@ -114,7 +90,7 @@ if [[ "$stage" == pytest ]]; then
     gpu_tests 300
     step 150 "pytest benchmarks, nccl" "$py" -m pytest "$checkout/benchmarks" --benchmark-only -k allreduce \
         --perf-transports nccl --perf-sizes 4,1MiB,64MiB -q -rs -p no:cacheprovider
-    finish
+    finish gpu-first-contact "$out"
 fi
 
 if [[ "$stage" == all ]]; then
@@ -213,4 +189,4 @@ if [[ "$stage" == all ]]; then
         gpu_tests 240
     fi
 fi
-finish
+finish gpu-first-contact "$out"
