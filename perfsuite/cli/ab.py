@@ -14,9 +14,14 @@ from ..model import whole_number
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, exit_status, say
 
 COMMANDS = {}
-SHARED = ("transports", "world-sizes", "sizes", "dtypes", "models", "batches", "image-size", "launcher",
-          "launcher-program", "mpi-flavor", "hostfile", "hosts", "ppn", "oversubscribe", "env",
-          "timeout", "iters", "warmup", "workdir", "max-contention", "max-canary-shift", "host-timing")
+LAUNCH = ("transports", "world-sizes", "launcher", "launcher-program", "mpi-flavor", "hostfile", "hosts", "ppn",
+          "oversubscribe", "env", "emulated-network", "timeout", "iters", "warmup", "workdir", "max-contention",
+          "max-canary-shift")
+#: What both arms run with: the launch's options and every option a benchmark's cases read (its
+#: sizes, models, parallelism, precision...), so an arm runs any case ``perfsuite run`` can; but
+#: never unchecked results (``--no-validate``): a gate judges checked worlds only.
+SHARED = LAUNCH + tuple(dict.fromkeys(o.name for s in bench.all_specs() if s.cases is not None
+                                      for o in s.options if o.name not in LAUNCH + ("no-validate",)))
 
 
 def add_ab(p: argparse.ArgumentParser) -> None:
