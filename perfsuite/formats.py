@@ -15,7 +15,8 @@ register a migration in ``MIGRATIONS`` when the old one can still be read):
 - ``perfsuite-baseline`` v1: ``baselines/<system>/<benchmark>.json`` (see ``baselines``). A
   metric may carry ``canary_rounds`` (the canary of each round); files without it are judged
   across machine modes, as before.
-- ``perfsuite-dataset`` v1: the manifest of a generated JPEG dataset (see ``dataset``).
+- ``perfsuite-dataset`` v1: the manifest of a generated JPEG dataset (see ``dataset``); v2 names
+  its ``kind``: ``jpeg``, or ``tokens`` (a language model's token shards).
 - ``perfsuite-ab`` v1: ``perfsuite ab --json``: arms, tolerance, looks, verdicts, per-arm values.
 - ``perfsuite-commit-env`` v1: the stamp of a commit's environment (``launch/envs``), written last.
 - ``perfsuite-detection`` v1: ``perfsuite detection-power --json``: the config, every world of
@@ -67,7 +68,9 @@ JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "per
 #: latency_us/latency_min_us/latency_max_us (OMB's avg/min/max of per-rank means) are
 #: omb_avg_us/omb_min_us/omb_max_us. New, optional: "invalid_ranks", the ranks whose result was wrong.
 #: RUN 2: its samples' info as RESULT 2, the partial samples' too.
-VERSIONS = {JOB: 1, RESULT: 2, RUN: 2, BASELINE: 3, DATASET: 1, AB: 5, DETECTION: 1, NATIVE: 1, COMMIT_ENV: 1,
+#: DATASET 2: "kind" says what the folder holds, "jpeg" or "tokens" (a language model's
+#: shards); version 1 held JPEGs only.
+VERSIONS = {JOB: 1, RESULT: 2, RUN: 2, BASELINE: 3, DATASET: 2, AB: 5, DETECTION: 1, NATIVE: 1, COMMIT_ENV: 1,
             STUDY_PLAN: 1, STUDY: 1, VALIDITY: 1}
 
 #: Allreduce transports timed on the host: before BASELINE 2 every one ran the mpi4py loop.
@@ -159,11 +162,16 @@ def _run_1_to_2(d: dict) -> dict:
     return d
 
 
+def _dataset_1_to_2(d: dict) -> dict:
+    """Version 1 wrote JPEG datasets only."""
+    return {**d, "kind": "jpeg"}
+
+
 #: (format, old version) -> function turning such a dict into the next version's.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {
     (BASELINE, 1): _baseline_1_to_2, (BASELINE, 2): _baseline_2_to_3, (AB, 1): _ab_1_to_2, (AB, 2): _ab_2_to_3,
     (AB, 3): _ab_3_to_4, (AB, 4): _ab_4_to_5,
-    (RESULT, 1): _result_1_to_2, (RUN, 1): _run_1_to_2}
+    (RESULT, 1): _result_1_to_2, (RUN, 1): _run_1_to_2, (DATASET, 1): _dataset_1_to_2}
 
 RERUN = "re-run the suite with this perfsuite to regenerate it"
 REFRESH_BASELINE = ("re-record it with `perfsuite baseline update --from results.json` "

@@ -8,6 +8,7 @@ model, batch and transport; only one thing changes between the two runs of a dif
     T0  synthetic data, 1 worker                       (compute alone)
     T1  synthetic data, N workers, one node            (+ gradient exchange inside the node)
     T2  real data (JPEG files), N workers, cold cache  (+ reading the files from disk)
+        (a language model's real data: token shards, one sequence a file)
     T3  real data, N workers, warm (fully cached)      (+ decoding / augmenting them)
     T4  synthetic data, N workers across nodes         (+ gradient exchange over the network)
 
@@ -69,17 +70,18 @@ class StallRun:
     meaning: str = ""
 
 
-def plan(world_size: int, data: bool = True, network: bool = True) -> list[StallRun]:
+def plan(world_size: int, data: bool = True, network: bool = True, files: str = "JPEG files") -> list[StallRun]:
     """The runs of a breakdown for N = ``world_size`` workers, in the order they should run
-    (warm before cold, so the cold run's page-cache drop is the last thing before it)."""
+    (warm before cold, so the cold run's page-cache drop is the last thing before it);
+    ``files`` names what the file runs read ("token files" for a language model)."""
     runs = [StallRun("T0", 1, "synthetic", meaning="synthetic, 1 worker: compute"),
             StallRun("T1", world_size, "synthetic", meaning=f"synthetic, {world_size} workers, one node")]
     if network:
         runs.append(StallRun("T4", world_size, "synthetic", across_nodes=True,
                              meaning=f"synthetic, {world_size} workers across {world_size} emulated nodes"))
     if data:
-        runs += [StallRun("T3", world_size, "files", "warm", meaning="JPEG files, warm page cache"),
-                 StallRun("T2", world_size, "files", "cold", meaning="JPEG files, cold page cache")]
+        runs += [StallRun("T3", world_size, "files", "warm", meaning=f"{files}, warm page cache"),
+                 StallRun("T2", world_size, "files", "cold", meaning=f"{files}, cold page cache")]
     return runs
 
 

@@ -148,7 +148,7 @@ def test_dataset_written_reused_and_refused(tmp_path):
     with pytest.raises(ConfigError, match="not empty"):
         dataset.ensure_dataset(tmp_path / "other", dataset.DatasetSpec(count=1, image_px=16))
     (folder / dataset.MANIFEST).write_text(json.dumps({"format": dataset.DATASET_FORMAT, "version": 99}))
-    with pytest.raises(FormatError, match="version 99 is not supported.*reads version 1"):
+    with pytest.raises(FormatError, match="version 99 is not supported.*reads version 2"):
         dataset.read_manifest(folder)
     with pytest.raises(ConfigError, match="no dataset"):
         dataset.list_images(tmp_path / "missing")

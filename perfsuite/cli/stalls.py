@@ -17,18 +17,21 @@ COMMANDS = {}
 
 def add_stalls(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="small-cnn", help="training model [default: small-cnn]")
-    p.add_argument("--transport", default="mpi", help="training transport, TensorFlow's (mpi, grpc, horovod, ...) or PyTorch's "
-                   "(torch-gloo, torch-nccl) [default: mpi]")
+    p.add_argument("--transport", default=None, help="training transport, TensorFlow's (mpi, grpc, horovod, ...) or PyTorch's "
+                   "(torch-gloo, torch-nccl) [default: mpi; torch-gloo for a language model]")
     p.add_argument("--world-size", default="2", metavar="N", help="workers N [default: 2]")
-    p.add_argument("--batch", default="16", metavar="B", help="images per worker per step [default: 16]")
+    p.add_argument("--batch", default="16", metavar="B", help="images (or sequences) per worker per step [default: 16]")
     p.add_argument("--steps", default="10", metavar="N", help="timed steps per run [default: 10]")
     p.add_argument("--warmup", default="2", metavar="N", help="warm-up steps per run [default: 2]")
     p.add_argument("--image-size", default=None, metavar="PX", help="model input size [default: the model's]")
+    p.add_argument("--seq-len", default=None, metavar="T",
+                   help="tokens per sequence of a language model [default: the model's, 64 for gpt-tiny]")
     p.add_argument("--emulated-network", default=None, metavar="RATE",
                    help="bandwidth of the emulated links for T4, e.g. 1gbit, 10gbit, 25gbit "
                         "(',delay=5ms' needs netem); unset: no network stall")
     p.add_argument("--data-dir", default=None, metavar="DIR",
-                   help="JPEG dataset folder (written if missing) [default: a folder under the temp dir]")
+                   help="dataset folder, JPEGs or a language model's token shards (written if missing) "
+                        "[default: a folder under the temp dir]")
     p.add_argument("--no-data", action="store_true", help="skip the real-data runs (no prep/fetch stall)")
     p.add_argument("--emulated-disk", default=None, metavar="RATE",
                    help="read bandwidth of an emulated slow disk for the file runs, e.g. 20MB/s "
@@ -42,8 +45,8 @@ def add_stalls(p: argparse.ArgumentParser) -> None:
 
 def do_stalls(args: argparse.Namespace) -> int:
     from .. import dataset, stalls
-    from ..experiments.stalls import StallConfig, run_stalls
-    from ..kernels.tf_models import check_image_size, model_spec
+    from ..experiments.stalls import StallConfig, run_stalls, stall_benchmark
+    from ..kernels.tf_models import check_image_size, check_seq_len, model_spec
     from ..launch import netns
     from ..launch.diskio import parse_disk_rate
 
@@ -51,25 +54,33 @@ def do_stalls(args: argparse.Namespace) -> int:
     if not args.png:  # the default picture's folder, checked as --png is, before any world runs
         formats.check_output_file(png, "the stacked-bar picture (--png)")
     spec = model_spec(args.model)
-    transports.spec(args.transport, transports.training_benchmark(args.transport))
+    transport = args.transport or ("torch-gloo" if spec.is_lm else "mpi")
+    transports.spec(transport, stall_benchmark(args.model, transport, not args.no_data))
     n = whole_number(args.world_size, "world size", low=2)
     batch, steps = whole_number(args.batch, "batch"), whole_number(args.steps, "steps")
     warmup = whole_number(args.warmup, "warm-up steps", low=0)
     image = check_image_size(args.model, args.image_size) if args.image_size else spec.image_size
+    seq_len = check_seq_len(args.model, args.seq_len) if args.seq_len else spec.seq_len
     shaping = netns.parse_shaping(args.emulated_network) if args.emulated_network else None
     if shaping is not None and shaping.delay:
         say(f"# delay {shaping.delay} asked for: checking for netem ({netns.NO_NETEM} if absent)")
     data_dir = None
     if not args.no_data:
         count = n * (warmup + steps) * batch
-        px = max(image + image // 4, 16)  # stored a little larger: the pipeline resizes
-        data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), f"perfsuite-jpeg-{count}x{px}")
-        m = dataset.ensure_dataset(data_dir, dataset.DatasetSpec(count=count, image_px=px))
-        say(f"# dataset {data_dir}: {m['count']} JPEG files of {px} px, {m['bytes'] / 1e6:.1f} MB")
-    sc = StallConfig(model=args.model, transport=args.transport, world_size=n, batch=batch,
+        if spec.is_lm:  # the model's own vocabulary and sequence length: the kernel checks both
+            want = dataset.TokenSpec(count=count, seq_len=seq_len, vocab=spec.classes)
+            name = f"perfsuite-tokens-{count}x{seq_len}v{spec.classes}"
+        else:
+            px = max(image + image // 4, 16)  # stored a little larger: the pipeline resizes
+            want, name = dataset.DatasetSpec(count=count, image_px=px), f"perfsuite-jpeg-{count}x{px}"
+        data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), name)
+        m = dataset.ensure_dataset(data_dir, want)
+        say(f"# dataset {data_dir}: {dataset.describe(m)}, {m['bytes'] / 1e6:.2f} MB")
+    shape = {"seq_len": seq_len} if spec.is_lm else {"image_size": image}
+    sc = StallConfig(model=args.model, transport=transport, world_size=n, batch=batch,
                      network=shaping, data_dir=data_dir, prep_threads=whole_number(args.prep_threads, "prep threads"),
                      disk=parse_disk_rate(args.emulated_disk) if args.emulated_disk else None,
-                     options={"iters": steps, "warmup": warmup, "image_size": image})
+                     options={"iters": steps, "warmup": warmup, **shape})
 
     def on_run(event, run, outcome):
         if event == "start":
@@ -84,7 +95,7 @@ def do_stalls(args: argparse.Namespace) -> int:
     out = run_stalls(sc, suite.SuiteConfig(timeout=options.seconds(args.timeout)), on_run)
     for key, why in out.skipped.items():
         say(f"# {key} skipped: {why}")
-    title = f"{args.model} b{batch} {args.transport} n{n}" + (f" {shaping.label}" if shaping else "")
+    title = f"{args.model} b{batch} {transport} n{n}" + (f" {shaping.label}" if shaping else "")
     say(stalls.format_table(out.breakdown, title))
     bound = out.sample.info.get("network_stall_bound_ms")
     if bound is not None:

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import fingerprint, stalls, suite, transports
-from ..errors import LaunchError
+from ..errors import ConfigError, LaunchError
 from ..formats import SuiteRun, WorldOutcome
+from ..kernels.input_files import list_images, list_tokens
+from ..kernels.tf_models import model_spec
 from ..launch import netns
 from ..launch.world import run_command
 from ..model import Case, Result, Sample, WorldSpec
@@ -25,7 +27,7 @@ from ..model import Case, Result, Sample, WorldSpec
 DROP_CACHES = ["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"]
 #: What each run's sample contributes to the breakdown's record.
 RUN_FACTS = ("step_ms_p50", "params", "data", "prep_threads", "input_wait_ms_mean",
-             "wire_bytes_sent", "wire_bytes_min", "emulated_network", "image_size", "steps")
+             "wire_bytes_sent", "wire_bytes_min", "emulated_network", "image_size", "seq_len", "steps")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,8 @@ class StallConfig:
     world_size: int = 2
     batch: int = 16
     network: Any = None  # launch.netns.Shaping for T4; None: no network stall
-    data_dir: str | None = None  # JPEG dataset (perfsuite.dataset); None: no prep/fetch stall
+    data_dir: str | None = None  # dataset (perfsuite.dataset): JPEGs, or token shards for a
+    # language model; None: no prep/fetch stall
     prep_threads: int = 2
     options: dict[str, Any] = field(default_factory=dict)  # iters, warmup, image_size, ...
     disk: Any = None  # launch.diskio.DiskThrottle for the file runs (T2, T3); None: the real disk
@@ -58,6 +61,18 @@ class StallRunOutcome:
         return SuiteRun([WorldOutcome(WorldSpec(case.benchmark, case.transport, case.world_size,
                                                 (case,)), result)], result.fingerprint,
                         _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+
+def stall_benchmark(model: str, transport: str, data: bool = True) -> str:
+    """The training benchmark a breakdown of ``model`` on ``transport`` runs. A language model's
+    file runs (``data``) need torch-epoch: only PyTorch's DataLoader reads token shards
+    (``torch_input.TokenFeed``); tf-epoch trains one on synthetic tokens only."""
+    benchmark = transports.training_benchmark(transport)
+    if data and model_spec(model).is_lm and benchmark != "torch-epoch":
+        raise ConfigError(f"{model} is a language model: its file runs read token shards on torch-epoch only; "
+                          f"choose a PyTorch transport ({', '.join(transports.names('torch-epoch'))}), "
+                          f"not {transport!r}, or --no-data")
+    return benchmark
 
 
 def _skip_reason(run: stalls.StallRun) -> str | None:
@@ -94,7 +109,10 @@ def run_stalls(sc: StallConfig, cfg: suite.SuiteConfig,
 
         if disk_reason(fingerprint.is_root()):
             raise LaunchError(f"--emulated-disk {sc.disk.label}: {disk_reason(fingerprint.is_root())}")
-    benchmark = transports.training_benchmark(sc.transport)
+    benchmark = stall_benchmark(sc.model, sc.transport, sc.data_dir is not None)
+    lm = model_spec(sc.model).is_lm
+    if sc.data_dir is not None:  # the wrong kind of folder: one line now, not a failed world later
+        (list_tokens if lm else list_images)(sc.data_dir)
     # One worker gets the same cores in every run (the CPU stand-in for one GPU per worker).
     threads = max(1, (os.cpu_count() or 1) // sc.world_size)
     base = {"baseline": False, "compute_threads": threads, "prep_threads": sc.prep_threads,
@@ -105,7 +123,8 @@ def run_stalls(sc: StallConfig, cfg: suite.SuiteConfig,
     info: dict[str, Any] = {"compute_threads": threads, "framework": benchmark, "prep_threads": sc.prep_threads,
                             "emulated_disk": sc.disk.label if sc.disk is not None else None}
     invalid: dict[str, dict] = {}
-    for run in stalls.plan(sc.world_size, data=sc.data_dir is not None, network=sc.network is not None):
+    for run in stalls.plan(sc.world_size, data=sc.data_dir is not None, network=sc.network is not None,
+                           files="token files" if lm else "JPEG files"):
         reason = _skip_reason(run)
         if reason:
             skipped[run.key] = reason

@@ -6,12 +6,18 @@ brightness (the prep), in ``prep_threads`` worker processes, ``prefetch`` batche
 worker: the pipeline a PyTorch user writes, and the one DS-Analyzer measured. The batch is copied
 into the tensors the step closes over, so the transport's step is the same on real data; the
 time a step waits for its batch is inside the step's time: that wait is the data stall.
+
+A language model reads token shards instead (``TokenFeed``): the fetch is the same (a small file
+per sequence), the prep is decoding its uint16 ids to int64 and cutting inputs and next-token
+targets, shifted by one. No augmentation: text pipelines have none a GPT trainer applies per
+step (tokenizing happened when the shards were written), so a small prep stall is the honest
+result, not a missing piece.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from .input_files import ShardFeed, input_options, list_images
+from .input_files import TOKEN_DTYPE, ShardFeed, check_token_file, input_options, list_images, list_tokens
 
 
 class _Images:
@@ -62,16 +68,71 @@ class FileFeed(ShardFeed):
         return super().describe(loader="DataLoader worker processes", **extra)
 
 
+class _Tokens:
+    """A map-style dataset of token shards, one sequence of seq_len + 1 ids per file."""
+
+    def __init__(self, files: list[str], seq_len: int, vocab: int):
+        self.files, self.seq_len, self.vocab = files, seq_len, vocab
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int):
+        import numpy as np
+        import torch
+
+        path = self.files[i]
+        with open(path, "rb") as f:  # the fetch
+            raw = f.read()
+        ids = np.frombuffer(raw, dtype=TOKEN_DTYPE)
+        # Every shard is checked, not only the first: one bad file would otherwise surface as
+        # an embedding index error in the step, far from the file that caused it.
+        if ids.size != self.seq_len + 1 or int(ids.max()) >= self.vocab:
+            raise ValueError(f"token shard {path}: {ids.size} ids (max {int(ids.max()) if ids.size else None}); "
+                             f"the model needs {self.seq_len + 1} ids below {self.vocab}")
+        tokens = torch.from_numpy(ids.astype(np.int64))  # the prep: decode, then shift by one
+        return tokens[:-1], tokens[1:]
+
+
+class TokenFeed(ShardFeed):
+    """A language model's shard of token files: each step's (inputs, targets), batch x seq_len
+    int64, copied into the tensors the step closes over, as FileFeed copies images."""
+
+    def __init__(self, torch: Any, files: list[str], rank: int, world_size: int, batch: int, seq_len: int,
+                 vocab: int, warmup_steps: int, steps: int, prep_threads: int, prefetch: int, device: Any):
+        super().__init__(files, rank, world_size, batch, 0, vocab, warmup_steps, steps, prep_threads, prefetch)
+        self.seq_len = seq_len
+        self.x = torch.zeros(batch, seq_len, dtype=torch.int64, device=device)
+        self.y = torch.zeros(batch, seq_len, dtype=torch.int64, device=device)
+        self._begin()
+
+    def _open(self, files: list[str]):
+        from torch.utils.data import DataLoader
+
+        workers = self.prep_threads
+        return DataLoader(_Tokens(files, self.seq_len, self.classes), batch_size=self.batch, shuffle=False,
+                          drop_last=True, num_workers=workers,
+                          prefetch_factor=max(self.prefetch, 1) if workers else None)
+
+    def _put(self, inputs: Any, targets: Any) -> None:
+        self.x.copy_(inputs)
+        self.y.copy_(targets)
+
+    def describe(self, **extra: Any) -> dict[str, Any]:
+        return super().describe(loader="DataLoader worker processes", input="token shards", **extra)
+
+
 def input_feed(torch: Any, options: dict, rank: int, world_size: int, batch: int, work: Any,
-               warmup_steps: int, steps: int, device: Any) -> FileFeed | None:
+               warmup_steps: int, steps: int, device: Any) -> FileFeed | TokenFeed | None:
     """None for synthetic data (the kernel's own fixed batch), else a FileFeed of the
-    ``work``load's (``torch_models.Workload``) images."""
+    ``work``load's (``torch_models.Workload``) images, or a TokenFeed of its token shards."""
     opts = input_options(options)
     if opts["data"] != "files":
         return None
     if work.spec.is_lm:
-        from ..errors import ConfigError
-
-        raise ConfigError(f"data source 'files' for {work.spec.name}: token shards are not read yet")
+        files = list_tokens(opts["data_dir"])
+        check_token_file(files[0], work.seq_len, work.classes)  # a wrong dataset: one line, before any step
+        return TokenFeed(torch, files, rank, world_size, batch, work.seq_len, work.classes, warmup_steps, steps,
+                         opts["prep_threads"], opts["prefetch"], device)
     return FileFeed(torch, list_images(opts["data_dir"]), rank, world_size, batch, work.image, work.classes,
                     warmup_steps, steps, opts["prep_threads"], opts["prefetch"], device)
