@@ -64,7 +64,8 @@ def test_aligned_buffers_start_on_64_bytes():
 def test_bad_model_batch_and_image_size_give_one_clear_line():
     with pytest.raises(ConfigError) as e:
         tf_cases(["mpi"], [2], "resnet-50", "32")
-    assert str(e.value) == "model 'resnet-50' is unknown; choose from small-cnn, mobilenet, resnet50 (or all)"
+    assert str(e.value) == ("model 'resnet-50' is unknown; choose from small-cnn, mobilenet, resnet50, gpt-tiny, "
+                            "gpt2-small (or all)")
     for bad in ("0", "x", "-3"):
         with pytest.raises(ConfigError, match=f"batch '{bad}' must be a whole number >= 1"):
             parse_batches(f"32,{bad}")
@@ -84,7 +85,7 @@ def test_cli_names_a_bad_model_in_one_line(capsys):
     assert cli.main(["run", "--benchmarks", "tf-epoch", "--models", "vgg16", "--transports", "mpi"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["perfsuite run: error: model 'vgg16' is unknown; choose from small-cnn, mobilenet, "
-                   "resnet50 (or all)"]
+                   "resnet50, gpt-tiny, gpt2-small (or all)"]
 
 
 def test_case_matrix_model_x_transport_x_world_size_x_batch():
@@ -443,7 +444,7 @@ def test_table_and_the_mpi_over_grpc_ratio():
     table = report.result_table(Result("tf-epoch", "mpi", 2, (mpi,), extra={"tensorflow": "2.21.0"}))
     assert table.splitlines()[0].startswith("# tf-epoch  transport=mpi  world_size=2  TF 2.21.0")
     row = table.splitlines()[2].split()
-    assert row[:4] == ["small-cnn", "32", "64", "1280.0"] and row[-3:] == ["in", "graph", "same"]
+    assert row[:4] == ["small-cnn", "32", "64", "1280.0"] and row[-4:] == ["in", "graph", "same", "img/s"]
 
 
 @pytest.mark.tf

@@ -1,4 +1,5 @@
-"""tf-epoch: short TensorFlow training epochs per transport, model and per-worker batch.
+"""tf-epoch: short TensorFlow training epochs per transport, model and per-worker batch: images/s,
+or tokens/s for a language model (GPT-2 in Keras, ``kernels/tf_gpt``).
 
 The kernel (``perfsuite.kernels.tf_epoch``) times every step on every rank; this record says how
 cases are chosen (one world per transport, world size and model sweeps its batches), how a
@@ -14,8 +15,8 @@ from collections.abc import Sequence
 from ..model import Case, Opt, Result, Sample, parse_size
 from . import BenchmarkSpec, Selection, register
 from .training import (DEFAULT_BATCHES, DEFAULT_MODELS, JUDGED, OPTIONS as TRAINING_OPTIONS,  # noqa: F401
-                       SHORT_NAMES, parse_batches, parse_models, ratio_comparisons, ratio_lines, ratio_pairs,
-                       training_cases, training_table, wire_bytes)
+                       SHORT_NAMES, check_model_inputs, loss_line, parse_batches, parse_models, ratio_comparisons,
+                       ratio_lines, ratio_pairs, training_cases, training_table, wire_bytes)
 
 #: The seed study's headline: a No-gRPC design's images/s over gRPC's.
 RATIOS = ratio_pairs("grpc", "mpi", "horovod")
@@ -35,14 +36,21 @@ def tf_cases(transports: Sequence[str], world_sizes: Sequence[int],
 
 def cases(sel: Selection) -> list[Case]:
     v = sel.values
+    check_model_inputs(v.get("models") or DEFAULT_MODELS, v.get("image_size"), v.get("seq_len"))
     return [c for t in sel.transports or ()
             for c in tf_cases((t,), sel.world_sizes_of(t), v.get("models") or DEFAULT_MODELS,
                               v.get("batches") or DEFAULT_BATCHES)]
 
 
 def table(result: Result) -> str:
-    """``training.training_table`` headed with the TensorFlow version and its import time."""
-    return training_table(result, "TF", "tensorflow", "tf_import_s")
+    """``training.training_table`` headed with the TensorFlow version and its import time; per
+    case its loss checks (a language model's sample is valid only if its loss is finite and fell)."""
+    lines = [training_table(result, "TF", "tensorflow", "tf_import_s")]
+    for s in result.samples:
+        checked = loss_line(s.info, f"{s.info.get('model', s.case.model)} batch {s.info.get('batch', s.case.batch)}")
+        if checked:
+            lines.append(checked)
+    return "\n".join(lines)
 
 
 def transport_ratios(samples: Sequence[Sample], pairs: Sequence[tuple[str, str]] = RATIOS) -> list[str]:
@@ -56,7 +64,7 @@ OPTIONS = TRAINING_OPTIONS + (
 )
 
 SPEC = register(BenchmarkSpec(
-    "tf-epoch", "short TensorFlow training epochs: images/s, step times, scaling efficiency",
+    "tf-epoch", "short TensorFlow training epochs: images/s or tokens/s, step times, scaling efficiency",
     kernel="perfsuite.kernels.tf_epoch", cases=cases, options=OPTIONS, table=table,
     wire_bytes=wire_bytes, comparisons=ratio_comparisons("tf-epoch", RATIOS), judged=JUDGED,
     short_names=SHORT_NAMES))

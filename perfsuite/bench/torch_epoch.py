@@ -15,7 +15,7 @@ from ..model import Case, Opt, Result, parse_names, whole_number
 from ..transports.torch.train import FSDP_PREFETCH
 from . import BenchmarkSpec, Selection, register
 from .training import (DEFAULT_BATCHES, DEFAULT_MODELS, JUDGED, OPTIONS as TRAINING_OPTIONS, SHORT_NAMES,
-                       ratio_comparisons, ratio_pairs, training_cases, training_table, wire_bytes)
+                       loss_line, ratio_comparisons, ratio_pairs, training_cases, training_table, wire_bytes)
 
 #: What a GPU user asks first: NCCL's img/s over gloo's.
 RATIOS = ratio_pairs("torch-gloo", "torch-nccl")
@@ -50,12 +50,9 @@ def table(result: Result) -> str:
             lines.append(f"# {what}: {i[key]:.1f} {unit} = {i['vs_plain_loop']:.3f} x a plain {loop} loop's "
                          f"{i['plain_loop_per_s']:.1f} {unit} in the same world "
                          f"({i.get('architecture', '?')}, {i.get('compute_threads', '?')} thread(s) per rank)")
-        if "loss_finite" in i:
-            held = "shards consistent" if i.get("parallel") == "fsdp" else "replicas identical"
-            agree = {True: "yes", False: "NO", None: "n/a (1 rank)"}[i.get("weights_identical")]
-            lines.append(f"# {what}: loss {_num(i.get('loss_first'))} -> {_num(i.get('loss_last'))}, finite "
-                         f"{'yes' if i['loss_finite'] else 'NO'}, falling {'yes' if i['loss_falling'] else 'NO'}; "
-                         f"{held} {agree}")
+        checked = loss_line(i, what, "shards consistent" if i.get("parallel") == "fsdp" else "replicas identical")
+        if checked:
+            lines.append(checked)
         table = i.get("collectives_per_step")
         if table:
             parts = [f"{name} {row['ms']:.2f} ms ({row['exposed_ms']:.2f} exposed, {row['calls']:g} calls)"
@@ -68,10 +65,6 @@ def table(result: Result) -> str:
                          f"{i['world_size']} ({i.get('device_name')}, {i.get('amp')}; "
                          f"{i['flops_per_token'] / 1e6:.1f} MFLOP per token)")
     return "\n".join(lines)
-
-
-def _num(v) -> str:
-    return f"{v:.3f}" if isinstance(v, (int, float)) else "-"
 
 
 def parse_parallel(text: str | Sequence[str]) -> tuple[str, ...]:
@@ -106,9 +99,6 @@ OPTIONS = TRAINING_OPTIONS + (
         "fsdp (FSDP2 fully_shard per transformer block), or 'all'", metavar="LIST", parse=parse_parallel),
     Opt("amp", "off", "torch-epoch: comma list of precisions, off (float32) and bf16 (autocast; FSDP's "
         "mixed-precision policy), or 'all'", metavar="LIST", parse=parse_amp),
-    Opt("seq-len", None, "training: tokens per sequence of a language model (default: the model's, 64 for "
-        "gpt-tiny, 1024 for gpt2-small)", metavar="N", parse=lambda v: whole_number(v, "sequence length"),
-        knob="seq_len"),
     Opt("fsdp-prefetch", None, "torch-epoch: FSDP2's explicit prefetch of the next block, on (default), off, or "
         "default (FSDP2's own)", metavar="on|off|default", parse=parse_prefetch, knob="fsdp_prefetch"),
     Opt("profile-steps", None, "torch-epoch: steps run under torch.profiler after the timed epoch, for each "

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from .. import stats
 from ..errors import ConfigError
-from ..kernels.tf_models import MODELS, check_batch, model_spec
+from ..kernels.tf_models import MODELS, check_batch, check_image_size, check_seq_len, model_spec
 from ..kernels.training import AMP, PARALLEL, rate_of, training_variant
 from ..model import Case, Opt, Result, Sample, parse_names, round_values, split_list, whole_number
 from . import heading
@@ -40,6 +40,20 @@ def parse_batches(text: str | Iterable[int]) -> tuple[int, ...]:
     if not parts:
         raise ConfigError(f"batches {text!r} name none; use e.g. 32 or 16,32,64")
     return tuple(dict.fromkeys(check_batch(p) for p in parts))
+
+
+def check_model_inputs(models: str | Sequence[str], image_size: object = None, seq_len: object = None) -> None:
+    """``--image-size`` and ``--seq-len`` against the chosen models: each is checked for every
+    model it applies to (image models, language models) and refused, in one line, where it applies
+    to none of them (an image size for gpt-tiny alone); a run of both kinds applies each to its kind."""
+    picked = parse_models(models)
+    for value, check, applies in ((image_size, check_image_size, lambda m: not model_spec(m).is_lm),
+                                  (seq_len, check_seq_len, lambda m: model_spec(m).is_lm)):
+        if value is None:
+            continue
+        fits = [m for m in picked if applies(m)]
+        for m in fits or picked[:1]:  # none fits: the first model's check says why not
+            check(m, value)
 
 
 def training_cases(benchmark: str, transports: Sequence[str], world_sizes: Sequence[int],
@@ -95,6 +109,22 @@ def training_table(result: Result, framework_label: str, version_key: str, impor
                      f"{num(i.get('scaling_efficiency'), '.3f'):>11} "
                      f"{_share(share, i):>11} {weights:>11}  {unit}")
     return "\n".join(lines)
+
+
+def loss_line(info: dict, what: str, held: str = "replicas identical") -> str | None:
+    """'# gpt-tiny batch 8: loss 7.630 -> 5.626, finite yes, falling yes; replicas identical yes'
+    for a sample whose kernel checked its losses (else None): what makes a language model's sample
+    valid, said beside its rate."""
+    if "loss_finite" not in info:
+        return None
+    agree = {True: "yes", False: "NO", None: "n/a (1 rank)"}[info.get("weights_identical")]
+    return (f"# {what}: loss {_loss(info.get('loss_first'))} -> {_loss(info.get('loss_last'))}, finite "
+            f"{'yes' if info['loss_finite'] else 'NO'}, falling {'yes' if info['loss_falling'] else 'NO'}; "
+            f"{held} {agree}")
+
+
+def _loss(v) -> str:
+    return f"{v:.3f}" if isinstance(v, (int, float)) else "-"
 
 
 def _share(share: float | None, info: dict) -> str:
@@ -171,8 +201,13 @@ def parse_on_off(text: str) -> bool:
     return value == "on"
 
 
+SEQ_LEN_OPT = Opt("seq-len", None, "training: tokens per sequence of a language model (default: the model's, 64 "
+                  "for gpt-tiny, 1024 for gpt2-small)", metavar="N",
+                  parse=lambda v: whole_number(v, "sequence length"), knob="seq_len")
+
+
 YARDSTICKS_OPT = Opt("yardsticks", "on", "training: off skips the loops each epoch is measured beside (rank 0's "
                      "one-process baseline, hence scaling efficiency, and torch's plain DDP loop): a quicker run "
                      "when only the epoch's own numbers matter", metavar="on|off", parse=parse_on_off,
                      knob="yardsticks")
-OPTIONS = (MODELS_OPT, BATCHES_OPT, IMAGE_SIZE_OPT, YARDSTICKS_OPT)
+OPTIONS = (MODELS_OPT, BATCHES_OPT, IMAGE_SIZE_OPT, SEQ_LEN_OPT, YARDSTICKS_OPT)

@@ -78,7 +78,7 @@ def _classes(tf: Any, keras: Any):
     class GPT(keras.Model):
         def __init__(self, s: LmShape, seq_len: int, **kw):
             super().__init__(**kw)
-            self.shape_, self.seq_len = s, seq_len
+            self.lm_shape, self.seq_len = s, seq_len
             self.wte = layers.Embedding(s.vocab, s.d_model, embeddings_initializer=normal(INIT_STD), name="wte")
             self.wpe = layers.Embedding(seq_len, s.d_model, embeddings_initializer=normal(INIT_STD), name="wpe")
             self.h = [Block(s, name=f"h{i}") for i in range(s.n_layer)]
@@ -92,7 +92,7 @@ def _classes(tf: Any, keras: Any):
             return tf.matmul(self.ln_f(x), self.wte.embeddings, transpose_b=True)
 
         def position_params(self) -> int:
-            return self.seq_len * self.shape_.d_model
+            return self.seq_len * self.lm_shape.d_model
 
     return GPT
 

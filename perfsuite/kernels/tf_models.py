@@ -8,12 +8,16 @@ ResNet-50 and MobileNet are the seed study's models, built with ``weights=None``
 downloaded; ``small-cnn`` is small enough for a CPU CI case to finish in seconds. The language
 models (``kind="lm"``) are GPT-2's architecture at two sizes (``gpt``): ``gpt-tiny``, whose step
 takes tens of milliseconds on two CPU cores, and ``gpt2-small`` (124 M parameters) for GPUs;
-their batch is sequences of ``seq_len`` tokens and their "classes" the vocabulary.
+their batch is sequences of ``seq_len`` tokens and their "classes" the vocabulary. The image
+models are built here; the language models' Keras definition is ``tf_gpt`` (a definition of its
+own, as ``gpt`` is torch's), and ``Workload`` is what the TensorFlow loop asks of either kind.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from ..errors import ConfigError
 
@@ -51,7 +55,7 @@ MODELS: dict[str, ModelSpec] = {
     "resnet50": ModelSpec("resnet50", "Keras ResNet-50, weights=None (~25.6 M parameters)", 224, 1000, 32),
     # Sized by measurement (docs/measurements.md, "Transformer"): a step of tens of ms at 2 ranks
     # on the 2-core CI machine.
-    "gpt-tiny": ModelSpec("gpt-tiny", "GPT-2 architecture, 2 blocks x 128 wide, vocab 2048 (~0.6 M parameters), CPU CI",
+    "gpt-tiny": ModelSpec("gpt-tiny", "GPT-2 architecture, 2 blocks x 128 wide, vocab 2048 (0.67 M parameters), CPU CI",
                           0, 2048, 0, kind="lm", seq_len=64, batch=8, lm=LmShape(2, 4, 128, 2048)),
     "gpt2-small": ModelSpec("gpt2-small", "GPT-2 small, 12 blocks x 768 wide, vocab 50257 (124 M parameters), GPUs",
                             0, 50257, 0, kind="lm", seq_len=1024, batch=8, lm=LmShape(12, 12, 768, 50257)),
@@ -104,6 +108,79 @@ def check_seq_len(model: str, seq_len: Any) -> int:
     return int(s)
 
 
+#: The language models' optimizer and its learning rate when none is given, as torch-epoch trains
+#: them (``torch_models``): AdamW at what GPT-2-sized models train at, torch's decay and epsilon.
+#: An image model trains with SGD at the loop's rate.
+LM_LEARNING_RATE = 1e-3
+LM_WEIGHT_DECAY = 0.01
+LM_EPSILON = 1e-8
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One model's training, as the TensorFlow loop sees it (``image`` for an image model,
+    ``seq_len`` for a language model; ``classes`` its labels or vocabulary): a fresh model, a
+    batch, the loss, the optimizer and the facts a result names. TensorFlow is passed in."""
+
+    spec: ModelSpec
+    image: int
+    classes: int
+    seq_len: int = 0
+
+    def model(self, tf: Any):
+        if self.spec.is_lm:
+            from .tf_gpt import build_gpt
+
+            return build_gpt(tf, self.spec.name, self.seq_len)
+        return build_model(tf, self.spec.name, self.image, self.classes)
+
+    def batch(self, tf: Any, batch: int, seed: int):
+        if self.spec.is_lm:
+            from .tf_gpt import synthetic_tokens
+
+            return synthetic_tokens(tf, batch, self.seq_len, self.classes, seed)
+        return synthetic_batch(tf, batch, self.image, self.classes, seed)
+
+    def loss(self, tf: Any):
+        if self.spec.is_lm:
+            from .tf_gpt import lm_loss
+
+            return lm_loss(tf)
+        return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+    def optimizer(self, tf: Any, learning_rate: float | None, default_rate: float):
+        if self.spec.is_lm:
+            return tf.keras.optimizers.AdamW(learning_rate=learning_rate or LM_LEARNING_RATE,
+                                             weight_decay=LM_WEIGHT_DECAY, epsilon=LM_EPSILON)
+        return tf.keras.optimizers.SGD(learning_rate=learning_rate or default_rate)
+
+    def facts(self, model: Any) -> dict[str, Any]:
+        """The result's facts of the model; a language model's FLOPs per token (for MFU)."""
+        params = int(sum(int(np.prod(v.shape)) for v in model.trainable_variables))
+        out: dict[str, Any] = {"params": params, "classes": self.classes}
+        if self.spec.is_lm:
+            from .tf_gpt import lm_facts
+
+            out.update(lm_facts(model, self.spec.name, self.seq_len, params))
+        else:
+            out["image_size"] = self.image
+        return out
+
+
+def workload(name: str, image_size: Any = None, classes: Any = None, seq_len: Any = None) -> Workload:
+    """The case's model with its input size checked (one line naming a bad one, on every rank
+    alike, before TensorFlow is imported); None: the model's own. An image size means nothing to
+    a language model, nor a sequence length to an image model: a run of both kinds gives each
+    its own (the selection refused the value if it fits none of the run's models:
+    ``bench.training.check_model_inputs``)."""
+    spec = model_spec(name)
+    if spec.is_lm:
+        return Workload(spec, 0, int(spec.classes),
+                        check_seq_len(name, seq_len) if seq_len is not None else spec.seq_len)
+    image = check_image_size(name, image_size) if image_size is not None else spec.image_size
+    return Workload(spec, image, int(classes or spec.classes))
+
+
 def build_model(tf: Any, name: str, image_size: int, classes: int):
     """A fresh, randomly initialised Keras model (tf.keras: Keras 3, or tf_keras when legacy)."""
     spec = model_spec(name)
@@ -134,8 +211,6 @@ def build_model(tf: Any, name: str, image_size: int, classes: int):
 def synthetic_batch(tf: Any, batch: int, image_size: int, classes: int, seed: int):
     """One in-memory batch (images in [0, 1), integer labels), reused every step like Horovod's
     synthetic benchmark: the step then measures compute and communication, not input."""
-    import numpy as np
-
     # numpy, not tf.random.Generator: a generator is a variable, and variables made outside a
     # strategy's scope are best avoided in a MultiWorkerMirroredStrategy program.
     rng = np.random.default_rng(seed)

@@ -2,7 +2,8 @@
 
 Each transport builds a step (a callable that runs one forward/backward/update on this rank and
 returns the seconds spent in the gradient allreduce, or None when the exchange happens inside
-TensorFlow's graph and cannot be seen from Python). The kernel owns warm-up, timing, the weight
+TensorFlow's graph and cannot be seen from Python); the step's ``losses`` holds every step's loss
+(this rank's, as a tensor: read after the epoch, for its checks). The kernel owns warm-up, timing, the weight
 check and the plain-loop baseline; a transport supplies only:
 
 - ``configure()`` before TensorFlow is imported (TF_CONFIG, environment),
@@ -118,7 +119,7 @@ def fused_step_fns(tf: Any, model: Any, optimizer: Any, loss_fn: Any, plan: Fusi
                    scale: float) -> tuple[Callable, Callable]:
     """(gradients, apply) as two tf.functions around a Python-side exchange.
 
-    ``gradients(x, y)`` returns the fusion buffers, packed inside the graph as Horovod packs
+    ``gradients(x, y)`` returns the loss and the fusion buffers, packed inside the graph as Horovod packs
     them on its side; ``apply(summed)`` unpacks the summed buffers, multiplies by ``scale``
     (1/world size: the sum becomes the average) and applies them. Shared by the host (``mpi``)
     and device (``nccl``, ``mpi-cuda``) transports, so all pack and average alike.
@@ -130,7 +131,7 @@ def fused_step_fns(tf: Any, model: Any, optimizer: Any, loss_fn: Any, plan: Fusi
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(loss_fn(y, model(x, training=True)))
         grads = tape.gradient(loss, variables)
-        return [tf.concat([tf.reshape(grads[i], [-1]) for i in b], axis=0) for b in plan.buckets]
+        return loss, [tf.concat([tf.reshape(grads[i], [-1]) for i in b], axis=0) for b in plan.buckets]
 
     @tf.function
     def apply(fused):
@@ -211,11 +212,15 @@ class PlainTraining(TrainingTransport):
 
     def make_step(self, model, optimizer, loss_fn, x, y):
         train_step, done = plain_train_step(self.tf, model, optimizer, loss_fn), self.finish()
+        losses: list = []
 
         def step() -> None:
-            train_step(x, y).numpy()  # .numpy(): the step is complete when the clock is read
+            loss = train_step(x, y)
+            loss.numpy()  # .numpy(): the step is complete when the clock is read
+            losses.append(loss)
             done()
 
+        step.losses = losses
         return step
 
 
@@ -244,27 +249,32 @@ class GrpcTraining(TrainingTransport):
         pass  # the strategy initialises every mirrored variable from worker 0
 
     def make_step(self, model, optimizer, loss_fn, x, y):
-        tf, strategy = self.tf, self.strategy
-        global_batch = int(x.shape[0]) * self.n
+        tf, strategy, n = self.tf, self.strategy, self.n
 
         @tf.function
         def train_step(x, y):
             def replica(x, y):
                 with tf.GradientTape() as tape:
-                    # sum / global batch, so the strategy's sum of gradients is their average
-                    loss = tf.reduce_sum(loss_fn(y, model(x, training=True))) / global_batch
+                    # sum / the world's losses (examples, or tokens of a language model), so the
+                    # strategy's sum of gradients is their average
+                    per_item = loss_fn(y, model(x, training=True))
+                    loss = tf.reduce_sum(per_item) / (tf.cast(tf.size(per_item), per_item.dtype) * n)
                 grads = tape.gradient(loss, model.trainable_variables)
                 optimizer.apply_gradients(zip(grads, model.trainable_variables))
-                return loss
+                return loss * n  # this rank's mean loss, as the other transports report it
 
             return strategy.experimental_local_results(strategy.run(replica, args=(x, y)))[0]
 
         done = self.finish()
+        losses: list = []
 
         def step() -> None:
-            train_step(x, y).numpy()
+            loss = train_step(x, y)
+            loss.numpy()
+            losses.append(loss)
             done()
 
+        step.losses = losses
         return step
 
     def describe(self) -> dict:
@@ -323,9 +333,11 @@ class MpiTraining(TrainingTransport):
         clock = time.perf_counter
 
         spin = self.wait == "spin"
+        losses: list = []
 
         def step() -> float:
-            fused = gradients(x, y)
+            loss, fused = gradients(x, y)
+            losses.append(loss)
             t0 = clock()
             if spin:
                 for buf, out in zip(fused, recv):
@@ -339,6 +351,7 @@ class MpiTraining(TrainingTransport):
             apply([tf.constant(out) for out in recv])
             return allreduce_s
 
+        step.losses = losses
         return step
 
     def describe(self) -> dict:
@@ -390,11 +403,15 @@ class HorovodTraining(TrainingTransport):
             return loss
 
         done = self.finish()
+        losses: list = []
 
         def step() -> None:
-            train_step(x, y).numpy()
+            loss = train_step(x, y)
+            loss.numpy()
+            losses.append(loss)
             done()
 
+        step.losses = losses
         return step
 
     def describe(self) -> dict:

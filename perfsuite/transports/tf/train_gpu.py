@@ -100,9 +100,12 @@ class DeviceTraining(TrainingTransport):
         recv = [self.receive_buffer(c) for c in plan.bucket_counts]  # once: cached device memory
         self.buckets = [len(b) for b in plan.buckets]
         clock = time.perf_counter
+        losses: list = []
 
         def step() -> float:
-            sends = [tf_to_array(tf, xp, t) for t in gradients(x, y)]
+            loss, fused = gradients(x, y)
+            losses.append(loss)  # a tensor: read after the epoch, never inside a timed step
+            sends = [tf_to_array(tf, xp, t) for t in fused]
             t0 = clock()
             for send, out in zip(sends, recv):
                 exchange.allreduce(send, out)
@@ -114,6 +117,7 @@ class DeviceTraining(TrainingTransport):
             tf.test.experimental.sync_devices()
             return allreduce_s
 
+        step.losses = losses
         return step
 
     def describe(self) -> dict:
