@@ -14,7 +14,8 @@ from ..kernels.training import AMP, PARALLEL, rate_of
 from ..model import Case, Opt, Result, parse_names, whole_number
 from ..transports.torch.train import FSDP_PREFETCH
 from . import BenchmarkSpec, Selection, register
-from .training import (DEFAULT_BATCHES, DEFAULT_MODELS, JUDGED, OPTIONS as TRAINING_OPTIONS, SHORT_NAMES,
+from .training import (DEFAULT_BATCHES, DEFAULT_MODELS, JUDGED, OPTIONS as TRAINING_OPTIONS,
+                       check_model_inputs, SHORT_NAMES,
                        loss_line, ratio_comparisons, ratio_pairs, training_cases, training_table, wire_bytes)
 
 #: What a GPU user asks first: NCCL's img/s over gloo's.
@@ -30,6 +31,7 @@ def torch_cases(transports: Sequence[str], world_sizes: Sequence[int],
 
 def cases(sel: Selection) -> list[Case]:
     v = sel.values
+    check_model_inputs(v.get("models") or DEFAULT_MODELS, v.get("image_size"), v.get("seq_len"))
     return [c for t in sel.transports or ()
             for c in torch_cases((t,), sel.world_sizes_of(t), v.get("models") or DEFAULT_MODELS,
                                  v.get("batches") or DEFAULT_BATCHES, v.get("parallel") or PARALLEL[:1],

@@ -17,17 +17,22 @@ COMMANDS = {}
 LAUNCH = ("transports", "world-sizes", "launcher", "launcher-program", "mpi-flavor", "hostfile", "hosts", "ppn",
           "oversubscribe", "env", "emulated-network", "timeout", "iters", "warmup", "workdir", "max-contention",
           "max-canary-shift")
-#: What both arms run with: the launch's options and every option a benchmark's cases read (its
-#: sizes, models, parallelism, precision...), so an arm runs any case ``perfsuite run`` can; but
-#: never unchecked results (``--no-validate``): a gate judges checked worlds only.
-SHARED = LAUNCH + tuple(dict.fromkeys(o.name for s in bench.all_specs() if s.cases is not None
-                                      for o in s.options if o.name not in LAUNCH + ("no-validate",)))
+
+
+
+def shared() -> tuple[str, ...]:
+    """What both arms run with: the launch's options and every option a benchmark's cases read
+    (its sizes, models, parallelism, precision...), so an arm runs any case ``perfsuite run`` can;
+    but never unchecked results (``--no-validate``): a gate judges checked worlds only. Asked when
+    the parser is built, not on import, so a benchmark that fails to import is one line."""
+    return LAUNCH + tuple(dict.fromkeys(o.name for s in bench.all_specs() if s.cases is not None
+                                        for o in s.options if o.name not in LAUNCH + ("no-validate",)))
 
 
 def add_ab(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default="allreduce", metavar="NAME",
                    help=f"the benchmark both arms run: {', '.join(bench.names())} [default: allreduce]")
-    options.add_options(p.add_argument, names=SHARED)
+    options.add_options(p.add_argument, names=shared())
     for arm in ("a", "b"):
         up = arm.upper()
         p.add_argument(f"--{arm}-transport", metavar="NAME", help=f"arm {up}'s transport [default: --transports]")

@@ -11,7 +11,7 @@ from .. import verdict_text as vt
 from ..errors import ConfigError
 from ..launch import envs
 from ..launch.launchers import parse_env
-from .ab import SHARED, ab_config, add_env_options, add_judging
+from .ab import ab_config, shared, add_env_options, add_judging
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, say
 
 COMMANDS = {}
@@ -22,7 +22,7 @@ def add_bisect(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bad", required=True, metavar="REF", help="a later commit known to be slower")
     p.add_argument("--benchmarks", default="allreduce", metavar="NAME",
                    help=f"the benchmark each step runs: {', '.join(bench.names())} [default: allreduce]")
-    options.add_options(p.add_argument, names=SHARED)
+    options.add_options(p.add_argument, names=shared())
     add_judging(p)
     add_env_options(p)
 
