@@ -2,7 +2,9 @@
 
 One section per vector the plan names, each a picture and the table it was drawn from, every
 figure with its 95% interval over the study's rounds and each point's contention; the headline
-No-gRPC/gRPC ratio per model first, beside the paper's own figure as a reference. Written whole
+No-gRPC/gRPC ratio per model first, beside the paper's own figure as a reference; the
+parallelism vector as one row per world size and precision: DDP's and FSDP's tokens/s, FSDP/DDP
+and each one's scaling efficiency. Written whole
 through ``formats.atomic_write``; the pictures through ``plots``' Agg backend.
 """
 from __future__ import annotations
@@ -130,7 +132,61 @@ def models_png(headline: list[dict], path: Path, title: str) -> Path:
     return _save(fig, path)
 
 
+#: How a precision reads in a table or a legend: "off" is float32 (autocast off).
+PRECISION = {"off": "float32", "bf16": "bf16"}
+
+
+def parallelism_png(an: dict, path: Path, title: str) -> Path:
+    rows = [{**r, "amp": PRECISION.get(r["amp"], r["amp"])} for r in an["rows"]]
+    ratios = [{**r, "amp": PRECISION.get(r["amp"], r["amp"])} for r in an["ratios"]]
+    nets = {r["world_size"]: r["network"] for r in rows}
+    ticks = sorted(nets)
+    labels = [f"{n}" + (f"\n{nets[n]}" if nets[n] != "none" else "") for n in ticks]  # emulated nodes' rate
+    fig, axes = plt.subplots(1, 2 if ratios else 1, figsize=(11 if ratios else 6, 4), squeeze=False)
+    ax = axes[0][0]
+    _lines(ax, rows, "world_size", "rate", ("transport", "parallel", "amp"))
+    ax.set(xlabel="ranks", ylabel=f"{an['unit']} (95% interval)", title=f"{title}: {an['model']}")
+    ax.set_xticks(ticks, labels)
+    if ratios:
+        ax = axes[0][1]
+        _lines(ax, ratios, "world_size", "ratio", ("transport", "amp"))
+        ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+        ax.set_yscale("log")  # a ratio: 0.5 and 2 are as far from 1
+        ax.set(xlabel="ranks", ylabel=f"FSDP {an['unit']} / DDP's (95%, paired by round)", title="FSDP over DDP")
+        ax.set_xticks(ticks, labels)
+    return _save(fig, path)
+
+
 # --- tables -------------------------------------------------------------------------------------
+
+def parallelism_table(an: dict) -> Table:
+    """One row per transport, precision and world size: each parallelism's rate, FSDP/DDP, each
+    one's scaling efficiency (where the plan has 1 rank), contention and status."""
+    pars = list(dict.fromkeys(r["parallel"] for r in an["rows"]))
+    groups: dict[tuple, dict[str, dict]] = {}
+    for r in an["rows"]:
+        groups.setdefault((r["transport"], r["amp"], r["world_size"]), {})[r["parallel"]] = r
+    ratio = {(r["transport"], r["amp"], r["world_size"]): r["ratio"] for r in an["ratios"]}
+    eff = any(r["world_size"] == 1 for r in an["rows"])
+    unit = an["unit"]
+    fmt = ".0f" if unit == "tokens/s" else ".4g"  # thousands of tokens/s read best whole
+    head = (["transport", "ranks", "network", "precision"] + [f"{p.upper()} {unit} [95%]" for p in pars]
+            + (["FSDP/DDP [95%]"] if ratio else []) + ([f"{p.upper()} efficiency [95%]" for p in pars] if eff else [])
+            + ["contention", "status"])
+    rows = []
+    for (t, amp, n), by in groups.items():
+        first = next(iter(by.values()))
+        statuses = list(dict.fromkeys(r["status"] for r in by.values()))
+        status = statuses[0] if len(statuses) == 1 else "; ".join(f"{p}: {r['status']}" for p, r in by.items()
+                                                                  if r["status"])
+        rows.append([t, n, first["network"], PRECISION.get(amp, amp)]
+                    + [_f(by[p]["rate"], fmt) if p in by else "not in plan" for p in pars]
+                    + ([_f(ratio.get((t, amp, n), NONE))] if ratio else [])
+                    + ([("1 (the reference)" if n == 1 and by[p]["rate"]["rounds"] else _f(by[p]["efficiency"]))
+                        if p in by else "-" for p in pars] if eff else [])
+                    + ["; ".join(f"{p} {r['contention']}" for p, r in by.items()), status])
+    return head, rows
+
 
 def _f(x: Any, fmt: str = ".3g") -> str:
     return text(x, fmt) if isinstance(x, dict) and "rounds" in x else str(x)
@@ -168,6 +224,11 @@ def tables(doc: dict[str, Any]) -> dict[str, list[tuple[str, Table]]]:
         out["models"] = [("", (("model", "image px", "transport", "img/s [95%]", "contention", "status"),
                                [(r["model"], r["image_size"], r["transport"], _f(r["img_per_s"], ".4g"),
                                  r["contention"], r["status"]) for r in m["rows"]]))]
+    if "parallelism" in an:
+        a = an["parallelism"]
+        what = (f"{a['model']}, {a['seq_len']} tokens x {a['batch']} sequences per rank" if a["seq_len"]
+                else f"{a['model']}, batch {a['batch']} per rank")
+        out["parallelism"] = [(f"{what}: DDP and FSDP by world size and precision", parallelism_table(a))]
     return out
 
 
@@ -188,7 +249,8 @@ def _html(t: Table) -> str:
     return _html_table(*t)
 
 
-PNG = {"scaling": "scaling.png", "batch": "batch.png", "mpi-library": "mpi-library.png", "models": "models.png"}
+PNG = {"scaling": "scaling.png", "batch": "batch.png", "mpi-library": "mpi-library.png", "models": "models.png",
+       "parallelism": "parallelism.png"}
 
 
 def write(out: str | os.PathLike, doc: dict[str, Any], facts: list[str], notes: list[str]) -> list[Path]:
@@ -199,7 +261,8 @@ def write(out: str | os.PathLike, doc: dict[str, Any], facts: list[str], notes: 
     draw = {"scaling": lambda p: scaling_png(an["scaling"], p, name_),
             "batch": lambda p: batch_png(an["batch"], p, f"{name_}: efficiency vs batch"),
             "mpi-library": lambda p: mpi_png(an["mpi-library"], p, f"{name_}: MPI library"),
-            "models": lambda p: models_png(an["models"]["headline"], p, f"{name_}: No-gRPC over gRPC")}
+            "models": lambda p: models_png(an["models"]["headline"], p, f"{name_}: No-gRPC over gRPC"),
+            "parallelism": lambda p: parallelism_png(an["parallelism"], p, name_)}
     for name in an:
         if name != "models" or an["models"]["headline"]:
             written.append(draw[name](out / PNG[name]))

@@ -64,7 +64,7 @@ def _load(args: argparse.Namespace, plan) -> list[dict]:
 
 def do_study(args: argparse.Namespace) -> int:
     from .. import study_report
-    from ..experiments import study, study_analysis, study_plan as sp
+    from ..experiments import study, study_analysis, study_cost, study_plan as sp
     from ..progress import StudyProgress
 
     plan = sp.parse(formats.read_plan(args.plan), args.plan)
@@ -86,7 +86,8 @@ def do_study(args: argparse.Namespace) -> int:
               if not p.arm and (why := transports.unavailable_reason(p.transport, p.benchmark))}
     cannot |= {k: f"MPI environment {plan.arm_of(p).name} (above)" for k, p in plan.points.items()
                if p.arm and plan.arm_of(p).name in gone}
-    guess = {k: 0.0 if k in cannot else sp.expected_world_s(p, plan.steps, plan.warmup)
+    guess = {k: 0.0 if k in cannot else study_cost.expected_world_s(p, plan.steps, plan.warmup,
+                                                                    yardsticks=plan.yardsticks)
              for k, p in plan.points.items()}
     progress = StudyProgress([(k, guess[k]) for _, k in todo], timed)
     total = plan.rounds * len(plan.points)
@@ -146,23 +147,38 @@ def do_study(args: argparse.Namespace) -> int:
     wrong = sum(1 for r in last if r.get("invalid"))
     facts = [f"plan {args.plan} (digest {plan.digest}), {plan.rounds} rounds, seed {plan.seed}, "
              f"{plan.steps} timed steps after {plan.warmup} warm-up per batch",
-             f"machine: {fp.get('host')}, {fp.get('cpu_model')} x{fp.get('cpu_count')}, TensorFlow "
-             f"{fp.get('tensorflow') or '?'}; MPI: {study_analysis.libraries(plan, an['_data']) or 'no world ran'}",
+             f"machine: {fp.get('host')}, {fp.get('cpu_model')} x{fp.get('cpu_count')}, "
+             f"{study_analysis.frameworks(plan, an['_data'], fp)}; "
+             f"MPI: {study_analysis.libraries(plan, an['_data']) or 'no world ran'}",
              f"{done} of {total} worlds finished ({len(skipped)} point(s) skipped, {failed} world(s) failed"
              + (f", {wrong} returned wrong results" if wrong else "") + "); "
              f"this run {spent / 60:.1f} min, all worlds {sum(float(r.get('wall_s', 0)) for r in records) / 60:.1f} min"]
     if stopped:
         facts.append(f"INTERRUPTED by {stopped}: the figures use the worlds that finished; "
                      f"perfsuite study {args.plan} --out {args.out} --resume continues")
+    image = [v for v in plan.vectors if v in sp.IMAGE_VECTORS]
     notes = ["Each figure is the geometric mean over the study's rounds with its 95% t interval; a ratio or an "
-             "efficiency pairs round r of one point with round r of the other (both ran in the same pass).",
-             "Scaling efficiency = img/s with n workers / (n x img/s of 1 worker), same transport, model and batch.",
-             "Contention: the median over rounds of the largest run-queue wait share of any rank; '(process)' marks "
-             "TensorFlow's whole process (its thread pools crowd a small machine by design), reported, not judged. "
-             "An allreduce round whose timed thread waited more than 5% is contended: it is left out of its "
-             "figure while two calm rounds remain, and counted beside it.",
-             "The paper's ratios were measured on GPUs across nodes; a CPU machine's ratio answers a different "
-             "question and is shown beside it as a reference, not a target."]
+             "efficiency pairs round r of one point with round r of the other (both ran in the same pass)."]
+    if {"scaling", "batch"} & set(image):
+        notes.append("Scaling efficiency = img/s with n workers / (n x img/s of 1 worker), same transport, model "
+                     "and batch.")
+    notes.append("Contention: the median over rounds of the largest run-queue wait share of any rank; '(process)' "
+                 "marks the training framework's whole process (TensorFlow's thread pools, PyTorch's compute "
+                 "threads: they crowd a small machine by design), reported, not judged. An allreduce round whose "
+                 "timed thread waited more than 5% is contended: it is left out of its figure while two calm "
+                 "rounds remain, and counted beside it.")
+    if "models" in image:
+        notes.append("The paper's ratios were measured on GPUs across nodes; a CPU machine's ratio answers a "
+                     "different question and is shown beside it as a reference, not a target.")
+    if "parallelism" in plan.vectors:
+        notes.append("Parallelism: FSDP/DDP is FSDP2's rate over DDP's at the same transport, ranks and precision, "
+                     "round r over round r; each one's efficiency = rate with n ranks / (n x its own rate with 1 "
+                     "rank). float32 is autocast off; bf16 is autocast (DDP) or FSDP's mixed-precision policy. "
+                     "A rank computes on its node's cores divided among the node's ranks, so ranks sharing one "
+                     "machine have no more cores than 1 rank had: there, efficiency tops out near 1/n. A world "
+                     "with more ranks than cores (emulated nodes each take every core) takes turns on them: its "
+                     "rate measures the machine's crowding as much as the parallelism, and its contention says "
+                     "how much.")
     notes += [f"{k}: skipped: {why}" for k, why in skipped.items()]
     doc = study_analysis.document(plan, an)
     unwritten = []  # what could not be written, one line each

@@ -2,7 +2,8 @@
 
 Round r runs every point once, in an order drawn from the plan's seed, before round r+1
 starts, so a burst of load or a change of machine mode falls on every point alike and a
-ratio is taken between neighbours (the study's intervals pair points by round). The arms of
+ratio is taken between neighbours (the study's intervals pair points by round): a DDP and an
+FSDP world of one size and precision are two points, interleaved as any two are. The arms of
 one MPI-library case run back to back, A then B in one round and B then A in the next, as
 ``perfsuite ab`` alternates them. A point that cannot run here (a transport without its
 library, or an MPI environment whose venv is not there) is skipped with the reason; a world
@@ -26,6 +27,7 @@ import numpy as np
 from .. import formats, rounds, suite
 from ..bench.allreduce import allreduce_cases
 from ..bench.training import training_cases
+from ..kernels.training import parallel_amp
 from ..launch.launchers import LaunchConfig
 from .ab import Arm as LaunchArm
 from .study_plan import Plan, Point, interpreter, schedule
@@ -67,7 +69,11 @@ def world_config(plan: Plan, point: Point, base: suite.SuiteConfig) -> suite.Sui
         network = parse_shaping(point.network)
     options = {**base.options}
     if point.benchmark != "allreduce":
-        options.update(iters=plan.steps, warmup=plan.warmup, image_size=point.image_size)
+        # A language model's input is its sequence, an image model's its pixels.
+        options.update(iters=plan.steps, warmup=plan.warmup,
+                       **({"seq_len": point.seq_len} if point.seq_len else {"image_size": point.image_size}))
+        if not plan.yardsticks:
+            options["yardsticks"] = False
     else:
         options.update(iters=plan.allreduce_iters, warmup=max(2, plan.allreduce_iters // 10))
     # One world per round, never re-run: the study's rounds are its replication, and a world
@@ -79,8 +85,9 @@ def world_config(plan: Plan, point: Point, base: suite.SuiteConfig) -> suite.Sui
 
 def cases_of(point: Point) -> list:
     if point.benchmark != "allreduce":
+        parallel, amp = parallel_amp(point.variant)
         return training_cases(point.benchmark, [point.transport], [point.world_size], [point.model],
-                              list(point.batches))
+                              list(point.batches), [parallel], [amp])
     return allreduce_cases([point.transport], [point.world_size], list(point.sizes))
 
 

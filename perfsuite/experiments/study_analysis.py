@@ -7,7 +7,9 @@ round is evidence when its world ran, validated (a world whose results were wron
 a failed round, though its record keeps what it measured) and was not contended (an allreduce world's
 timed thread waited for a CPU beyond the suite's limit in every retry); TensorFlow's own
 threads crowd a small machine by design, so a training world's wait share is reported and not
-judged (``rounds.contention_of``).
+judged (``rounds.contention_of``). A language model's rate is tokens/s (``training.rate_of``):
+the parallelism vector gives each world size and precision DDP's and FSDP's tokens/s, their
+ratio paired by round, and each one's scaling efficiency against its own 1-rank point.
 """
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import formats, stats
+from ..kernels.tf_models import model_spec
+from ..kernels.training import training_variant
 from ..model import Result, Sample
-from .study_plan import NO_GRPC_REFERENCE, Plan, Point, training
+from .study_plan import NO_GRPC_REFERENCE, PARALLELISM_BENCHMARK, Plan, Point, training
 
 #: The seed paper's headline, Horovod-MPI's img/s over native gRPC's on Piz Daint's GPUs: a
 #: reference to read beside each No-gRPC design's ratio on this machine, not a target.
@@ -239,8 +243,48 @@ def models(plan: Plan, data: dict[str, PointData]) -> dict[str, list[dict]]:
     return {"rows": rows, "headline": headline}
 
 
+def rate_metric(model: str) -> tuple[str, str]:
+    """(metric, unit) of a model's training rate: tokens/s for a language model, else img/s (as
+    ``training.rate_of`` reads it from a sample)."""
+    return ("tokens_per_s", "tokens/s") if model_spec(model).is_lm else ("img_per_s", "img/s")
+
+
+def parallelism(plan: Plan, data: dict[str, PointData]) -> dict[str, Any]:
+    """Per transport, precision and world size: each parallelism's rate and scaling efficiency
+    (rate(n) / (n x rate(1)) of the same parallelism and precision, where the plan has 1 rank),
+    and FSDP's rate over DDP's, round r of one over round r of the other."""
+    v = plan.vectors["parallelism"]
+    model, b = v["model"], v["batches"][0]
+    metric, unit = rate_metric(model)
+    rows, ratios = [], []
+
+    def point(t: str, n: int, par: str, amp: str) -> Point:
+        return Point(PARALLELISM_BENCHMARK, t, n, model, plan.image(model), "none" if n == 1 else v["networks"][n],
+                     variant=training_variant(par, amp), seq_len=plan.seq(model))
+
+    for t in v["transports"]:
+        for amp in v["amp"]:
+            series = {}
+            for n in v["world_sizes"]:
+                for par in v["parallel"]:
+                    d = _get(data, point(t, n, par, amp))
+                    series[n, par] = d.series(metric, b) if d else {}
+                    one = series.get((1, par), {})
+                    eff = (NONE if 1 not in v["world_sizes"] else paired(series[n, par], one, n) if n > 1
+                           else figure({r: 1.0 for r in series[n, par]}) if series[n, par] else NONE)
+                    rows.append(_row(d, transport=t, amp=amp, world_size=n, network=point(t, n, par, amp).network,
+                                     parallel=par, rate=figure(series[n, par]), efficiency=eff))
+                if {"ddp", "fsdp"} <= set(v["parallel"]):
+                    ratios.append({"transport": t, "amp": amp, "world_size": n,
+                                   "network": point(t, n, "ddp", amp).network,
+                                   "ratio": paired(series[n, "fsdp"], series[n, "ddp"])})
+    return {"metric": metric, "unit": unit, "model": model, "batch": b, "seq_len": plan.seq(model),
+            "rows": rows, "ratios": ratios}
+
+
 LABELS = {"latency_us": "latency (us, lower is better)", "busbw_GBps": "busbw (GB/s)"}
-ANALYSES = {"scaling": scaling, "batch": batch, "mpi-library": mpi_library, "models": models}
+ANALYSES = {"scaling": scaling, "batch": batch, "mpi-library": mpi_library, "models": models,
+            "parallelism": parallelism}
 
 
 def analyse(plan: Plan, records: Sequence[dict]) -> dict[str, Any]:
@@ -267,6 +311,17 @@ def to_json(value: Any) -> Any:
     if isinstance(value, list):
         return [to_json(v) for v in value]
     return value
+
+
+def frameworks(plan: Plan, data: dict[str, PointData], fp: dict) -> str:
+    """'TensorFlow 2.20.0, PyTorch 2.14.1': the frameworks the plan's points train with, each as
+    its ranks reported it (PyTorch) or as installed here (TensorFlow), '?' before a world ran."""
+    benches = {p.benchmark for p in plan.points.values()}
+    seen = {"torch-epoch": next((str(r.extra.get("torch")) for d in data.values() for r in d.results.values()
+                                 if d.point.benchmark == "torch-epoch" and (r.extra or {}).get("torch")), None),
+            "tf-epoch": fp.get("tensorflow")}
+    names = {"tf-epoch": "TensorFlow", "torch-epoch": "PyTorch"}
+    return ", ".join(f"{names[b]} {seen[b] or '?'}" for b in names if b in benches) or "no framework"
 
 
 def libraries(plan: Plan, data: dict[str, PointData]) -> str:

@@ -1,12 +1,15 @@
-"""A study plan: data that names the seed paper's four vectors at some scale, checked whole
-before any world starts, and the points (worlds) they need.
+"""A study plan: data that names the seed paper's four vectors at some scale (and a fifth, DDP
+against FSDP by precision), checked whole before any world starts, and the points (worlds) they
+need.
 
-A point is one world: benchmark, transport, world size, model and image size, network (as
+A point is one world: benchmark, transport, world size, model and its input size (pixels, or a
+language model's tokens per sequence), parallelism and precision (``Case.variant``), network (as
 launched, or every rank on its own emulated node at a rate) and MPI library (an arm: a venv's
 Python, environment, launcher arguments). Vectors share points: the 2-worker mpi world of the
 scaling vector is also the mpich side of the MPI-library vector and the small-cnn point of the
 models vector, and it sweeps the union of the batches they read. Pure: nothing here starts a
-world; ``unavailable_arms`` only asks each arm's Python what it can import.
+world; ``unavailable_arms`` only asks each arm's Python what it can import. What a study
+costs in time is ``study_cost``'s.
 """
 from __future__ import annotations
 
@@ -15,13 +18,14 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import transports
 from ..errors import ConfigError
-from ..kernels.tf_models import MODELS, check_batch, check_image_size, model_spec
-from ..model import format_size, parse_size
+from ..kernels.tf_models import LM_MODELS, MODELS, check_batch, check_image_size, check_seq_len, model_spec
+from ..kernels.training import AMP, PARALLEL, parallel_amp, training_variant
+from ..model import format_size, parse_names, parse_size
 
 #: The vectors of the seed paper (its section on experiments), by the name a plan gives them.
 VECTORS = {
@@ -29,16 +33,24 @@ VECTORS = {
     "batch": "scaling efficiency vs per-worker batch size per transport",
     "mpi-library": "the No-gRPC cases under two or more MPI libraries, interleaved as A/B arms",
     "models": "img/s per model and the headline No-gRPC/gRPC ratio",
+    "parallelism": "tokens/s of DDP and FSDP per world size and precision, the FSDP/DDP ratio and scaling "
+                   "efficiency (PyTorch)",
 }
+#: The vectors that read img/s: their models are image models (a language model's rate is
+#: tokens/s, which the parallelism vector reports).
+IMAGE_VECTORS = ("scaling", "batch", "mpi-library", "models")
 _TOP = {"format", "version", "name", "description", "rounds", "seed", "steps", "warmup", "timeout", "allreduce_iters",
-        "image_size", "launch", "mpi", "vectors"}
+        "yardsticks", "image_size", "seq_len", "launch", "mpi", "vectors"}
 _VECTOR_KEYS = {
     "scaling": {"transports", "allreduce", "allreduce_sizes", "allreduce_world_sizes", "world_sizes", "networks",
                 "model", "batch"},
     "batch": {"transports", "world_size", "batches", "model", "network"},
     "mpi-library": {"transports", "allreduce", "allreduce_sizes", "world_size", "libraries", "model", "batch"},
     "models": {"transports", "models", "world_size", "batch", "network"},
+    "parallelism": {"transports", "world_sizes", "model", "batch", "parallel", "amp", "network"},
 }
+#: The benchmark whose transports, parallelism and precision the parallelism vector sweeps.
+PARALLELISM_BENCHMARK = "torch-epoch"
 _ARM_KEYS = {"python", "env", "launcher_args"}
 #: ``[launch]`` keys, as ``perfsuite run`` spells the options.
 LAUNCH_KEYS = ("launcher", "launcher-program", "launcher-args", "mpi-flavor", "hostfile", "hosts", "ppn",
@@ -85,12 +97,18 @@ class Point:
     arm: str = ""  # Arm.key: "" = this Python as launched
     batches: tuple[int, ...] = ()
     sizes: tuple[int, ...] = ()
+    variant: str = ""  # Case.variant: parallelism and precision ("" = ddp, float32)
+    seq_len: int = 0  # a language model's tokens per sequence (then image_size is 0)
 
     @property
     def key(self) -> str:
+        # The keys of points without a variant or a sequence length are those of every plan
+        # before them, so an older study.json resumes unchanged.
         bits = [self.benchmark, self.transport, f"n{self.world_size}"]
         if self.model:
-            bits.append(f"{self.model}@{self.image_size}")
+            bits.append(f"{self.model}@{self.seq_len}tok" if self.seq_len else f"{self.model}@{self.image_size}")
+        if self.variant:
+            bits.append(self.variant)
         if self.network != "none":
             bits.append(f"net={self.network}")
         if self.arm:
@@ -108,7 +126,11 @@ class Plan:
     warmup: int
     timeout: float
     allreduce_iters: int
+    #: Rank 0's one-process run and the plain loop beside each training epoch (--yardsticks):
+    #: a study's efficiency comes from its own 1-rank points, so a plan may leave them out.
+    yardsticks: bool
     image_size: dict[str, int]
+    seq_len: dict[str, int]
     launch: dict[str, Any]
     arms: dict[str, Arm]
     vectors: dict[str, dict[str, Any]]
@@ -125,7 +147,12 @@ class Plan:
         return next((a for a in self.arms.values() if a.key == point.arm), Arm("here"))
 
     def image(self, model: str) -> int:
-        return self.image_size.get(model, model_spec(model).image_size)
+        """Pixels of an image model (0 for a language model)."""
+        return 0 if model_spec(model).is_lm else self.image_size.get(model, model_spec(model).image_size)
+
+    def seq(self, model: str) -> int:
+        """Tokens per sequence of a language model (0 for an image model)."""
+        return self.seq_len.get(model, model_spec(model).seq_len) if model_spec(model).is_lm else 0
 
 
 def _bad(where: str, what: str) -> ConfigError:
@@ -221,6 +248,15 @@ def parse(raw: dict, source: str = "plan") -> Plan:
             check_image_size(m, px)
         except ConfigError as exc:
             raise _bad(where(f"image_size.{m}"), str(exc)) from None
+    seq = _keys(raw.get("seq_len", {}), set(LM_MODELS), where("seq_len"))
+    for m, tokens in seq.items():
+        if isinstance(tokens, bool) or not isinstance(tokens, int):
+            raise _bad(where(f"seq_len.{m}"), f"{json.dumps(tokens)} must be a whole number of tokens, "
+                       f"e.g. {model_spec(m).seq_len}")
+        try:
+            check_seq_len(m, tokens)
+        except ConfigError as exc:
+            raise _bad(where(f"seq_len.{m}"), str(exc)) from None
     launch = _keys(raw.get("launch", {}), set(LAUNCH_KEYS), where("launch"))
     arms = {}
     for arm_name, a in _keys(raw.get("mpi", {}), set(raw.get("mpi", {})), where("mpi")).items():
@@ -237,6 +273,9 @@ def parse(raw: dict, source: str = "plan") -> Plan:
         # A relative path is the venv beside where perfsuite is run (as --b-python takes it).
         arms[arm_name] = Arm(arm_name, os.path.abspath(python) if python else HERE,
                              tuple(sorted(env.items())), tuple(args))
+    yardsticks = raw.get("yardsticks", True)
+    if not isinstance(yardsticks, bool):
+        raise _bad(where("yardsticks"), f"{json.dumps(yardsticks)} must be true or false")
     vectors = _keys(_need(raw, "vectors", source), set(VECTORS), where("vectors"))
     if not vectors:
         raise _bad(where("vectors"), f"names none; give one or more of {', '.join(VECTORS)}")
@@ -247,7 +286,8 @@ def parse(raw: dict, source: str = "plan") -> Plan:
                 warmup=_whole(raw.get("warmup", 2), where("warmup"), low=0),
                 timeout=float(_whole(raw.get("timeout", 600), where("timeout"))),
                 allreduce_iters=_whole(raw.get("allreduce_iters", DEFAULT_ALLREDUCE_ITERS), where("allreduce_iters")),
-                image_size=dict(image), launch=dict(launch), arms=arms, vectors={}, raw=raw)
+                yardsticks=yardsticks, image_size=dict(image), seq_len=dict(seq), launch=dict(launch), arms=arms,
+                vectors={}, raw=raw)
     for vname, v in vectors.items():
         plan.vectors[vname] = _vector(plan, vname, _keys(v, _VECTOR_KEYS[vname], where(f"vectors.{vname}")),
                                       where(f"vectors.{vname}"))
@@ -256,6 +296,13 @@ def parse(raw: dict, source: str = "plan") -> Plan:
 
 def _vector(plan: Plan, name: str, v: dict, where: str) -> dict[str, Any]:
     """The vector with defaults filled in, its points added to the plan."""
+    if name not in IMAGE_VECTORS:
+        return _parallelism(plan, v, where)
+    for key in ("model", "models"):
+        for m in ([v[key]] if isinstance(v.get(key), str) else v.get(key) or ()):
+            if isinstance(m, str) and m in LM_MODELS:
+                raise _bad(f"{where}.{key}", f"{m} is a language model (its rate is tokens/s); the {name} vector "
+                           "reports img/s of image models, and tokens/s is the parallelism vector's (PyTorch)")
     out: dict[str, Any] = {"transports": _transports(_need(v, "transports", where), f"{where}.transports", None)}
     if "allreduce" in v:
         out["allreduce"] = _transports(v["allreduce"], f"{where}.allreduce", "allreduce")
@@ -330,15 +377,65 @@ def _vector(plan: Plan, name: str, v: dict, where: str) -> dict[str, Any]:
     return out
 
 
+def _parallelism(plan: Plan, v: dict, where: str) -> dict[str, Any]:
+    """DDP against FSDP (and float32 against bf16): one point per transport, world size,
+    parallelism and precision, so a DDP and an FSDP world of one size are two points that the
+    rounds interleave."""
+    out: dict[str, Any] = {"transports": _transports(_need(v, "transports", where), f"{where}.transports",
+                                                     PARALLELISM_BENCHMARK)}
+    sizes = _need(v, "world_sizes", where)
+    if not isinstance(sizes, list) or not sizes:
+        raise _bad(f"{where}.world_sizes", f"{json.dumps(sizes)} must be a list, e.g. [1, 2, 4]")
+    out["world_sizes"] = tuple(sorted({_whole(n, f"{where}.world_sizes") for n in sizes}))
+    out["model"] = _model(v.get("model", "gpt-tiny"), f"{where}.model")
+    out["batches"] = (_batch(v.get("batch", model_spec(out["model"]).batch), f"{where}.batch"),)
+    for key, known, what, default in (("parallel", PARALLEL, "parallelism", list(PARALLEL)),
+                                      ("amp", AMP, "precision (amp)", [AMP[0]])):
+        names = v.get(key, default)
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+            raise _bad(f"{where}.{key}", f"{json.dumps(names)} must be a list of names from {', '.join(known)}")
+        try:
+            out[key] = parse_names(names, known, what)
+        except ConfigError as exc:
+            raise _bad(f"{where}.{key}", str(exc)) from None
+    out["networks"] = _networks(v.get("network", "none"), out["world_sizes"], f"{where}.network")
+    for t in out["transports"]:
+        for n in out["world_sizes"]:
+            for par in out["parallel"]:
+                for amp in out["amp"]:
+                    plan_point(plan, PARALLELISM_BENCHMARK, t, n, out["model"], out["networks"][n], "",
+                               out["batches"], variant=training_variant(par, amp))
+    return out
+
+
+def _networks(v: Any, world_sizes: Sequence[int], where: str) -> dict[int, str]:
+    """World size -> network: one rate (or "none") for every world, or a table naming the world
+    sizes that run on emulated nodes, e.g. { 4 = "1gbit" } (the others as launched)."""
+    if not isinstance(v, dict):
+        net = _network(v, where)
+        return {n: net for n in world_sizes}
+    out = {n: "none" for n in world_sizes}
+    for k, rate in v.items():
+        n = int(k) if str(k).isdigit() else None
+        if n not in out:
+            raise _bad(f"{where}.{k}", f"names a world size not in world_sizes "
+                       f"{json.dumps(list(world_sizes))}; key the table by those, e.g. {{ 4 = \"1gbit\" }}")
+        out[n] = _network(rate, f"{where}.{k}")
+    return out
+
+
 def plan_point(plan: Plan, benchmark: str, transport: str, n: int, model: str, network: str, arm: str,
-               batches: Sequence[int] = (), sizes: Sequence[int] = ()) -> Point:
+               batches: Sequence[int] = (), sizes: Sequence[int] = (), variant: str = "") -> Point:
     """The plan's point for this world, made or widened to sweep ``batches``/``sizes`` too."""
     net = "none" if n == 1 else network  # one rank has no links to shape
-    p = Point(benchmark, transport, n, model, plan.image(model) if model else 0, net, arm)
+    p = Point(benchmark, transport, n, model, plan.image(model) if model else 0, net, arm,
+              variant=variant, seq_len=plan.seq(model) if model else 0)
     old = plan.points.get(p.key)
     batches = tuple(sorted(set(batches) | set(old.batches if old else ())))
     sizes = tuple(sorted(set(sizes) | set(old.sizes if old else ())))
-    p = Point(p.benchmark, p.transport, n, p.model, p.image_size, net, arm, batches, sizes)
+    p = replace(p, batches=batches, sizes=sizes)
     plan.points[p.key] = p
     return p
 
@@ -374,31 +471,15 @@ def unavailable_arms(plan: Plan, probe) -> dict[str, str]:
     return out
 
 
-# --- what a study costs -------------------------------------------------------------------------
-
-#: Seconds of one world's fixed part (start, TensorFlow import, model build) and of one batch's
-#: steps plus its one-worker yardstick, for small-cnn at 32 px and batch 32, ranks within the
-#: cores; fitted to seed-tf's 78 worlds on the 2-core VM (docs/measurements.md, 2026-11-25:
-#: 11 s for one worker sweeping 3 batches, 9 s for two workers and one batch, 28-44 s for
-#: MobileNet at 32 px). Only a first guess: the time left is taken from the worlds timed.
-TF_WORLD_S, TF_BATCH_S, ALLREDUCE_WORLD_S = 6.5, 0.9, 2.0
-#: Relative cost of a step, per model at its reference image size of 32 px.
-MODEL_COST = {"small-cnn": 1.0, "mobilenet": 13.0, "resnet50": 50.0}
-
-
-def expected_world_s(p: Point, steps: int, warmup: int, cores: int | None = None) -> float:
-    cores = cores or len(os.sched_getaffinity(0))
-    crowd = max(1.0, p.world_size / max(cores, 1))  # ranks beyond the cores take turns
-    if p.benchmark == "allreduce":
-        return ALLREDUCE_WORLD_S * crowd
-    step = MODEL_COST.get(p.model, 1.0) * (p.image_size / 32) ** 2
-    batch = sum(TF_BATCH_S * step * (b / 32) * (steps + warmup) / 12 for b in p.batches)
-    return (TF_WORLD_S + 2 * batch) * crowd  # the steps and the one-worker yardstick
-
-
 def describe(p: Point) -> str:
-    what = (f"{p.model}@{p.image_size}px batch {','.join(map(str, p.batches))}" if p.benchmark != "allreduce"
-            else "sizes " + ",".join(format_size(s) for s in p.sizes))
+    if p.benchmark == "allreduce":
+        what = "sizes " + ",".join(format_size(s) for s in p.sizes)
+    else:
+        size = f"{p.model} {p.seq_len} tokens" if p.seq_len else f"{p.model}@{p.image_size}px"
+        what = f"{size} batch {','.join(map(str, p.batches))}"
+        if p.benchmark == PARALLELISM_BENCHMARK and (p.variant or p.seq_len):
+            par, amp = parallel_amp(p.variant)
+            what += f", {par}, {'float32' if amp == 'off' else amp}"
     return f"{p.key} ({what})"
 
 
