@@ -15,7 +15,8 @@ wall clock, half just before the timed epoch and half just after: the harness's 
 loop's is ``vs_plain_loop`` (the harness's loop should cost nothing measurable).
 
 CPU threads: torch's intra-op pool would take every core in every rank; like torchrun, each rank
-gets the node's cores divided among its ranks (``compute_threads`` sets it).
+gets the machine's cores divided among its ranks, emulated nodes included (``compute_threads``
+sets it).
 """
 from __future__ import annotations
 
@@ -50,6 +51,21 @@ BENCHMARK = "torch-epoch"
 DEFAULT_PROFILE_STEPS = 4
 
 
+def ranks_on_machine(comm) -> int:
+    """Ranks on this physical machine: those that read its boot id. Emulated nodes (network
+    namespaces) are nodes to MPI and to the straggler rule but share one machine's cores, so
+    dividing the cores among a node's ranks would give each emulated node all of them."""
+    from ..transports.gpu import node_rank
+
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = None
+    ids = comm.allgather(boot)
+    return ids.count(boot) if boot is not None and None not in ids else node_rank(comm)[1]
+
+
 def compute_threads(options: dict, ranks_on_node: int) -> int:
     n = whole_option(options, "compute_threads", None, 1, "compute threads per rank")
     if n is None:
@@ -58,8 +74,6 @@ def compute_threads(options: dict, ranks_on_node: int) -> int:
 
 
 def run(ctx: RankContext) -> dict:
-    from ..transports.gpu import node_rank
-
     comm = ctx.comm
     opts = epoch_options(ctx.options)
     reference = bool(ctx.options.get("plain_ddp", ctx.options.get("yardsticks", True)))
@@ -68,7 +82,7 @@ def run(ctx: RankContext) -> dict:
     t0 = time.perf_counter()
     torch, _ = import_torch()
     import_s = time.perf_counter() - t0
-    threads = compute_threads(ctx.options, node_rank(comm)[1])
+    threads = compute_threads(ctx.options, ranks_on_machine(comm))
     torch.set_num_threads(threads)
     transport = load_transport(ctx.transport, BENCHMARK)(comm, ctx.options)
     device = transport.device
