@@ -177,3 +177,24 @@ def test_a_nan_in_one_rank_fails_the_world_with_exit_4(tmp_path, no_leftover_ran
     assert r.returncode == 4, said(r)
     assert ("INVALID: torch-epoch[torch-gloo-n2-gpt-tiny-b2-fsdp] did not measure what it claims (the loss was "
             "not finite on some step): a failed world, not a measurement") in r.stdout, said(r)
+
+
+def test_fsdp_over_ddp_and_bf16_over_float32_are_paired_by_round():
+    from perfsuite.bench.training import axis_lines
+    from perfsuite.model import ROUNDS_KEY
+
+    def sample(variant: str, rounds: list[float]):
+        case = Case("torch-epoch", "torch-gloo", 2, model="gpt-tiny", batch=8, variant=variant)
+        s = summarize(case, np.full((4, 2), 0.05), None, None, {"seq_len": 64})
+        s.info[ROUNDS_KEY] = {"tokens_per_s": rounds}
+        return s
+
+    lines = axis_lines([sample("", [100.0, 110.0, 90.0]), sample("fsdp", [60.0, 66.0, 54.0]),
+                        sample("bf16", [200.0, 220.0, 180.0]), sample("fsdp-bf16", [120.0, 132.0, 108.0])],
+                       "torch-epoch")
+    assert "# tokens/s(fsdp)/tokens/s(ddp) = 0.60 [0.60, 0.60] 95% over 3 interleaved rounds  (torch-gloo, " \
+           "gpt-tiny, batch 8, 2 workers: 60.0 vs 100.0 tokens/s)" in lines
+    assert sum("tokens/s(bf16)/tokens/s(off) = 2.00 [2.00, 2.00]" in line for line in lines) == 2
+    assert sum("tokens/s(fsdp)/tokens/s(ddp) = 0.60" in line for line in lines) == 2
+    assert any(re.match(r"# tokens/s 99\.\d \[\d+\.\d, \d+\.\d\] 95% over 3 rounds \(torch-gloo, gpt-tiny, "
+                        r"batch 8, 2 workers; geometric mean\)", line) for line in lines), lines

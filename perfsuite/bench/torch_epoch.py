@@ -11,12 +11,12 @@ from collections.abc import Sequence
 
 from ..errors import ConfigError
 from ..kernels.training import AMP, PARALLEL, rate_of
-from ..model import Case, Opt, Result, parse_names, whole_number
+from ..model import Case, Opt, Result, Sample, parse_names, whole_number
 from ..transports.torch.train import FSDP_PREFETCH
 from . import BenchmarkSpec, Selection, register
-from .training import (DEFAULT_BATCHES, DEFAULT_MODELS, JUDGED, OPTIONS as TRAINING_OPTIONS,
-                       check_model_inputs, SHORT_NAMES,
-                       loss_line, ratio_comparisons, ratio_pairs, training_cases, training_table, wire_bytes)
+from .training import (DEFAULT_BATCHES, DEFAULT_MODELS, JUDGED, OPTIONS as TRAINING_OPTIONS, SHORT_NAMES,
+                       axis_lines, check_model_inputs, loss_line, ratio_lines, ratio_pairs, training_cases,
+                       training_table, wire_bytes)
 
 #: What a GPU user asks first: NCCL's img/s over gloo's.
 RATIOS = ratio_pairs("torch-gloo", "torch-nccl")
@@ -69,6 +69,12 @@ def table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def comparisons(samples: Sequence[Sample]) -> list[str]:
+    """NCCL's rate over gloo's, and each case's rate with its interval and over its DDP or
+    float32 twin, paired by round."""
+    return ratio_lines(samples, "torch-epoch", RATIOS) + axis_lines(samples, "torch-epoch")
+
+
 def parse_parallel(text: str | Sequence[str]) -> tuple[str, ...]:
     return parse_names(text, PARALLEL, "parallelism")
 
@@ -112,5 +118,5 @@ SPEC = register(BenchmarkSpec(
     "torch-epoch", "short PyTorch training epochs, DDP or FSDP, float32 or bf16: images/s or tokens/s, "
     "step times, scaling efficiency, exposed collectives, MFU",
     kernel="perfsuite.kernels.torch_epoch", cases=cases, options=OPTIONS, table=table,
-    wire_bytes=wire_bytes, comparisons=ratio_comparisons("torch-epoch", RATIOS), judged=JUDGED,
+    wire_bytes=wire_bytes, comparisons=comparisons, judged=JUDGED,
     short_names=SHORT_NAMES))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from .. import stats
 from ..errors import ConfigError
 from ..kernels.tf_models import MODELS, check_batch, check_image_size, check_seq_len, model_spec
-from ..kernels.training import AMP, PARALLEL, rate_of, training_variant
+from ..kernels.training import AMP, PARALLEL, parallel_amp, rate_of, training_variant
 from ..model import Case, Opt, Result, Sample, parse_names, round_values, split_list, whole_number
 from . import heading
 from .allreduce import allreduce_wire_bytes
@@ -138,32 +138,61 @@ def _share(share: float | None, info: dict) -> str:
 
 def ratio_lines(samples: Sequence[Sample], benchmark: str, pairs: Pairs) -> list[str]:
     """'img/s(mpi)/img/s(grpc) = 1.80 [1.62, 2.00]' for every pair (numerator, denominator
-    transport) of ``benchmark``'s samples, per model, batch and world size where both ran.
-    With rounds, the suite interleaves the transports' worlds, so round k of one and round k
-    of the other ran side by side: the ratio is the geometric mean of those pairs, with its
-    95% t interval (``stats.paired_ratio_ci``)."""
-    img = {(s.case.transport, s.case.model, s.case.variant, s.case.batch, s.case.world_size): s
-           for s in samples if s.case.benchmark == benchmark and rate_of(s.info)[0] in s.metrics}
+    transport) of ``benchmark``'s samples, per model, variant, batch and world size where both
+    ran (``paired_line``)."""
+    img = _by_case(samples, benchmark)
     out = []
     for num, den in pairs:
         for (t, model, variant, batch, n), s in img.items():
             other = img.get((den, model, variant, batch, n))
-            if t != num or other is None:
-                continue
-            key, unit = rate_of(s.info)
-            a, b = round_values(s, key), round_values(other, key)
-            label = "-".join([model, *([variant] if variant else [])])
-            what = (f"({label}, batch {batch}, {n} workers: {stats.median(a):.1f} vs "
-                    f"{stats.median(b):.1f} {unit}")
-            aligned = not (s.info.get("rounds_dropped") or other.info.get("rounds_dropped"))
-            if aligned and len(a) == len(b) and len(a) > 1 and min(a + b) > 0:
-                ratio, lo, hi = stats.paired_ratio_ci(a, b)
-                out.append(f"# {unit}({num})/{unit}({den}) = {ratio:.2f} [{lo:.2f}, {hi:.2f}] 95% over "
-                           f"{len(a)} interleaved rounds  {what})")
-            elif min(a + b) > 0:
-                out.append(f"# {unit}({num})/{unit}({den}) = {stats.median(a) / stats.median(b):.2f} "
-                           f"(no interval: {len(a)} vs {len(b)} rounds; use --rounds 3 or more)  {what})")
+            if t == num and other is not None:
+                label = "-".join([model, *([variant] if variant else [])])
+                out.extend(paired_line(s, other, num, den, f"{label}, batch {batch}, {n} workers"))
     return out
+
+
+def axis_lines(samples: Sequence[Sample], benchmark: str) -> list[str]:
+    """Per case run over rounds, its rate with a 95% interval; per case of FSDP or bf16, its rate
+    over the same case's under DDP or in float32, paired by round (``paired_line``)."""
+    img = _by_case(samples, benchmark)
+    out = []
+    for (t, model, variant, batch, n), s in img.items():
+        key, unit = rate_of(s.info)
+        v = round_values(s, key)
+        what = f"{t}, {'-'.join([model, *([variant] if variant else [])])}, batch {batch}, {n} workers"
+        if len(v) > 1 and min(v) > 0:
+            g, lo, hi = stats.paired_ratio_ci(v, [1.0] * len(v))
+            out.append(f"# {unit} {g:.1f} [{lo:.1f}, {hi:.1f}] 95% over {len(v)} rounds ({what}; geometric mean)")
+        parallel, amp = parallel_amp(variant)
+        for other, num, den in ((training_variant(PARALLEL[0], amp), parallel, PARALLEL[0]),
+                                (training_variant(parallel, AMP[0]), amp, AMP[0])):
+            base = img.get((t, model, other, batch, n))
+            if other != variant and base is not None:
+                out.extend(paired_line(s, base, num, den, f"{t}, {model}, batch {batch}, {n} workers"))
+    return out
+
+
+def paired_line(s: Sample, other: Sample, num: str, den: str, what: str) -> list[str]:
+    """'tokens/s(fsdp)/tokens/s(ddp) = 0.65 [0.60, 0.70]': with rounds the suite interleaves the
+    two worlds, so round k of one and round k of the other ran side by side: the ratio is the
+    geometric mean of those pairs, with its 95% t interval (``stats.paired_ratio_ci``)."""
+    key, unit = rate_of(s.info)
+    a, b = round_values(s, key), round_values(other, key)
+    if not a or not b or min(a + b) <= 0:
+        return []
+    what = f"({what}: {stats.median(a):.1f} vs {stats.median(b):.1f} {unit})"
+    aligned = not (s.info.get("rounds_dropped") or other.info.get("rounds_dropped"))
+    if aligned and len(a) == len(b) and len(a) > 1:
+        ratio, lo, hi = stats.paired_ratio_ci(a, b)
+        return [f"# {unit}({num})/{unit}({den}) = {ratio:.2f} [{lo:.2f}, {hi:.2f}] 95% over "
+                f"{len(a)} interleaved rounds  {what}"]
+    return [f"# {unit}({num})/{unit}({den}) = {stats.median(a) / stats.median(b):.2f} "
+            f"(no interval: {len(a)} vs {len(b)} rounds; use --rounds 3 or more)  {what}"]
+
+
+def _by_case(samples: Sequence[Sample], benchmark: str) -> dict[tuple, Sample]:
+    return {(s.case.transport, s.case.model, s.case.variant, s.case.batch, s.case.world_size): s
+            for s in samples if s.case.benchmark == benchmark and rate_of(s.info)[0] in s.metrics}
 
 
 def ratio_pairs(over: str, *designs: str) -> tuple[tuple[str, str], ...]:
