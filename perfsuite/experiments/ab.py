@@ -424,12 +424,13 @@ def format_report(rep: ABReport) -> str:
         lines.append("# the arms are identical: this is an A/A calibration run (expect SAME or UNKNOWN)")
     lines.append(f"# {rep.pairs} pairs, each in random order, {rep.wall_s:.0f} s; tolerance "
                  f"{vt.tolerance(c.tolerance)}; looks at {', '.join(map(str, c.looks))} pairs")
-    head = (f"{'case':<36}{'metric':<16}{'A':>10}{'B':>10}{'B/A':>8}{'interval':>22}{'pairs':>7}"
+    wide = max([36] + [len(v.case) + 2 for v in rep.verdicts])  # a long case name keeps its gap
+    head = (f"{'case':<{wide}}{'metric':<16}{'A':>10}{'B':>10}{'B/A':>8}{'interval':>22}{'pairs':>7}"
             f"{'drop':>6}  verdict")
     lines.append(head)
     for v in sorted(rep.verdicts, key=lambda v: (v.case, v.metric)):
         metric = vt.short(v.metric) + (f"|{vt.short(v.mirror)}" if v.mirror else "")
-        lines.append(f"{v.case:<36}{metric:<16}{vt.number(v.baseline):>10}{vt.number(v.value):>10}"
+        lines.append(f"{v.case:<{wide}}{metric:<16}{vt.number(v.baseline):>10}{vt.number(v.value):>10}"
                      f"{vt.ratio(v.change):>8}{vt.interval(v, as_ratio=True):>22}{v.rounds:>7}"
                      f"{v.dropped:>6}  {v.kind}" + (f" ({v.status})" if v.kind == "DIFFERENT" else ""))
     lines += [f"# {vt.canary(v)}" for v in sorted(rep.verdicts, key=lambda v: v.case) if vt.canary(v)]
