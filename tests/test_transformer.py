@@ -193,7 +193,8 @@ def test_fsdp_over_ddp_and_bf16_over_float32_are_paired_by_round():
                         sample("bf16", [200.0, 220.0, 180.0]), sample("fsdp-bf16", [120.0, 132.0, 108.0])],
                        "torch-epoch")
     assert "# tokens/s(fsdp)/tokens/s(ddp) = 0.60 [0.60, 0.60] 95% over 3 interleaved rounds  (torch-gloo, " \
-           "gpt-tiny, batch 8, 2 workers: 60.0 vs 100.0 tokens/s)" in lines
+           "gpt-tiny, off, batch 8, 2 workers: 60.0 vs 100.0 tokens/s)" in lines
+    assert any("(torch-gloo, gpt-tiny, fsdp, batch 8, 2 workers: 120.0 vs 60.0 tokens/s)" in line for line in lines)
     assert sum("tokens/s(bf16)/tokens/s(off) = 2.00 [2.00, 2.00]" in line for line in lines) == 2
     assert sum("tokens/s(fsdp)/tokens/s(ddp) = 0.60" in line for line in lines) == 2
     assert any(re.match(r"# tokens/s 99\.\d \[\d+\.\d, \d+\.\d\] 95% over 3 rounds \(torch-gloo, gpt-tiny, "

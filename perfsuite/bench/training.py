@@ -164,11 +164,11 @@ def axis_lines(samples: Sequence[Sample], benchmark: str) -> list[str]:
             g, lo, hi = stats.paired_ratio_ci(v, [1.0] * len(v))
             out.append(f"# {unit} {g:.1f} [{lo:.1f}, {hi:.1f}] 95% over {len(v)} rounds ({what}; geometric mean)")
         parallel, amp = parallel_amp(variant)
-        for other, num, den in ((training_variant(PARALLEL[0], amp), parallel, PARALLEL[0]),
-                                (training_variant(parallel, AMP[0]), amp, AMP[0])):
+        for other, num, den, held in ((training_variant(PARALLEL[0], amp), parallel, PARALLEL[0], amp),
+                                      (training_variant(parallel, AMP[0]), amp, AMP[0], parallel)):
             base = img.get((t, model, other, batch, n))
-            if other != variant and base is not None:
-                out.extend(paired_line(s, base, num, den, f"{t}, {model}, batch {batch}, {n} workers"))
+            if other != variant and base is not None:  # named with the axis both share: 'fsdp/ddp in bf16'
+                out.extend(paired_line(s, base, num, den, f"{t}, {model}, {held}, batch {batch}, {n} workers"))
     return out
 
 
