@@ -174,11 +174,11 @@ def do_study(args: argparse.Namespace) -> int:
         notes.append("Parallelism: FSDP/DDP is FSDP2's rate over DDP's at the same transport, ranks and precision, "
                      "round r over round r; each one's efficiency = rate with n ranks / (n x its own rate with 1 "
                      "rank). float32 is autocast off; bf16 is autocast (DDP) or FSDP's mixed-precision policy. "
-                     "A rank computes on its node's cores divided among the node's ranks, so ranks sharing one "
-                     "machine have no more cores than 1 rank had: there, efficiency tops out near 1/n. A world "
-                     "with more ranks than cores (emulated nodes each take every core) takes turns on them: its "
-                     "rate measures the machine's crowding as much as the parallelism, and its contention says "
-                     "how much.")
+                     "A rank computes on its machine's cores divided among the machine's ranks (emulated nodes "
+                     "share one machine's cores), so ranks sharing one machine have no more cores than 1 rank "
+                     "had: there, efficiency tops out near 1/n. A world with more ranks than cores takes turns "
+                     "on them: its rate measures the machine's crowding as much as the parallelism, and its "
+                     "contention says how much.")
     notes += [f"{k}: skipped: {why}" for k, why in skipped.items()]
     doc = study_analysis.document(plan, an)
     unwritten = []  # what could not be written, one line each
