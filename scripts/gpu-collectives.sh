@@ -33,29 +33,10 @@
 set -uo pipefail
 
 checkout="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-say() { echo "gpu-collectives: $*"; }
-if ! nvidia-smi -L >/dev/null 2>&1; then
-    say "no GPU here (nvidia-smi lists none); nothing to measure"
-    exit 0
-fi
-out="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gpu-collectives.XXXXXX")}"
-sources="${NCCL_TESTS:-$checkout/.nccl-tests}"
-mkdir -p "$out"
-deadline=$(( SECONDS + ${BUDGET:-270} ))
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # a cluster's Open MPI, as root
-
-if ! timeout -k 5 60 bash "$checkout/scripts/gpu-bringup.sh" "${WHEELS:-$checkout/.whl}" >"$out/bringup.log" 2>&1; then
-    cat "$out/bringup.log"
-    say "FAILED: the bring-up (its log is above and in $out/bringup.log)"
-    exit 1
-fi
-exec > >(tee -a "$out/collectives.log") 2>&1
-grep -v '^installed\|^kept' "$out/bringup.log" | tail -3
-venv="${VENV:-$checkout/.venv-gpu}"
-py="$venv/bin/python"
-
-failed=()
 source "$checkout/scripts/gpu-steps.sh"
+sources="${NCCL_TESTS:-$checkout/.nccl-tests}"
+deadline=$(( SECONDS + ${BUDGET:-270} ))
+begin gpu-collectives collectives.log
 
 suite=("$venv/bin/perfsuite" run --benchmarks allreduce,all_gather,reduce_scatter,alltoall,broadcast,reduce
        --transports nccl --world-sizes 1 --max-contention off --sizes 4:64MiB --timeout 40)

@@ -53,14 +53,9 @@ esac
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # a cluster's Open MPI, as root
 
-if ! timeout -k 5 60 bash "$checkout/scripts/gpu-bringup.sh" "${WHEELS:-$checkout/.whl}" >"$out/bringup.log" 2>&1; then
-    cat "$out/bringup.log"
-    say "FAILED: the bring-up (its log is above and in $out/bringup.log)"
-    exit 1
-fi
+source "$checkout/scripts/gpu-steps.sh"
+bring_up gpu-first-contact  # before the GPU check: without a GPU the bring-up is what there is to show
 grep -v '^installed\|^kept' "$out/bringup.log"
-venv="${VENV:-$checkout/.venv-gpu}"
-py="$venv/bin/python"
 if ! nvidia-smi -L >/dev/null 2>&1; then
     say "no GPU here: nvidia-smi lists none; the bring-up above is all this machine can show"
     exit 0
@@ -79,7 +74,6 @@ failed=()
 # `all`: every step ends before the call's 600 s; another stage's steps keep their own limits
 [[ "$stage" == all ]] && deadline=$(( SECONDS + ${ALL_BUDGET:-540} )) || deadline=""
 MIN_LEFT=20
-source "$checkout/scripts/gpu-steps.sh"
 gpu_tests() {  # gpu_tests LIMIT_S
     step "$1" "pytest GPU cases" "$py" -m pytest "$checkout/tests/test_gpu_transports.py" \
         "$checkout/tests/test_gpu_correctness.py" "$checkout/tests/test_one_gpu.py" \

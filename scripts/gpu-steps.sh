@@ -1,11 +1,42 @@
 # Sourced by the GPU scripts (gpu-first-contact.sh, gpu-collectives.sh, gpu-transformer.sh): one
-# step runner and one ending, so a call of the GPU tool reads the same whichever script it ran.
+# start, one step runner and one ending, so a call of the GPU tool reads the same whichever script
+# it ran.
 #
-#   failed=(); deadline=$(( SECONDS + BUDGET ))   # deadline empty: no budget, each step its own limit
+#   deadline=$(( SECONDS + BUDGET ))              # deadline empty: no budget, each step its own limit
+#   begin NAME LOG                                # no GPU: one line, exit 0; else OUT, the bring-up, LOG
+#   bring_up NAME                                 # the bring-up alone (needs $out)
 #   step LIMIT_S NAME COMMAND...                  # one line before, its exit status after
 #   finish NAME OUT                               # the failed steps, then exit 1, or exit 0
 #
 # A step is cut to what is left of the budget, and not run under MIN_LEFT (default 15) seconds.
+
+failed=()
+
+bring_up() {  # bring_up NAME: the venv over the machine's CuPy, NCCL and PyTorch (sets venv, py), or exit 1
+    local checkout
+    checkout="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    if ! timeout -k 5 60 bash "$checkout/scripts/gpu-bringup.sh" "${WHEELS:-$checkout/.whl}" >"$out/bringup.log" 2>&1; then
+        cat "$out/bringup.log"
+        echo "$1: FAILED: the bring-up (its log is above and in $out/bringup.log)"
+        exit 1
+    fi
+    venv="${VENV:-$checkout/.venv-gpu}"
+    py="$venv/bin/python"
+}
+
+begin() {  # begin NAME LOG: sets out, venv, py; everything printed after it is kept in $out/LOG
+    local name=$1
+    if ! nvidia-smi -L >/dev/null 2>&1; then
+        echo "$name: no GPU here (nvidia-smi lists none); nothing to measure"
+        exit 0
+    fi
+    out="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/$name.XXXXXX")}"
+    mkdir -p "$out"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # a cluster's Open MPI, as root
+    bring_up "$name"
+    exec > >(tee -a "$out/$2") 2>&1
+    grep -v '^installed\|^kept' "$out/bringup.log" | tail -3
+}
 
 step() {
     local limit=$1 name=$2 rc=0

@@ -22,27 +22,10 @@
 set -uo pipefail
 
 checkout="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-say() { echo "gpu-transformer: $*"; }
-if ! nvidia-smi -L >/dev/null 2>&1; then
-    say "no GPU here (nvidia-smi lists none); nothing to measure"
-    exit 0
-fi
-out="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gpu-transformer.XXXXXX")}"
-mkdir -p "$out"
-deadline=$(( SECONDS + ${BUDGET:-270} ))
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-if ! timeout -k 5 60 bash "$checkout/scripts/gpu-bringup.sh" "${WHEELS:-$checkout/.whl}" >"$out/bringup.log" 2>&1; then
-    cat "$out/bringup.log"
-    say "FAILED: the bring-up (its log is above and in $out/bringup.log)"
-    exit 1
-fi
-exec > >(tee -a "$out/transformer.log") 2>&1
-grep -v '^installed\|^kept' "$out/bringup.log" | tail -3
-venv="${VENV:-$checkout/.venv-gpu}"
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
-failed=()
 source "$checkout/scripts/gpu-steps.sh"
+deadline=$(( SECONDS + ${BUDGET:-270} ))
+begin gpu-transformer transformer.log
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 
 step 240 "gpt2-small, DDP and FSDP, bf16 and float32, n=1" "$venv/bin/perfsuite" run --benchmarks torch-epoch \
     --transports torch-nccl --world-sizes 1 --models gpt2-small --parallel ddp,fsdp --amp bf16,off \

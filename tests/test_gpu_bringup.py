@@ -169,7 +169,8 @@ def test_first_contact_in_one_call_ends_inside_its_budget(tmp_path):
     m = re.search(r"^== torch-nccl training epoch, n=1: not run, (-?\d+) s left of the call's budget$",
                   done.stdout, re.M)
     assert m and int(m.group(1)) <= 5, done.stdout
-    assert calls == [] and done.stdout.rstrip().splitlines()[-1] == "gpu-first-contact: FAILED: 1 step(s)"
+    assert calls == [] and done.stdout.rstrip().splitlines()[-1] == \
+        f"gpu-first-contact: FAILED: 1 step(s); files in {tmp_path / 'out5'}"
 
     # 89 s: enough to start the step (90 s alone), which then gets what is left, at most 89
     done, calls = first_contact_all(tmp_path, 89)

@@ -44,7 +44,32 @@ class _Images:
         return img, label
 
 
-class FileFeed(ShardFeed):
+class _LoaderFeed(ShardFeed):
+    """A shard read through a DataLoader of ``_dataset(files)``, each batch copied into the
+    tensors the step closes over (``x``, ``y``, made by the subclass)."""
+
+    what = ""
+
+    def _dataset(self, files: list[str]) -> Any:
+        raise NotImplementedError
+
+    def _open(self, files: list[str]):
+        from torch.utils.data import DataLoader
+
+        workers = self.prep_threads
+        return DataLoader(self._dataset(files), batch_size=self.batch, shuffle=False, drop_last=True,
+                          num_workers=workers, prefetch_factor=max(self.prefetch, 1) if workers else None)
+
+    def _put(self, x: Any, y: Any) -> None:
+        self.x.copy_(x)
+        self.y.copy_(y)
+
+    def describe(self, **extra: Any) -> dict[str, Any]:
+        return super().describe(loader="DataLoader worker processes", **({"input": self.what} if self.what else {}),
+                                **extra)
+
+
+class FileFeed(_LoaderFeed):
     def __init__(self, torch: Any, files: list[str], rank: int, world_size: int, batch: int, image: int,
                  classes: int, warmup_steps: int, steps: int, prep_threads: int, prefetch: int, device: Any):
         super().__init__(files, rank, world_size, batch, image, classes, warmup_steps, steps, prep_threads, prefetch)
@@ -52,20 +77,8 @@ class FileFeed(ShardFeed):
         self.y = torch.zeros(batch, dtype=torch.int64, device=device)
         self._begin()
 
-    def _open(self, files: list[str]):
-        from torch.utils.data import DataLoader
-
-        workers = self.prep_threads
-        return DataLoader(_Images(files, self.image, self.classes), batch_size=self.batch, shuffle=False,
-                          drop_last=True, num_workers=workers,
-                          prefetch_factor=max(self.prefetch, 1) if workers else None)
-
-    def _put(self, images: Any, labels: Any) -> None:
-        self.x.copy_(images)
-        self.y.copy_(labels)
-
-    def describe(self, **extra: Any) -> dict[str, Any]:
-        return super().describe(loader="DataLoader worker processes", **extra)
+    def _dataset(self, files: list[str]) -> Any:
+        return _Images(files, self.image, self.classes)
 
 
 class _Tokens:
@@ -94,7 +107,7 @@ class _Tokens:
         return tokens[:-1], tokens[1:]
 
 
-class TokenFeed(ShardFeed):
+class TokenFeed(_LoaderFeed):
     """A language model's shard of token files: each step's (inputs, targets), batch x seq_len
     int64, copied into the tensors the step closes over, as FileFeed copies images."""
 
@@ -106,20 +119,10 @@ class TokenFeed(ShardFeed):
         self.y = torch.zeros(batch, seq_len, dtype=torch.int64, device=device)
         self._begin()
 
-    def _open(self, files: list[str]):
-        from torch.utils.data import DataLoader
+    what = "token shards"
 
-        workers = self.prep_threads
-        return DataLoader(_Tokens(files, self.seq_len, self.classes), batch_size=self.batch, shuffle=False,
-                          drop_last=True, num_workers=workers,
-                          prefetch_factor=max(self.prefetch, 1) if workers else None)
-
-    def _put(self, inputs: Any, targets: Any) -> None:
-        self.x.copy_(inputs)
-        self.y.copy_(targets)
-
-    def describe(self, **extra: Any) -> dict[str, Any]:
-        return super().describe(loader="DataLoader worker processes", input="token shards", **extra)
+    def _dataset(self, files: list[str]) -> Any:
+        return _Tokens(files, self.seq_len, self.classes)
 
 
 def input_feed(torch: Any, options: dict, rank: int, world_size: int, batch: int, work: Any,
