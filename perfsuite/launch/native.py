@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def _sha256(data: bytes) -> str:
 
 
 _SHOWN: dict[str, str] = {}  # compiler real path -> what it says it runs (one process each)
-_FAILED: dict[tuple[str, str], NativeBuild] = {}  # (compiler, folder) -> a failed build: once a process
+_FAILED: dict[tuple[str, str], NativeBuild] = {}  # (compiler, folder) -> a failed build, once a process
 
 
 def _shows(cc: str) -> str:
@@ -131,32 +132,48 @@ def build(cc: str | None = None, cache: str | os.PathLike | None = None,
     found, damaged = _cached(folder)
     if found is not None:
         return found
-    if (cc, str(folder)) in _FAILED:  # every world asks: one compiler error per process is enough
+    return compile_cached(folder, cc, source_ref, "libperfsuite_loop", "native loop",
+                          lambda tmp, src, out: [cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(src)],
+                          {"compiler": os.path.realpath(cc), "compiler_shows": _shows(cc),
+                           "source_sha256": _sha256(source)}, damaged)
+
+
+def compile_cached(folder: Path, cc: str, source_ref, stem: str, what: str,
+                   argv: Callable[[Path, Path, Path], list[str]], stamp: dict, damaged: str | None) -> NativeBuild:
+    """Compile ``source_ref`` by ``argv(tmp, source, out)`` into ``folder``: the library named by
+    its sha256 and the stamp that vouches for it, each written atomically. A failure is one line
+    (the compiler's first error), remembered per process for (compiler, folder): every world asks,
+    one compiler error per process is enough."""
+    if (cc, str(folder)) in _FAILED:
         return _FAILED[(cc, str(folder))]
-    with tempfile.TemporaryDirectory(prefix="perfsuite-native-") as tmp, \
-            importlib.resources.as_file(source_ref) as src:
+    with tempfile.TemporaryDirectory(prefix=f"{stem}-") as tmp, importlib.resources.as_file(source_ref) as src:
         out = Path(tmp) / "lib.so"
         try:
-            run_command([cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(src)],
-                        timeout=BUILD_TIMEOUT_S)
+            done = run_command(argv(Path(tmp), Path(src), out), timeout=BUILD_TIMEOUT_S, check=False)
+            if done.returncode != 0:
+                raise LaunchError(f"exited {done.returncode}: {first_error(done.stderr or done.stdout)}")
             data = out.read_bytes()
         except (LaunchError, OSError) as exc:
-            failed = NativeBuild(why=f"{cc} could not build the native loop ({_one_line(exc)})")
+            failed = NativeBuild(why=f"{cc} could not build the {what} ({_one_line(exc)})")
             _FAILED[(cc, str(folder))] = failed
             return failed
     digest = _sha256(data)
-    lib = folder / f"libperfsuite_loop-{digest[:16]}.so"
+    lib = folder / f"{stem}-{digest[:16]}.so"
     try:
         formats.atomic_write(lib, data)
         formats.write_native_stamp(folder / STAMP, {
-            "library": lib.name, "library_sha256": digest, "perfsuite": __version__,
-            "compiler": os.path.realpath(cc), "compiler_shows": _shows(cc),
-            "source_sha256": _sha256(source),
+            "library": lib.name, "library_sha256": digest, "perfsuite": __version__, **stamp,
             "built": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
     except OSError as exc:
-        return NativeBuild(why=f"the native loop's cache folder {folder} is not writable "
+        return NativeBuild(why=f"the {what}'s cache folder {folder} is not writable "
                                f"({exc.strerror or exc}; set {CACHE_ENV} to a writable folder)")
     return NativeBuild(str(lib), digest, note=f"{damaged}; rebuilt" if damaged else None)
+
+
+def first_error(output: str) -> str:
+    """The compiler's first error line (the cause; what follows it is often its consequences)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output")
 
 
 def _one_line(exc: BaseException) -> str:

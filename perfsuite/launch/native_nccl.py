@@ -21,21 +21,18 @@ one line that says so, and the ``nccl`` transport times its batches from Python 
 """
 from __future__ import annotations
 
-import datetime as _dt
 import functools
-import hashlib
 import importlib.resources
 import importlib.util
 import os
 import platform
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from .. import __version__, formats
+from .. import __version__
 from ..errors import ConfigError, LaunchError
-from .native import BUILD_TIMEOUT_S, CACHE_ENV, STAMP, NativeBuild, _cached, _one_line, cache_root
+from .native import NativeBuild, _cached, _one_line, _sha256, cache_root, compile_cached
 from .world import run_command
 
 SOURCE = "c/nccl_loop.c"  # in perfsuite.kernels
@@ -101,14 +98,7 @@ def find_header(nccl_library: str | None = None, python: str | None = None) -> P
     return next((d for d in header_candidates(nccl_library, python) if (d / "nccl.h").is_file()), None)
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 _VERSIONS: dict[str, str] = {}  # compiler real path -> its first --version line (one process each)
-_FAILED: dict[tuple[str, str], NativeBuild] = {}  # (compiler, folder) -> a failed build: once a process
-
-
 def _compiler_version(cc: str) -> str:
     real = os.path.realpath(shutil.which(cc) or cc)
     if real not in _VERSIONS:
@@ -126,12 +116,6 @@ def _key(cc: str, source: bytes, header: bytes) -> str:
                       os.path.realpath(shutil.which(cc) or cc), _compiler_version(cc),
                       platform.machine(), " ".join(FLAGS)))
     return _sha256(text.encode())[:20]
-
-
-def first_error(output: str) -> str:
-    """The compiler's first error line (the cause; what follows it is often its consequences)."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    return next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output")
 
 
 def build(cc: str | None = None, cache: str | os.PathLike | None = None, python: str | None = None,
@@ -162,39 +146,19 @@ def build(cc: str | None = None, cache: str | os.PathLike | None = None, python:
     found, damaged = _cached(folder)
     if found is not None:
         return found
-    if (cc, str(folder)) in _FAILED:  # every world asks: one compiler error per process is enough
-        return _FAILED[(cc, str(folder))]
-    with tempfile.TemporaryDirectory(prefix="perfsuite-nccl-") as tmp, \
-            importlib.resources.as_file(source_ref) as src:
-        shim = Path(tmp) / "shim"
+
+    def argv(tmp: Path, src: Path, out: Path) -> list[str]:
+        shim = tmp / "shim"
         shim.mkdir()
         for name, text in SHIM.items():
             (shim / name).write_text(text)
-        out = Path(tmp) / "lib.so"
-        try:
-            done = run_command([cc, *FLAGS, "-I", str(shim), "-I", str(folder_h), "-o", str(out), str(src),
-                                "-ldl"], timeout=BUILD_TIMEOUT_S, check=False)
-            if done.returncode != 0:
-                raise LaunchError(f"exit {done.returncode}: {first_error(done.stderr or done.stdout)}")
-            data = out.read_bytes()
-        except (LaunchError, OSError) as exc:
-            failed = NativeBuild(why=f"{cc} could not build the native NCCL loop ({_one_line(exc)})")
-            _FAILED[(cc, str(folder))] = failed
-            return failed
-    digest = _sha256(data)
-    lib = folder / f"libperfsuite_nccl-{digest[:16]}.so"
-    try:
-        formats.atomic_write(lib, data)
-        formats.write_native_stamp(folder / STAMP, {
-            "library": lib.name, "library_sha256": digest, "perfsuite": __version__,
-            "compiler": os.path.realpath(shutil.which(cc) or cc), "compiler_version": _compiler_version(cc),
-            "source_sha256": _sha256(source), "nccl_header": str(folder_h / "nccl.h"),
-            "nccl_header_sha256": _sha256(header),
-            "built": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
-    except OSError as exc:
-        return NativeBuild(why=f"the native NCCL loop's cache folder {folder} is not writable "
-                               f"({exc.strerror or exc}; set {CACHE_ENV} to a writable folder)")
-    return NativeBuild(str(lib), digest, note=f"{damaged}; rebuilt" if damaged else None)
+        return [cc, *FLAGS, "-I", str(shim), "-I", str(folder_h), "-o", str(out), str(src), "-ldl"]
+
+    return compile_cached(folder, cc, source_ref, "libperfsuite_nccl", "native NCCL loop", argv,
+                          {"compiler": os.path.realpath(shutil.which(cc) or cc),
+                           "compiler_version": _compiler_version(cc), "source_sha256": _sha256(source),
+                           "nccl_header": str(folder_h / "nccl.h"), "nccl_header_sha256": _sha256(header)},
+                          damaged)
 
 
 #: ``device_timing`` values that want the loop (transports/gpu.py: DEVICE_TIMINGS).

@@ -80,28 +80,37 @@ class NativeLoop:
 
 def open_loop(facts: dict | None, comm) -> tuple[NativeLoop | None, str | None]:
     """This rank's loop from the launching side's ``native_loop`` facts, or why not (one line)."""
-    if not facts:
-        return None, "no native loop was prepared for this world"
-    if facts.get("why") or not facts.get("path"):
-        return None, str(facts.get("why") or "no native loop was prepared for this world")
+    lib, got = load_checked(facts, "native loop", "perfsuite_native_abi", ABI,
+                            "no native loop was prepared for this world")
+    if lib is None:
+        return None, got
+    why = _other_mpi(lib, got)
+    return (None, why) if why else (NativeLoop(lib, comm, got), None)
+
+
+def load_checked(facts: dict | None, what: str, abi_symbol: str, abi: int, absent: str
+                 ) -> tuple[ctypes.CDLL | None, str]:
+    """(the library, its path) the launching side's facts name, read on this host, with the
+    sha256 it was built with and the interface (ABI) this perfsuite calls; else (None, why)."""
+    if not facts or facts.get("why") or not facts.get("path"):
+        return None, str((facts or {}).get("why") or absent)
     path = str(facts["path"])
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as exc:
-        return None, f"native loop {path} cannot be read on this host ({exc.strerror})"
+        return None, f"{what} {path} cannot be read on this host ({exc.strerror})"
     if hashlib.sha256(data).hexdigest() != facts.get("sha256"):
-        return None, (f"native loop {path} is corrupt (its sha256 is not the one it was built "
+        return None, (f"{what} {path} is corrupt (its sha256 is not the one it was built "
                       "with); the next run rebuilds it")
     try:
         lib = ctypes.CDLL(path)
-        abi = lib.perfsuite_native_abi()
+        found = getattr(lib, abi_symbol)()
     except (OSError, AttributeError) as exc:
-        return None, f"native loop {path} cannot be loaded ({' '.join(str(exc).split())})"
-    if abi != ABI:
-        return None, f"native loop {path} has interface {abi}, this perfsuite needs {ABI}"
-    why = _other_mpi(lib, path)
-    return (None, why) if why else (NativeLoop(lib, comm, path), None)
+        return None, f"{what} {path} cannot be loaded ({' '.join(str(exc).split())})"
+    if found != abi:
+        return None, f"{what} {path} has interface {found}, this perfsuite needs {abi}"
+    return lib, path
 
 
 def _other_mpi(lib: ctypes.CDLL, path: str) -> str | None:

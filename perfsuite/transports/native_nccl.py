@@ -13,11 +13,11 @@ rank's reason, so no world mixes two loops.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 
 from .base import COLLECTIVES
 from .cuda_aware import mapped_libraries
+from .native import load_checked
 
 ABI = 2
 OPTION = "native_nccl"  # launch/native_nccl.OPTION: what the launching side prepared
@@ -91,30 +91,14 @@ def open_loop(facts: dict | None, maps: str = "/proc/self/maps",
               cuda: str = "libcuda.so.1") -> tuple[NcclLoop | None, str | None]:
     """This rank's loop from the launching side's ``native_nccl`` facts, or why not (one line).
     Call it after the NCCL communicator exists (CuPy has loaded NCCL, a CUDA context is current)."""
-    if not facts:
-        return None, ("no native NCCL loop was prepared for this world (the launching side builds "
-                      "it: launch/native_nccl.job_options)")
-    if facts.get("why") or not facts.get("path"):
-        return None, str(facts.get("why") or "no native NCCL loop was prepared for this world")
-    path = str(facts["path"])
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        return None, f"native NCCL loop {path} cannot be read on this host ({exc.strerror})"
-    if hashlib.sha256(data).hexdigest() != facts.get("sha256"):
-        return None, (f"native NCCL loop {path} is corrupt (its sha256 is not the one it was built "
-                      "with); the next run rebuilds it")
+    lib, path = load_checked(facts, "native NCCL loop", "perfsuite_nccl_abi", ABI,
+                             "no native NCCL loop was prepared for this world (the launching side builds "
+                             "it: launch/native_nccl.job_options)")
+    if lib is None:
+        return None, path
     nccl_path, why = loaded_nccl(maps)
     if why:
         return None, why
-    try:
-        lib = ctypes.CDLL(path)
-        abi = lib.perfsuite_nccl_abi()
-    except (OSError, AttributeError) as exc:
-        return None, f"native NCCL loop {path} cannot be loaded ({' '.join(str(exc).split())})"
-    if abi != ABI:
-        return None, f"native NCCL loop {path} has interface {abi}, this perfsuite needs {ABI}"
     opener = lib.perfsuite_nccl_open
     opener.restype, opener.argtypes = _vp, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _sz]
     why_buf = ctypes.create_string_buffer(_WHY_CHARS)
