@@ -199,3 +199,17 @@ def test_fsdp_over_ddp_and_bf16_over_float32_are_paired_by_round():
     assert sum("tokens/s(fsdp)/tokens/s(ddp) = 0.60" in line for line in lines) == 2
     assert any(re.match(r"# tokens/s 99\.\d \[\d+\.\d, \d+\.\d\] 95% over 3 rounds \(torch-gloo, gpt-tiny, "
                         r"batch 8, 2 workers; geometric mean\)", line) for line in lines), lines
+
+
+def test_both_frameworks_say_why_an_epoch_is_invalid_in_one_rule():
+    from perfsuite.kernels.training import invalid_why, world_checks
+
+    ok = world_checks([loss_checks([7.0, 6.0, 5.0]), loss_checks([7.0, 6.1, 5.1])])
+    assert invalid_why(ok, True, is_lm=True) is None
+    flat = world_checks([loss_checks([7.0, 7.1, 7.2]), loss_checks([7.0, 6.0, 5.0])])
+    assert invalid_why(flat, True, is_lm=True) == "the loss did not fall over the epoch (7.000 -> 7.200)"
+    assert invalid_why(flat, True, is_lm=False) is None  # an image model's labels may be noise
+    nan = world_checks([loss_checks([7.0, float("nan")]), loss_checks([7.0, 6.0])])
+    assert invalid_why(nan, True, is_lm=False) == "the loss was not finite on some step"
+    assert invalid_why(ok, False, is_lm=True) == "the replicas differ after the epoch"
+    assert invalid_why(ok, False, is_lm=True, sharded=True).startswith("the parameters gathered from the shards")

@@ -34,8 +34,8 @@ from .contention import world_view
 from .faults import slowdown_fraction, spin
 from .tf_input import configure_threads, input_feed
 from .input_files import input_options
-from .training import (SEED, epoch_options, loss_checks, plain_epoch, root_baseline, summarize, warm_and_time,
-                       weights_agree)
+from .training import (SEED, epoch_options, invalid_why, loss_checks, plain_epoch, root_baseline, summarize,
+                       warm_and_time, weights_agree, world_checks)
 from .tf_models import Workload, check_batch, model_spec, workload
 
 BENCHMARK = "tf-epoch"
@@ -97,15 +97,16 @@ def run(ctx: RankContext) -> dict:
                 ctx, lambda: _plain_baseline(tf, work, opts, learning_rate, x, y, done=transport.finish(tf)))
         gathered = comm.gather((times, allreduce, machine, checks), root=0)
         if ctx.is_root:
-            world_checks = _world_checks([g[3] for g in gathered])
-            valid = identical and world_checks["loss_finite"] and (world_checks["loss_falling"] or not work.spec.is_lm)
+            checked = world_checks([g[3] for g in gathered])
+            why = invalid_why(checked, identical, work.spec.is_lm)
             info = {**world_view([g[2] for g in gathered]), **work.facts(model), "warmup": opts["warmup"],
                     "warmup_s": warmup_s, "weights_identical": identical if max_diff is not None else None,
-                    "weights_max_diff": max_diff, **world_checks, "transport_facts": transport.describe(),
+                    "weights_max_diff": max_diff, **checked, "transport_facts": transport.describe(),
+                    **({"invalid_reason": why} if why else {}),
                     **(feed.describe() if feed is not None else {"data": "synthetic"})}
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1),
                                np.stack([g[1] for g in gathered], axis=1), baseline, info,
-                               valid=valid, nodes=nodes)
+                               valid=not why, nodes=nodes)
             ctx.emit(sample.to_dict())
         del model, optimizer, step, raw_step
     comm.Barrier()
@@ -124,13 +125,6 @@ def _workload(case: Case, opts: dict, options: dict) -> Workload:
         raise ConfigError(f"data source {options.get('data')!r} for {case.model}: tf-epoch trains a language "
                           "model on synthetic tokens only (torch-epoch reads token shards)")
     return work
-
-
-def _world_checks(per_rank: list[dict]) -> dict[str, Any]:
-    """The epoch's loss checks over the world: finite on every rank; falling on every rank."""
-    return {"loss_finite": all(c["loss_finite"] for c in per_rank),
-            "loss_falling": all(c["loss_falling"] for c in per_rank),
-            "loss_first": per_rank[0]["loss_first"], "loss_last": per_rank[0]["loss_last"]}
 
 
 def _plain_baseline(tf: Any, work: Workload, opts: dict, learning_rate: float | None, x: Any, y: Any,

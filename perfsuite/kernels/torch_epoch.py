@@ -28,23 +28,21 @@ from typing import Any
 
 import numpy as np
 
-from ..model import Case
+from ..model import Case, Metric
 from ..transports import load as load_transport
 from ..transports.hosts import node_name
 from ..transports.torch.support import import_torch
 from .context import RankContext, whole_option
 from .contention import world_view
-from .faults import slowdown_fraction, spin
-from ..errors import ConfigError
-from ..model import Metric
 from .exposure import profile
+from .faults import slowdown_fraction, spin
 from .peaks import mfu, peak_flops
 from .plain.torch_ddp import ddp_epoch
-from .tf_models import check_batch, check_image_size, check_seq_len, model_spec
+from .tf_models import check_batch
 from .torch_input import input_feed
 from .torch_models import Workload, workload
-from .training import (AMP, PARALLEL, SEED, epoch_options, loss_checks, parallel_amp, plain_epoch, rate_of,
-                       root_baseline, summarize, warm_and_time, weights_agree)
+from .training import (SEED, epoch_options, invalid_why, loss_checks, parallel_amp, plain_epoch, rate_of,
+                       root_baseline, summarize, warm_and_time, weights_agree, world_checks)
 
 BENCHMARK = "torch-epoch"
 #: Steps run under torch.profiler after the timed epoch, for each collective's exposed time.
@@ -134,13 +132,13 @@ def run(ctx: RankContext) -> dict:
         exposed, compute = _profile(torch, raw_step, profile_steps, device)
         gathered = comm.gather((times, allreduce, machine, exposed, compute, checks), root=0)
         if ctx.is_root:
-            world_checks = _world_checks([g[5] for g in gathered])
-            why = _invalid_why(world_checks, identical, parallel, work.spec.is_lm)
+            checked = world_checks([g[5] for g in gathered])
+            why = invalid_why(checked, identical, work.spec.is_lm, sharded=parallel == "fsdp")
             info = {**world_view([g[2] for g in gathered]), **facts, "parallel": parallel, "amp": amp,
                     "warmup": opts["warmup"], "warmup_s": warmup_s, "compute_threads": threads,
                     "weights_identical": identical if max_diff is not None else None,
                     **({"shards_consistent": identical} if parallel == "fsdp" else {}),
-                    "weights_max_diff": max_diff, **world_checks,
+                    "weights_max_diff": max_diff, **checked,
                     "transport_facts": transport.describe(), "device_name": device_name,
                     **({"invalid_reason": why} if why else {}),
                     **_exposure_info([g[3] for g in gathered]),
@@ -167,17 +165,9 @@ def run(ctx: RankContext) -> dict:
 
 
 def _workload(case: Case, opts: dict, options: dict) -> Workload:
-    """The case's model, its input size checked (the same check on every rank)."""
-    spec = model_spec(case.model or "")
+    """The case's model, its input size checked (the same check on every rank, as tf-epoch's)."""
     check_batch(case.batch)
-    parallel, amp = parallel_amp(case.variant)
-    if parallel not in PARALLEL or amp not in AMP:
-        raise ConfigError(f"case {case.name}: parallelism {parallel!r} / precision {amp!r} unknown")
-    if spec.is_lm:
-        seq = options.get("seq_len")
-        return workload(spec.name, seq_len=check_seq_len(spec.name, seq) if seq is not None else None)
-    image = check_image_size(case.model, opts["image_size"]) if opts["image_size"] is not None else None
-    return workload(spec.name, image, opts["classes"])
+    return workload(case.model or "", opts["image_size"], opts["classes"], options.get("seq_len"))
 
 
 def _replicas_agree(comm, model: Any, parallel: str, world_size: int) -> tuple[bool, float | None]:
@@ -190,26 +180,6 @@ def _replicas_agree(comm, model: Any, parallel: str, world_size: int) -> tuple[b
     identical, max_diff = weights_agree(comm, weights)
     finite = all(bool(np.all(np.isfinite(w))) for w in weights)
     return identical and bool(comm.allreduce(finite, op=_land())), max_diff
-
-
-def _world_checks(per_rank: list[dict]) -> dict[str, Any]:
-    """The epoch's loss checks over the world: finite on every rank; falling on every rank."""
-    return {"loss_finite": all(c["loss_finite"] for c in per_rank),
-            "loss_falling": all(c["loss_falling"] for c in per_rank),
-            "loss_first": per_rank[0]["loss_first"], "loss_last": per_rank[0]["loss_last"]}
-
-
-def _invalid_why(checks: dict, identical: bool, parallel: str, is_lm: bool) -> str | None:
-    """Why the epoch did not train as it claims, or None: a loss that was not finite, a language
-    model's loss that did not fall, replicas (DDP) or gathered shards (FSDP) that differ."""
-    if not checks["loss_finite"]:
-        return "the loss was not finite on some step"
-    if is_lm and not checks["loss_falling"]:
-        return f"the loss did not fall over the epoch ({checks['loss_first']:.3f} -> {checks['loss_last']:.3f})"
-    if not identical:
-        return ("the replicas differ after the epoch" if parallel == "ddp"
-                else "the parameters gathered from the shards differ between ranks or are not finite")
-    return None
 
 
 def _profile(torch: Any, step: Callable, steps: int, device: Any) -> tuple[dict | None, list[float]]:

@@ -15,17 +15,14 @@ from typing import Any
 import numpy as np
 
 from .gpt import build_gpt, flops_per_token, lm_loss, synthetic_tokens
-from .tf_models import ModelSpec, model_spec
+from .tf_models import LM_EPSILON, LM_LEARNING_RATE, LM_WEIGHT_DECAY, ModelSpec, model_spec
+from .tf_models import workload as tf_workload
 
 ARCHITECTURES = {"small-cnn": "2 conv + 2 dense layers, as tf-epoch's",
                  "mobilenet": "torchvision mobilenet_v2",
                  "resnet50": "torchvision resnet50",
                  "gpt-tiny": "GPT-2 decoder, 2 blocks x 128, 4 heads, vocab 2048, tied head",
                  "gpt2-small": "GPT-2 small decoder, 12 blocks x 768, 12 heads, vocab 50257, tied head"}
-#: AdamW's learning rate for the language models (a CNN trains with SGD at the loop's rate), when
-#: no learning rate is given: what GPT-2-sized models train at.
-LM_LEARNING_RATE = 1e-3
-
 
 @dataclass(frozen=True)
 class Workload:
@@ -51,7 +48,8 @@ class Workload:
 
     def optimizer(self, torch: Any, params: Any, learning_rate: float | None, default_rate: float):
         if self.spec.is_lm:
-            return torch.optim.AdamW(params, lr=learning_rate or LM_LEARNING_RATE)
+            return torch.optim.AdamW(params, lr=learning_rate or LM_LEARNING_RATE, weight_decay=LM_WEIGHT_DECAY,
+                                     eps=LM_EPSILON)
         return torch.optim.SGD(params, lr=learning_rate or default_rate)
 
     def facts(self, model: Any) -> dict[str, Any]:
@@ -70,10 +68,9 @@ class Workload:
 
 def workload(name: str, image_size: int | None = None, classes: int | None = None,
              seq_len: int | None = None) -> Workload:
-    spec = model_spec(name)
-    if spec.is_lm:
-        return Workload(spec, 0, int(spec.classes), int(seq_len or spec.seq_len))
-    return Workload(spec, int(image_size or spec.image_size), int(classes or spec.classes))
+    """The model with its input size checked, as tf-epoch's (``tf_models.workload``: one rule)."""
+    w = tf_workload(name, image_size, classes, seq_len)
+    return Workload(w.spec, w.image, w.classes, w.seq_len)
 
 
 def build_model(torch: Any, name: str, image_size: int, classes: int):

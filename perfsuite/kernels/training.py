@@ -76,6 +76,28 @@ def loss_checks(losses: Sequence[float]) -> dict[str, Any]:
             "loss_first": float(x[0]) if x.size else None, "loss_last": float(x[-1]) if x.size else None}
 
 
+def world_checks(per_rank: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The epoch's loss checks over the world (``loss_checks`` of every rank): finite on every
+    rank, falling on every rank; the first and last loss as rank 0 saw them."""
+    return {"loss_finite": all(c["loss_finite"] for c in per_rank),
+            "loss_falling": all(c["loss_falling"] for c in per_rank),
+            "loss_first": per_rank[0]["loss_first"], "loss_last": per_rank[0]["loss_last"]}
+
+
+def invalid_why(checks: dict[str, Any], identical: bool, is_lm: bool, sharded: bool = False) -> str | None:
+    """Why an epoch did not train as it claims, or None: a loss that was not finite, a language
+    model's loss that did not fall (its data has something to learn), replicas that differ after
+    the epoch (or, ``sharded``, the parameters gathered from the shards)."""
+    if not checks["loss_finite"]:
+        return "the loss was not finite on some step"
+    if is_lm and not checks["loss_falling"]:
+        return f"the loss did not fall over the epoch ({checks['loss_first']:.3f} -> {checks['loss_last']:.3f})"
+    if not identical:
+        return ("the parameters gathered from the shards differ between ranks or are not finite" if sharded
+                else "the replicas differ after the epoch")
+    return None
+
+
 def timed_epoch(step: Callable[[], float | None], steps: int, fault: Callable, case: Case,
                 clock: Callable[[], float] = time.perf_counter, slow: Spin | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
