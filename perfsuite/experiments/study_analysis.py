@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import formats, stats
 from ..kernels.tf_models import model_spec
-from ..kernels.training import training_variant
+from ..kernels.training import rate_of, training_variant
 from ..model import Result, Sample
 from .study_plan import NO_GRPC_REFERENCE, PARALLELISM_BENCHMARK, Plan, Point, training
 
@@ -244,9 +244,9 @@ def models(plan: Plan, data: dict[str, PointData]) -> dict[str, list[dict]]:
 
 
 def rate_metric(model: str) -> tuple[str, str]:
-    """(metric, unit) of a model's training rate: tokens/s for a language model, else img/s (as
-    ``training.rate_of`` reads it from a sample)."""
-    return ("tokens_per_s", "tokens/s") if model_spec(model).is_lm else ("img_per_s", "img/s")
+    """(metric, unit) of a model's training rate: tokens/s for a language model, else img/s
+    (``training.rate_of``'s rule, asked of the model instead of a sample)."""
+    return rate_of({"seq_len": model_spec(model).seq_len})
 
 
 def parallelism(plan: Plan, data: dict[str, PointData]) -> dict[str, Any]:

@@ -24,14 +24,14 @@ MODEL_COST = {"small-cnn": 1.0, "mobilenet": 13.0, "resnet50": 50.0}
 #: itself. A world steps (steps + warm-up) times, three times over with the yardsticks (rank 0's
 #: one-process run, the epoch, the plain loop beside it), then PROFILED steps under the
 #: profiler. Relative to that step: FSDP's, and a step at 2+ ranks within the cores (a thread
-#: each, and the exchange); with more ranks than cores every step crowds, DDP's far more than
-#: FSDP's. Fitted to studies/transformer.toml's worlds on the 2-core VM (docs/study.md, "The
-#: shipped plans": 24 ms and 39 ms steps at 1 rank, 36 ms and 65 ms at 2, 0.9-2.4 s and 0.2 s at
-#: 4 ranks on emulated nodes). Only a first guess: the time left is taken from the worlds timed.
+#: each, and the exchange); with more ranks than cores every step crowds. Fitted to
+#: studies/transformer.toml's worlds on the 2-core VM (docs/study.md, "The shipped plans": 24 ms
+#: and 39 ms steps at 1 rank, 36 ms and 65 ms at 2, 122 ms and 196 ms at 4 ranks on emulated
+#: nodes). Only a first guess: the time left is taken from the worlds timed.
 TORCH_WORLD_S, TORCH_LM_STEP_S, PROFILED = 4.0, 0.025, 4
 PARALLEL_COST = {"ddp": 1.0, "fsdp": 1.6}
 SPREAD_COST = 1.5
-CROWDED_COST = {"ddp": 22.0, "fsdp": 3.3}
+CROWDED_COST = 3.3
 #: The tokens and parameters of gpt-tiny's step at its own batch and sequence (the unit above).
 LM_TOKENS_REF, LM_PARAMS_REF = 8 * 64, 12 * 2 * 128 ** 2 + 2048 * 128
 
@@ -51,7 +51,7 @@ def expected_world_s(p: Point, steps: int, warmup: int, cores: int | None = None
         par = parallel_amp(p.variant)[0]
         step = TORCH_LM_STEP_S * PARALLEL_COST.get(par, 1.0) * lm_params(p.model) / LM_PARAMS_REF
         if p.world_size > cores:
-            step *= SPREAD_COST * CROWDED_COST.get(par, 1.0)
+            step *= SPREAD_COST * CROWDED_COST
         elif p.world_size > 1:
             step *= SPREAD_COST
         tokens = sum(b * p.seq_len / LM_TOKENS_REF for b in p.batches)
