@@ -26,7 +26,7 @@ MODEL_COST = {"small-cnn": 1.0, "mobilenet": 13.0, "resnet50": 50.0}
 #: profiler. Relative to that step: FSDP's, and a step at 2+ ranks within the cores (a thread
 #: each, and the exchange); with more ranks than cores every step crowds. Fitted to
 #: studies/transformer.toml's worlds on the 2-core VM (docs/study.md, "The shipped plans": 24 ms
-#: and 39 ms steps at 1 rank, 36 ms and 65 ms at 2, 122 ms and 196 ms at 4 ranks on emulated
+#: and 40 ms steps at 1 rank, 46 ms and 71 ms at 2, 122 ms and 196 ms at 4 ranks on emulated
 #: nodes). Only a first guess: the time left is taken from the worlds timed.
 TORCH_WORLD_S, TORCH_LM_STEP_S, PROFILED = 4.0, 0.025, 4
 PARALLEL_COST = {"ddp": 1.0, "fsdp": 1.6}
