@@ -59,6 +59,8 @@ def test_loss_checks_say_finite_and_falling():
     nan = loss_checks([7.6, 6.0, float("nan"), 5.0])
     assert nan["loss_finite"] is False and nan["loss_falling"] is False
     assert loss_checks([])["loss_finite"] is False
+    short = loss_checks([7.6, 7.7])  # too few steps to say: not judged on it, never invalid for it
+    assert short["loss_finite"] is True and short["loss_falling"] is None
 
 
 def test_a_language_model_is_timed_in_tokens_per_second():
@@ -213,3 +215,5 @@ def test_both_frameworks_say_why_an_epoch_is_invalid_in_one_rule():
     assert invalid_why(nan, True, is_lm=False) == "the loss was not finite on some step"
     assert invalid_why(ok, False, is_lm=True) == "the replicas differ after the epoch"
     assert invalid_why(ok, False, is_lm=True, sharded=True).startswith("the parameters gathered from the shards")
+    short = world_checks([loss_checks([7.0, 7.2]), loss_checks([7.0, 7.3])])
+    assert short["loss_falling"] is None and invalid_why(short, True, is_lm=True) is None

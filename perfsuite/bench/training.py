@@ -119,8 +119,12 @@ def loss_line(info: dict, what: str, held: str = "replicas identical") -> str | 
         return None
     agree = {True: "yes", False: "NO", None: "n/a (1 rank)"}[info.get("weights_identical")]
     return (f"# {what}: loss {_loss(info.get('loss_first'))} -> {_loss(info.get('loss_last'))}, finite "
-            f"{'yes' if info['loss_finite'] else 'NO'}, falling {'yes' if info['loss_falling'] else 'NO'}; "
+            f"{'yes' if info['loss_finite'] else 'NO'}, falling {_falling(info.get('loss_falling'))}; "
             f"{held} {agree}")
+
+
+def _falling(v) -> str:
+    return {True: "yes", False: "NO", None: "n/a (under 3 steps)"}[v]
 
 
 def _loss(v) -> str:

@@ -65,22 +65,29 @@ def parallel_amp(variant: str) -> tuple[str, str]:
     return (next((p for p in parts if p in PARALLEL), PARALLEL[0]), next((p for p in parts if p in AMP), AMP[0]))
 
 
+#: Fewer losses than this cannot say whether the loss fell (an epoch of 1 step and no warm-up):
+#: such an epoch is not judged on it.
+MIN_LOSSES_FALLING = 3
+
+
 def loss_checks(losses: Sequence[float]) -> dict[str, Any]:
     """Is every step's loss finite, and did it fall over the epoch (the median of the last third
-    of the steps below that of the first third)?"""
+    of the steps below that of the first third; None: too few steps to say)?"""
     x = np.asarray(losses, dtype=float)
     finite = bool(x.size) and bool(np.all(np.isfinite(x)))
     third = max(len(x) // 3, 1)
-    falling = finite and len(x) >= 3 and float(np.median(x[-third:])) < float(np.median(x[:third]))
-    return {"loss_finite": finite, "loss_falling": bool(falling),
+    falling = (None if finite and len(x) < MIN_LOSSES_FALLING
+               else finite and float(np.median(x[-third:])) < float(np.median(x[:third])))
+    return {"loss_finite": finite, "loss_falling": falling,
             "loss_first": float(x[0]) if x.size else None, "loss_last": float(x[-1]) if x.size else None}
 
 
 def world_checks(per_rank: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The epoch's loss checks over the world (``loss_checks`` of every rank): finite on every
     rank, falling on every rank; the first and last loss as rank 0 saw them."""
+    falls = [c["loss_falling"] for c in per_rank]
     return {"loss_finite": all(c["loss_finite"] for c in per_rank),
-            "loss_falling": all(c["loss_falling"] for c in per_rank),
+            "loss_falling": False if False in falls else None if None in falls else True,
             "loss_first": per_rank[0]["loss_first"], "loss_last": per_rank[0]["loss_last"]}
 
 
@@ -90,7 +97,7 @@ def invalid_why(checks: dict[str, Any], identical: bool, is_lm: bool, sharded: b
     the epoch (or, ``sharded``, the parameters gathered from the shards)."""
     if not checks["loss_finite"]:
         return "the loss was not finite on some step"
-    if is_lm and not checks["loss_falling"]:
+    if is_lm and checks["loss_falling"] is False:
         return f"the loss did not fall over the epoch ({checks['loss_first']:.3f} -> {checks['loss_last']:.3f})"
     if not identical:
         return ("the parameters gathered from the shards differ between ranks or are not finite" if sharded
