@@ -220,7 +220,8 @@ def selection(values: Mapping[str, Any], benchmark: str = "allreduce", **extra: 
                     fitted[t] = fit
                     notes.append(f"{t}: {note}")
     return Selection(benchmark=benchmark, transports=picked, world_sizes=sizes,
-                     values={o.dest: parsed(o, v) for o in spec.options}, fitted=fitted, notes=tuple(notes))
+                     values={o.dest: parsed(o, v) for o in spec.options}, fitted=fitted, notes=tuple(notes),
+                     world_sizes_given=given)
 
 
 def launcher_args(text: str | None) -> tuple[str, ...]:

@@ -178,7 +178,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "perf_case" not in metafunc.fixturenames:
         return
     marker = metafunc.definition.get_closest_marker("perf_benchmark")
-    benchmark = marker.args[0] if marker else "allreduce"
+    # A user benchmark's own test (``x.test``) names it on the function, as the marker does.
+    own = getattr(metafunc.function, "perfsuite_benchmark", None)
+    benchmark = marker.args[0] if marker else own or "allreduce"
     state = _state(metafunc.config)
     extra = dict(marker.kwargs) if marker else {}
     try:

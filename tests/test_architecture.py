@@ -24,6 +24,7 @@ MAX_LINES = 600
 FLOORS = [
     ("perfsuite.errors", 0), ("perfsuite.status", 0),
     ("perfsuite.model", 1), ("perfsuite.collectives", 1), ("perfsuite.stats", 1), ("perfsuite.interrupts", 1), ("perfsuite.replay", 1),
+    ("perfsuite.userbench", 1),
     ("perfsuite.formats", 2), ("perfsuite.fingerprint", 2), ("perfsuite.history", 2),
     ("perfsuite.stalls", 2), ("perfsuite.asv.layout", 2), ("perfsuite.asv.compat", 2),
     ("perfsuite.verdict_text", 2), ("perfsuite.stragglers", 2),

@@ -7,8 +7,10 @@ the user's selection, which kernel the ranks run, how its results are tabled and
 asv, which options it adds, and how many bytes its collectives must put on a wire.
 
 A benchmark outside perfsuite registers the same way from its own module, named in
-``PERFSUITE_BENCHMARKS`` (comma list of importable modules) or in the ``perfsuite.benchmarks``
-entry-point group; see docs/design.md.
+``PERFSUITE_BENCHMARKS`` (comma list of importable modules or ``.py`` files), on the command
+line (``--benchmarks path/to/file.py``) or in the ``perfsuite.benchmarks`` entry-point group;
+see docs/design.md. A user's step declared with ``perfsuite.benchmark`` (``userbench``) becomes
+a record here, with the user kernel (``kernels/user.py``).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from .. import stragglers, verdict_text
+from .. import stragglers, userbench, verdict_text
 from ..asv.layout import AsvLayout, generic_layout
 from ..errors import ConfigError
 from ..model import Case, Opt, Result, Sample, Tolerance, WorldSpec, time_sliced
@@ -42,6 +44,8 @@ class Selection:
     #: that say so (options.selection): a user's own --world-sizes is never changed.
     fitted: dict[str, tuple[int, ...]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: The user named the world sizes (else a user benchmark keeps its own declared ones).
+    world_sizes_given: bool = False
 
     def world_sizes_of(self, transport: str) -> tuple[int, ...]:
         return self.fitted.get(transport, self.world_sizes)
@@ -83,6 +87,8 @@ class BenchmarkSpec:
     #: Short names of its metrics in verdict text ("busbw_GBps" -> "busbw"); one name per metric
     #: across benchmarks.
     short_names: Mapping[str, str] = field(default_factory=dict, compare=False)
+    #: Kernel options every world of it carries (a user benchmark: where its ranks find the step).
+    world_options: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def transports(self) -> str:
@@ -131,22 +137,90 @@ def _check_shared(first: BenchmarkSpec, second: BenchmarkSpec) -> None:
 
 def _load() -> None:
     """Import the built-in benchmarks, then the ones named in PERFSUITE_BENCHMARKS and the
-    entry-point group; each registers itself on import."""
+    entry-point group; each registers itself on import. Then (every time: a pytest module may
+    declare one after the registry loaded) the user benchmarks declared so far."""
     global _loaded
+    if not _loaded:
+        for module in BUILTIN:
+            importlib.import_module(module)
+        for source in (m.strip() for m in os.environ.get(ENV, "").split(",")):
+            if source:
+                import_source(source, ENV)
+        for ep in metadata.entry_points(group=ENTRY_POINTS):
+            ep.load()
+        _loaded = True
+    for declared in list(userbench.DECLARED.values()):
+        if declared.name not in _users or _users[declared.name] is not declared:
+            register_declared(declared)
+
+
+_users: dict[str, userbench.UserBenchmark] = {}  # the declarations registered, by name
+
+
+def register_declared(declared: userbench.UserBenchmark) -> BenchmarkSpec:
+    """The record of a user benchmark: its cases from its own axes (``--world-sizes`` and
+    ``--transports`` given by the user narrow or replace them), the user kernel, its step time."""
+    if declared.name in REGISTRY and declared.name not in _users:
+        raise ConfigError(f"user benchmark {declared.name!r} ({declared.module}.{declared.qualname}) takes the "
+                          f"name of a built-in benchmark; name it apart: @perfsuite.benchmark(name=...)")
+
+    def cases(sel: Selection) -> list[Case]:
+        sizes = sel.world_sizes if sel.world_sizes_given else declared.world_sizes
+        picked = [t for t in (sel.transports or declared.transports) if t in declared.transports]
+        return [Case(declared.name, t, n, variant=declared.variant(v))
+                for t in picked for n in sizes for v in declared.combinations()]
+
+    _users[declared.name] = declared
+    return register(BenchmarkSpec(
+        declared.name, declared.summary, kernel="perfsuite.kernels.user", cases=cases,
+        transport_set=userbench.TRANSPORT_SET, judged=(userbench.METRIC,),
+        short_names={userbench.METRIC: "step"},
+        world_options={"user_benchmark": {**declared.source(), "name": declared.name}}))
+
+
+def import_source(source: str, where: str = "--benchmarks") -> list[str]:
+    """Import a module of benchmarks, named by its dotted name or its ``.py`` file; returns the
+    benchmarks it registered or declared. One line where it cannot be imported."""
+    before = set(REGISTRY) | set(userbench.DECLARED)
+    try:
+        if source.endswith(".py"):
+            if not os.path.isfile(source):
+                raise ImportError(f"no file {source}")
+            userbench.import_file(source)
+        else:
+            importlib.import_module(source)
+    except ImportError as exc:
+        raise ConfigError(f"{where} names {source!r}, which cannot be imported ({exc}); name importable "
+                          "modules or .py files, comma separated") from None
     if _loaded:
-        return
-    for module in BUILTIN:
-        importlib.import_module(module)
-    for module in (m.strip() for m in os.environ.get(ENV, "").split(",")):
-        if module:
-            try:
-                importlib.import_module(module)
-            except ImportError as exc:
-                raise ConfigError(f"{ENV} names {module!r}, which cannot be imported ({exc}); "
-                                  "name importable modules, comma separated") from None
-    for ep in metadata.entry_points(group=ENTRY_POINTS):
-        ep.load()
-    _loaded = True
+        _load()
+    return sorted((set(REGISTRY) | set(userbench.DECLARED)) - before)
+
+
+def is_source(item: str) -> bool:
+    """A ``--benchmarks`` item that names a module of benchmarks (a ``.py`` file, or a dotted
+    module name) rather than a benchmark."""
+    return item.endswith(".py") or ("." in item and find(item) is None)
+
+
+def selected(items: Iterable[str]) -> list[str]:
+    """``--benchmarks`` items as benchmark names: a name as it is, a module or ``.py`` file as
+    the benchmarks it declares (imported now, so the ranks import the same)."""
+    out = []
+    for item in items:
+        if not is_source(item):
+            out.append(item)
+            continue
+        new = import_source(item)
+        path = os.path.abspath(item) if item.endswith(".py") else None
+        own = [d.name for d in userbench.DECLARED.values()
+               if (path and d.file == path) or d.module == item]
+        found = list(dict.fromkeys(new + own))
+        if not found:
+            raise ConfigError(f"--benchmarks {item!r} declares no benchmark; decorate a step with "
+                              "@perfsuite.benchmark (or register a BenchmarkSpec) there")
+        out += found
+    return list(dict.fromkeys(out))
 
 
 def all_specs() -> list[BenchmarkSpec]:
@@ -298,6 +372,7 @@ def plan(cases: Iterable[Case], options: dict | None = None) -> list[WorldSpec]:
     out = []
     for cs in worlds.values():
         spec = find(cs[0].benchmark)
+        own = dict(spec.world_options) if spec else {}
         out.append(WorldSpec(cs[0].benchmark, cs[0].transport, cs[0].world_size, tuple(cs),
-                             dict(options or {}), kernel=spec.kernel if spec else ""))
+                             {**(options or {}), **own}, kernel=spec.kernel if spec else ""))
     return out

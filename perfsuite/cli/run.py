@@ -16,7 +16,8 @@ COMMANDS = {}
 
 def add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default="allreduce", metavar="LIST",
-                   help=f"comma list of benchmarks: {', '.join(bench.names())} [default: allreduce]")
+                   help=f"comma list of benchmarks: {', '.join(bench.names())}, or a module or .py file "
+                   "of your own (@perfsuite.benchmark) [default: allreduce]")
     options.add_options(p.add_argument)
     p.add_argument("--json", metavar="PATH", help="write the versioned results file here")
     p.add_argument("--compare", action="store_true", help="judge every case against the baselines "
@@ -28,7 +29,7 @@ def add_run(p: argparse.ArgumentParser) -> None:
 def run_cases_from_args(args: argparse.Namespace) -> tuple[list, suite.SuiteConfig]:
     values = vars(args)
     cases = []
-    for b in split_list(args.benchmarks, "benchmarks", "allreduce,tf-epoch"):
+    for b in bench.selected(split_list(args.benchmarks, "benchmarks", "allreduce,tf-epoch")):
         if b not in bench.names():
             raise ConfigError(f"benchmark {b!r} is unknown; choose from {', '.join(bench.names())}")
         sel = options.selection(values, b)

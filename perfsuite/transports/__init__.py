@@ -192,6 +192,18 @@ for _name, _summary, _cls, _device, _check in (
                            device=_device, check=_check), key=f"torch-epoch:{_name}")
 
 
+# A user's own benchmark (perfsuite.benchmark): its step gets the mpi4py communicator, or a
+# torch.distributed group of the backend (kernels/user.py starts it); keyed "user:NAME".
+for _name, _summary, _device, _check in (
+        ("mpi", "the user's step, with the world's mpi4py communicator", "host", need_mpi4py),
+        ("torch-gloo", "the user's step, in a torch.distributed gloo group", "host", _torch.need_torch),
+        ("torch-nccl", "the user's step, in a torch.distributed NCCL group, one GPU per rank", "gpu",
+         _torch.need_torch_gpu),
+        ("torch-mpi", "the user's step, in a torch.distributed MPI group", "host", _torch.need_torch_mpi)):
+    register(TransportSpec(_name, _summary, ("user",), "perfsuite.kernels.user:World", device=_device,
+                           check=_check), key=f"user:{_name}")
+
+
 def allreduce_only(name: str) -> Callable[[], str | None]:
     def reason() -> str:
         return (f"{name} is an allreduce design (its algorithm is an allreduce), so it runs no other "
