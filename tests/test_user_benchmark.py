@@ -170,3 +170,33 @@ def test_cases_come_from_the_declaration_and_the_users_world_sizes_replace_them(
                                                 "torch-gloo-n3-n=2"]
     [world] = bench.plan(spec.cases(sel)[:1])
     assert world.options["user_benchmark"]["qualname"] == "step_at_module_level"
+
+
+TORCH_FILE = '''
+import perfsuite
+
+
+@perfsuite.benchmark(world_sizes=[2], transports=["torch-gloo"], max_time=0.2, params={"n": [64]})
+def torch_sum(world, n):
+    import torch
+
+    t = torch.ones(n)
+
+    def step():
+        t.fill_(1.0)
+        world.dist.all_reduce(t)
+
+    return step, lambda: bool((t == world.world_size).all())
+'''
+
+
+@pytest.mark.world
+@pytest.mark.torch
+def test_a_torch_transport_hands_the_step_a_started_group(tmp_path, no_leftover_ranks):
+    pytest.importorskip("torch")
+    (tmp_path / "tmine.py").write_text(TORCH_FILE)
+    r = perfsuite("run", "--benchmarks", "tmine.py", "--json", "r.json", cwd=tmp_path)
+    assert r.returncode == 0, said(r)
+    result = json.loads((tmp_path / "r.json").read_text())["results"][0]
+    assert result["transport"] == "torch-gloo" and result["extra"]["transport_facts"]["torch_backend"] == "gloo"
+    assert result["samples"][0]["valid"] and result["samples"][0]["case"]["variant"] == "n=64"

@@ -172,10 +172,25 @@ def register_declared(declared: userbench.UserBenchmark) -> BenchmarkSpec:
 
     _users[declared.name] = declared
     return register(BenchmarkSpec(
-        declared.name, declared.summary, kernel="perfsuite.kernels.user", cases=cases,
+        declared.name, declared.summary, kernel="perfsuite.kernels.user", cases=cases, table=user_table,
         transport_set=userbench.TRANSPORT_SET, judged=(userbench.METRIC,),
         short_names={userbench.METRIC: "step"},
         world_options={"user_benchmark": {**declared.source(), "name": declared.name}}))
+
+
+def user_table(result: Result) -> str:
+    """A user benchmark's world: each case's step time (median and p99 of the slowest rank per
+    step), how many steps, and each rank's own median (who is slow, at a glance)."""
+    facts = (result.extra or {}).get("transport_facts") or {}
+    lines = [heading(result, f"step {facts.get('user_benchmark', '')}", f"on {facts.get('device', 'cpu')}"),
+             f"#{'params':>23} {'step p50':>11} {'p99':>11} {'iters':>7}  per rank (median, us)"]
+    for s in result.samples:
+        i, step = s.info, s.metrics.get(userbench.METRIC)
+        params = "-".join(f"{k}={v}" for k, v in (i.get("params") or {}).items()) or "-"
+        ranks = " ".join(f"{v:.4g}" for v in i.get("rank_median_us") or [])
+        lines.append(f"{params:>24} {step.value if step else float('nan'):>8.4g} us {i.get('p99_us', float('nan')):>8.4g} us "
+                     f"{i.get('iters', 0):>7}  {ranks}")
+    return "\n".join(lines)
 
 
 def import_source(source: str, where: str = "--benchmarks") -> list[str]:
