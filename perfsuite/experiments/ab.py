@@ -37,8 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import decision, regress, rounds, stats, suite
+from .. import decision, fingerprint, regress, rounds, stats, suite
 from ..errors import ConfigError, PerfsuiteError
+from ..launch import containers
+from ..launch.containers import Container
 from ..launch.launchers import LaunchConfig
 from ..model import MIRRORS, Case, Sample, Tolerance, Verdict, timing_of
 from . import provenance
@@ -62,17 +64,24 @@ class Arm:
     python: str | None = None
     launcher_args: tuple[str, ...] = ()
     ref: str | None = None  # the commit the arm's Python runs, as the user named it ("HEAD~1 (abc1234)")
+    #: The arm's stack: its worlds run inside this image (or under this prefix), with the image's
+    #: launcher, Python and perfsuite (``launch.containers``).
+    container: Container | None = None
+    #: What the stack holds, read inside it before the first pair (``containers.probe``).
+    stack: dict = field(default_factory=dict, compare=False, hash=False)
 
     def from_commit(self, env) -> "Arm":
         """This arm, run by ``env`` (a ``launch.envs.CommitEnv``): a commit's environment."""
         return replace(self, python=env.python, ref=env.describe())
 
     def fields(self) -> tuple:
-        return (self.transport, self.env, self.python, self.launcher_args)
+        return (self.transport, self.env, self.python, self.launcher_args, self.container)
 
     def launch(self, base: LaunchConfig) -> LaunchConfig:
         cfg = replace(base, env={**base.env, **dict(self.env)},
                       extra_args=base.extra_args + self.launcher_args)
+        if self.container is not None:  # the image's launcher and Python, found there
+            return replace(cfg, container=self.container, python=self.python or containers.PYTHON, program=None)
         if self.python:
             # Another venv has its own MPI: launch with the mpiexec beside its Python. Under
             # srun the cluster's launcher starts every arm: its mpiexec is not asked.
@@ -84,7 +93,11 @@ class Arm:
     def describe(self) -> str:
         bits = [f"transport {self.transport}"]
         bits += [f"{k}={v}" for k, v in self.env]
-        if self.ref:
+        if self.container is not None:
+            bits.append(self.container.describe())
+            if self.stack:
+                bits.append(containers.stack_line(self.stack))
+        elif self.ref:
             bits.append(f"commit {self.ref}")
         elif self.python:
             bits.append(f"python {self.python}")
@@ -178,7 +191,7 @@ class ABReport:
         c = self.config
         arm = lambda x: {"name": x.name, "transport": x.transport, "env": dict(x.env),  # noqa: E731
                          "python": x.python, "launcher_args": list(x.launcher_args),
-                         "ref": x.ref}
+                         "ref": x.ref, "container": containers.to_dict(x.container), "stack": x.stack or None}
         return {"arms": {"a": arm(c.a), "b": arm(c.b)}, "identical_arms": c.identical,
                 "tolerance": c.tolerance.to_dict(), "alpha": c.alpha, "looks": list(c.looks),
                 "max_pairs": c.max_pairs, "stop_on_regression": c.stop_on_regression,
@@ -417,8 +430,12 @@ def format_report(rep: ABReport) -> str:
     c = rep.config
     lines = []
     for side, arm in (("a", c.a), ("b", c.b)):
-        code = (rep.imports.get(side) or {}).get("perfsuite") or {}
+        loaded = rep.imports.get(side) or {}
+        code = loaded.get("perfsuite") or {}
         where = f"; perfsuite {code.get('version')} from {code['file']}" if code.get("file") else ""
+        # a user benchmark's own package (worker.user_packages): the code two commits differ in
+        where += "".join(f"; {name} {e.get('version')} from {e['file']}" for name, e in loaded.items()
+                         if name not in fingerprint.IMPORTED_PACKAGES + ("mpi",) and (e or {}).get("file"))
         lines.append(f"# {arm.name}: {arm.describe()}{where}")
     if c.identical:
         lines.append("# the arms are identical: this is an A/A calibration run (expect SAME or UNKNOWN)")

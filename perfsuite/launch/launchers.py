@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ConfigError
 
@@ -32,6 +33,9 @@ class LaunchConfig:
     extra_args: tuple[str, ...] = ()
     python: str = sys.executable
     cgroup: str | None = None  # the launcher joins this cgroup first (an emulated slow disk)
+    #: The whole launch runs inside this image, or under this prefix (``containers.Container``):
+    #: ``program`` and ``python`` are then the image's.
+    container: Any = None
 
     def __post_init__(self):
         if self.launcher not in LAUNCHERS:

@@ -25,7 +25,7 @@ from .. import formats
 from ..errors import ConfigError, FormatError, Interrupted, LaunchError, RankFailure
 from ..fingerprint import is_root
 from ..model import Result, Sample, WorldSpec
-from . import launchers, proctree
+from . import containers, launchers, proctree
 from .deathwatch import DeathWatch
 from .launchers import LaunchConfig
 
@@ -99,6 +99,8 @@ def resolve(cfg: LaunchConfig, named: bool = False) -> LaunchConfig:
             return resolve(cfg)
         except LaunchError as exc:
             raise ConfigError(f"launcher program {cfg.program!r}: {exc}") from None
+    if cfg.container is not None:
+        return _resolve_inside(cfg)
     if cfg.program is None and cfg.launcher == "mpiexec":
         cfg = replace(cfg, program=default_program("mpiexec"))
     if cfg.launcher == "srun":
@@ -111,6 +113,32 @@ def resolve(cfg: LaunchConfig, named: bool = False) -> LaunchConfig:
         raise LaunchError(f"MPI launcher {cfg.program or 'mpiexec'!r} not found on PATH; "
                           f"install an MPI (pip install mpich; {OFFLINE})")
     return cfg
+
+
+def _resolve_inside(cfg: LaunchConfig) -> LaunchConfig:
+    """An arm in an image: its own launcher (``mpiexec`` on the image's PATH unless named), and
+    its MPI flavor read there. srun starts tasks on other nodes: there the image is srun's
+    (pyxis' ``--container-image``, a launcher argument), not a wrapper around it."""
+    if cfg.launcher != "mpiexec":
+        raise ConfigError(f"an image or prefix arm runs its launch inside the image, which mpiexec does; under "
+                          f"{cfg.launcher} give the image to it: --a-launcher-args='--container-image=IMG' "
+                          "with --a-python naming the image's Python")
+    program = cfg.program or "mpiexec"
+    if cfg.flavor != "auto":
+        return replace(cfg, program=program)
+    return replace(cfg, program=program, flavor=_flavor_inside(cfg.container, program))
+
+
+@functools.lru_cache(maxsize=8)
+def _flavor_inside(container, program: str) -> str:
+    out = run_command(container.program_argv([program, "--version"]), timeout=120, check=False)
+    text = (out.stdout + out.stderr).lower()
+    if "open mpi" in text or "openrte" in text or "prte" in text:
+        return "openmpi"
+    if "hydra" in text or "mpich" in text or "intel" in text:
+        return "mpich"
+    raise ConfigError(f"{container.describe()}: {program} --version inside it says neither MPICH nor Open MPI "
+                      f"({text.strip()[-160:]!r}); install an MPI into the image or name it with --mpi-flavor")
 
 
 def _tail(path: Path, n: int = TAIL_LINES, upto: int | None = None) -> str:
@@ -364,6 +392,11 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
                              is_root=is_root())
     formats.write_json(job_path, formats.job(spec, str(folder), str(out_path), time.time()))
     token = f"{os.getpid()}-{folder.name}"
+    box = f"perfsuite-{token}"  # the container's name, where the world runs in one
+    if cfg.container is not None:
+        names = containers.passed_names(os.environ, [*launch.env, proctree.TOKEN_VAR])
+        launch = launchers.Launch(tuple(cfg.container.wrap(launch.argv, str(folder), os.getcwd(), names, box,
+                                                           timeout)), launch.env)
     env = {**os.environ, **launch.env, proctree.TOKEN_VAR: token}
     shm_before = _shm_names()
     timed_out, before_kill = False, None
@@ -395,6 +428,7 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
             raise
         finally:
             _kill_group(proc, folder, token)
+            containers.remove(cfg.container, box)
     partial = _partial(folder)
     if not timed_out and rc == 0 and out_path.exists():
         # Invalid samples come back as such: the suite fails those cases, not the world.
