@@ -19,6 +19,8 @@ register a migration in ``MIGRATIONS`` when the old one can still be read):
   its ``kind``: ``jpeg``, or ``tokens`` (a language model's token shards).
 - ``perfsuite-ab`` v1: ``perfsuite ab --json``: arms, tolerance, looks, verdicts, per-arm values.
 - ``perfsuite-commit-env`` v1: the stamp of a commit's environment (``launch/envs``), written last.
+  ``dist`` (optional, informative: no reader needs it, so no new version): the distribution the
+  commit's tree installed (its pyproject's ``[project] name``); older stamps lack it.
 - ``perfsuite-detection`` v1: ``perfsuite detection-power --json``: the config, every world of
   the stream in time order (per case: metrics, canary, contention, pressure), the canary study
   and every window's verdicts.

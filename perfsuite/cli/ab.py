@@ -10,7 +10,7 @@ from ..errors import ConfigError
 from ..launch import envs
 from ..launch.launchers import parse_env
 from ..experiments.ab import DEFAULT_MAX_PAIRS
-from ..model import whole_number
+from ..model import split_list, whole_number
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, exit_status, say
 
 COMMANDS = {}
@@ -31,7 +31,8 @@ def shared() -> tuple[str, ...]:
 
 def add_ab(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default="allreduce", metavar="NAME",
-                   help=f"the benchmark both arms run: {', '.join(bench.names())} [default: allreduce]")
+                   help=f"the benchmark both arms run: {', '.join(bench.names())}, or the module or .py file "
+                   "that declares yours (@perfsuite.benchmark) [default: allreduce]")
     options.add_options(p.add_argument, names=shared())
     for arm in ("a", "b"):
         up = arm.upper()
@@ -41,8 +42,8 @@ def add_ab(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{arm}-python", metavar="PATH", help=f"arm {up}'s Python (another venv; "
                        "its mpiexec is used when one lies beside it)")
         p.add_argument(f"--{arm}-ref", metavar="REF", help=f"arm {up} runs this commit of the repository "
-                       "perfsuite runs in (HEAD~1, main, a sha): its environment is built from the commit's "
-                       "tree before the first pair, and kept")
+                       "perfsuite runs in, perfsuite's or your own project's (HEAD~1, main, a sha): its "
+                       "environment is built from the commit's tree before the first pair, and kept")
         p.add_argument(f"--{arm}-launcher-args", metavar="ARGS", help=f"extra launcher arguments for arm {up}")
     add_judging(p)
     p.add_argument("--json", metavar="PATH", help="write the versioned A/B file here")
@@ -57,8 +58,9 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
     """Where commits' environments are built, and with what: ab's refs and bisect's steps."""
     p.add_argument("--env-dir", metavar="DIR", help=f"where commits' environments are built and kept "
                    f"[default: ${envs.ENV_DIR_ENV}, else .perfsuite/envs in the repository]")
-    p.add_argument("--extras", metavar="LIST", help="perfsuite extras installed from each commit "
-                   "(test,tf) [default: those installed here]")
+    p.add_argument("--extras", metavar="LIST", help="extras of the repository's project (its pyproject.toml's "
+                   "[project] name; test,tf for perfsuite) installed from each commit [default: those of it "
+                   "installed here]")
 
 
 def commit_envs(args: argparse.Namespace, refs: dict[str, str]) -> dict[str, envs.CommitEnv]:
@@ -74,13 +76,26 @@ def commit_envs(args: argparse.Namespace, refs: dict[str, str]) -> dict[str, env
     return built
 
 
+def one_benchmark(text: str, command: str) -> str:
+    """``--benchmarks`` of ab and bisect: one benchmark, by its name (a built-in, or one of yours
+    registered by your package's entry point or PERFSUITE_BENCHMARKS), or the module or .py
+    file that declares it (``bench.selected``)."""
+    names = bench.selected(split_list(text, "benchmarks", "allreduce"))
+    if len(names) != 1:
+        listed = f" ({', '.join(names)})" if names else ""
+        raise ConfigError(f"--benchmarks {text!r} names {len(names) or 'no'} benchmarks{listed}; {command} runs "
+                          "one: name it")
+    if names[0] not in bench.names():
+        raise ConfigError(f"benchmark {names[0]!r} is unknown; choose from {', '.join(bench.names())}, or name "
+                          "the module or .py file that declares yours")
+    return names[0]
+
+
 def do_ab(args: argparse.Namespace) -> int:
     from ..experiments import ab
 
     values = vars(args)
-    name = args.benchmarks.strip()
-    if name not in bench.names():
-        raise ConfigError(f"benchmark {name!r} is unknown; choose from {', '.join(bench.names())}")
+    name = one_benchmark(args.benchmarks, "ab")
     arms = []
     for arm in ("a", "b"):
         transport = values[f"{arm}_transport"] or (args.transports or "mpi")

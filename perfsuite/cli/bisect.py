@@ -11,7 +11,7 @@ from .. import verdict_text as vt
 from ..errors import ConfigError
 from ..launch import envs
 from ..launch.launchers import parse_env
-from .ab import ab_config, shared, add_env_options, add_judging
+from .ab import ab_config, shared, add_env_options, add_judging, one_benchmark
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, say
 
 COMMANDS = {}
@@ -21,7 +21,8 @@ def add_bisect(p: argparse.ArgumentParser) -> None:
     p.add_argument("--good", required=True, metavar="REF", help="a commit known to be fast (the reference)")
     p.add_argument("--bad", required=True, metavar="REF", help="a later commit known to be slower")
     p.add_argument("--benchmarks", default="allreduce", metavar="NAME",
-                   help=f"the benchmark each step runs: {', '.join(bench.names())} [default: allreduce]")
+                   help=f"the benchmark each step runs: {', '.join(bench.names())}, or the module or .py file "
+                   "that declares yours (@perfsuite.benchmark) [default: allreduce]")
     options.add_options(p.add_argument, names=shared())
     add_judging(p)
     add_env_options(p)
@@ -32,9 +33,7 @@ def do_bisect(args: argparse.Namespace) -> int:
     from ..experiments import bisect as b
 
     values = vars(args)
-    name = args.benchmarks.strip()
-    if name not in bench.names():
-        raise ConfigError(f"benchmark {name!r} is unknown; choose from {', '.join(bench.names())}")
+    name = one_benchmark(args.benchmarks, "bisect")
     transport = args.transports or "mpi"
     if "," in transport or transport == "all":
         raise ConfigError(f"transport {transport!r} must name one transport; give --transports NAME")

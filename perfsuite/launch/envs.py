@@ -1,18 +1,27 @@
 """Environments built from commits: the venv an A/B arm or a bisect step runs a commit in,
 built once and kept, as asv keeps one environment per commit.
 
-A commit's venv sees the running Python's packages after its own (``overlay``: a .pth of
-``site.addsitedir`` lines, so their own .pth files, editable installs and path hooks, are read
-too) and the commit's tree is ``pip install``ed into it with the extras named. What the commit
+The repository is perfsuite's own or a user's project (its benchmarks declared with
+``perfsuite.benchmark`` and registered by its entry point): either way the commit's tree is a
+Python project, and the distribution it installs is named by its ``pyproject.toml`` (``[project]
+name``; else ``setup.cfg`` or ``setup.py``). A commit's venv sees the running Python's packages
+after its own (``overlay``: a .pth of ``site.addsitedir`` lines, so their own .pth files,
+editable installs and path hooks, are read too) and the commit's tree is ``pip install``ed into
+it with the extras named (default: those of that distribution installed here). What the commit
 requires and the running environment already has is satisfied without a download, so a build
-takes seconds and works offline; what the commit changed (its perfsuite, a requirement it
-raised) is installed into the venv and comes first on its ``sys.path``. The venv is keyed by
-the commit, the extras and the environment it stands on (prefix, Python, the distributions
-it holds): a change to any of them builds a new one. A stamp written last says a build is
-complete; a folder without one (a build interrupted) is rebuilt.
+takes seconds and works offline; what the commit changed (its own package, a requirement it
+raised) is installed into the venv and comes first on its ``sys.path``, which the build checks:
+the distribution resolves inside the venv, and perfsuite imports there (the commit's own where
+the repository is perfsuite, else the running one's through the overlay). The venv is keyed by
+the commit, the extras and the environment it stands on (prefix, Python, the distributions it
+holds): a change to any of them builds a new one (the commit fixes the distribution's name). A
+stamp written last says a build is complete; a folder without one (a build interrupted) is
+rebuilt.
 """
 from __future__ import annotations
 
+import ast
+import configparser
 import contextlib
 import fcntl
 import hashlib
@@ -24,6 +33,7 @@ import re
 import sys
 import tarfile
 import time
+import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -102,6 +112,50 @@ def default_env_dir(repo: str | os.PathLike) -> Path:
     return Path(os.environ.get(ENV_DIR_ENV) or Path(repo) / ".perfsuite" / "envs")
 
 
+def project_name(repo: str | os.PathLike, commit: str, ref: str | None = None) -> str:
+    """The distribution ``commit``'s tree installs: ``[project] name`` of its pyproject.toml (or
+    ``[tool.poetry] name``), else ``[metadata] name`` of its setup.cfg, else a literal ``name=``
+    in its setup.py's ``setup()`` call. One line (ConfigError) where its tree is no project."""
+    what = f"ref {ref or commit[:10]!r} ({commit[:10]})"
+    top = set(_git(repo, "ls-tree", "--name-only", commit, what=f"{what}: git ls-tree").splitlines())
+    if not top & {"pyproject.toml", "setup.cfg", "setup.py"}:
+        raise ConfigError(f"{what} is not a Python project: its tree has no pyproject.toml, setup.cfg or "
+                          "setup.py at the repository's top (a commit's environment pip-installs it)")
+
+    def show(name: str) -> str:
+        return _git(repo, "show", f"{commit}:{name}", what=f"{what}: git show {name}")
+
+    if "pyproject.toml" in top:
+        try:
+            data = tomllib.loads(show("pyproject.toml"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{what} does not install: its pyproject.toml is not TOML ({exc})") from None
+        for table in (data.get("project"), data.get("tool", {}).get("poetry")):
+            if isinstance(table, dict) and isinstance(table.get("name"), str) and table["name"].strip():
+                return table["name"].strip()
+    if "setup.cfg" in top:
+        cfg = configparser.ConfigParser(interpolation=None)
+        try:
+            cfg.read_string(show("setup.cfg"))
+        except configparser.Error:
+            pass
+        else:
+            if cfg.get("metadata", "name", fallback="").strip():
+                return cfg.get("metadata", "name").strip()
+    if "setup.py" in top:
+        try:
+            tree = ast.parse(show("setup.py"))
+        except SyntaxError:
+            tree = ast.Module(body=[], type_ignores=[])
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "setup":
+                for kw in node.keywords:
+                    if kw.arg == "name" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                        return kw.value.value.strip()
+    raise ConfigError(f"{what} names no distribution: give its pyproject.toml a [project] name "
+                      "(or setup.cfg's [metadata] name, or a literal setup(name=...) in setup.py)")
+
+
 def installed_extras(dist: str = "perfsuite") -> tuple[str, ...]:
     """The extras of ``dist`` whose every requirement is installed here: what a commit's venv
     installs by default, so both arms hold what this environment holds."""
@@ -130,10 +184,12 @@ def _installed(name: str) -> bool:
     return True
 
 
-def check_extras(text: str | None) -> tuple[str, ...]:
-    """``--extras tf,test``: names of perfsuite's extras (checked when the commit is built)."""
+def check_extras(text: str | None) -> tuple[str, ...] | None:
+    """``--extras tf,test``: names of the extras of the project a commit installs (checked when
+    the commit is built); None where none are named: ``build`` takes those of that
+    distribution installed here."""
     if text is None:
-        return installed_extras()
+        return None
     names = tuple(sorted({e.strip() for e in text.split(",") if e.strip()}))
     bad = [e for e in names if not e.replace("-", "").replace("_", "").isalnum()]
     if bad:
@@ -220,37 +276,63 @@ def _pip_error(exc: LaunchError) -> str:
     return errors[-1] if errors else text.split(" | ")[-1].strip()
 
 
-def build(repo: str | os.PathLike, ref: str, *, extras: Iterable[str] = (), env_dir: str | os.PathLike | None = None,
-          progress: Callable[[str], None] | None = None) -> CommitEnv:
-    """The environment that runs ``ref`` of ``repo``, built now or found built. A ref that names
-    no commit, or whose tree does not install, is one line (ConfigError: bad input)."""
+def build(repo: str | os.PathLike, ref: str, *, extras: Iterable[str] | None = (),
+          env_dir: str | os.PathLike | None = None, progress: Callable[[str], None] | None = None) -> CommitEnv:
+    """The environment that runs ``ref`` of ``repo``, built now or found built; ``extras``: the
+    extras of the commit's distribution to install (None: those installed here). A ref that
+    names no commit, whose tree is no Python project, or does not install, is one line
+    (ConfigError: bad input)."""
     say = progress or (lambda m: None)
     commit = resolve(repo, ref)
-    extras = tuple(sorted(extras))
+    dist = project_name(repo, commit, ref)
+    extras = tuple(sorted(installed_extras(dist) if extras is None else extras))
     folder = Path(env_dir or default_env_dir(repo)).resolve() / _key(commit, extras)
     started = time.monotonic()
     with _locked(folder.parent / f".{folder.name}.lock"):
         if _complete(folder, commit):
             say(f"{ref} ({commit[:10]}): environment {folder} (built before)")
             return CommitEnv(ref, commit, str(folder), True, time.monotonic() - started)
-        say(f"{ref} ({commit[:10]}): building its environment in {folder} ...")
+        installs = f"{dist}[{','.join(extras)}]" if extras else dist
+        say(f"{ref} ({commit[:10]}): building its environment ({installs}) in {folder} ...")
         if folder.exists():  # an interrupted build: start again
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         try:
-            _build_into(folder, repo, ref, commit, extras)
+            _build_into(folder, repo, ref, commit, dist, extras)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         seconds = time.monotonic() - started
         formats.write_json(folder / STAMP, formats.stamp(formats.COMMIT_ENV, {
-            "ref": ref, "commit": commit, "extras": list(extras), "base_prefix": os.path.realpath(sys.prefix),
-            "python": sys.version.split()[0], "built_s": round(seconds, 1)}))
+            "ref": ref, "commit": commit, "dist": dist, "extras": list(extras),
+            "base_prefix": os.path.realpath(sys.prefix), "python": sys.version.split()[0],
+            "built_s": round(seconds, 1)}))
         say(f"{ref} ({commit[:10]}): built in {seconds:.0f} s")
         return CommitEnv(ref, commit, str(folder), False, seconds)
 
 
-def _build_into(folder: Path, repo, ref: str, commit: str, extras: tuple[str, ...]) -> None:
+#: Run by the built environment's Python: where its distribution, that distribution's top-level
+#: modules and perfsuite are found (as its ranks will find them, PYTHONPATH included).
+_WHERE = """
+import importlib.util, json, sys
+from importlib import metadata
+out = {"dist": None, "modules": {}, "perfsuite": None}
+try:
+    d = metadata.distribution(sys.argv[1])
+except metadata.PackageNotFoundError:
+    d = None
+if d is not None:
+    out["dist"] = str(d.locate_file(""))
+    for name in (d.read_text("top_level.txt") or "").split():
+        spec = importlib.util.find_spec(name) if name.isidentifier() else None
+        out["modules"][name] = spec.origin if spec and spec.origin else None
+spec = importlib.util.find_spec("perfsuite")
+out["perfsuite"] = spec.origin if spec else None
+print(json.dumps(out))
+"""
+
+
+def _build_into(folder: Path, repo, ref: str, commit: str, dist: str, extras: tuple[str, ...]) -> None:
     tar = folder / "src.tar"
     _git(repo, "archive", "--format=tar", "-o", str(tar), commit, what=f"ref {ref!r}: git archive")
     src = folder / "src"
@@ -269,11 +351,36 @@ def _build_into(folder: Path, repo, ref: str, commit: str, extras: tuple[str, ..
                      "--no-build-isolation", "--no-warn-script-location", target], timeout=PIP_TIMEOUT_S)
     except LaunchError as exc:
         raise ConfigError(f"ref {ref!r} ({commit[:10]}) does not install: {_pip_error(exc)}") from None
-    where = run_command([python, "-P", "-c", "import perfsuite; print(perfsuite.__file__)"],
-                        timeout=120, check=False)
-    if where.returncode != 0 or not Path(where.stdout.strip()).resolve().is_relative_to(folder):
-        raise ConfigError(f"ref {ref!r} ({commit[:10]}): its environment {folder} imports perfsuite from "
-                          f"{where.stdout.strip() or where.stderr.strip()[-200:]}, not its own install")
+    _check_own(folder, python, ref, commit, dist)
+
+
+def _check_own(folder: Path, python: str, ref: str, commit: str, dist: str) -> None:
+    """The built environment runs the commit's own install: ``dist`` (and each of its top-level
+    modules) resolves inside ``folder``, not in the running environment nor a PYTHONPATH entry;
+    and perfsuite imports there (inside ``folder`` too where the repository is perfsuite)."""
+    what = f"ref {ref!r} ({commit[:10]}): its environment {folder}"
+    hint = " (PYTHONPATH comes first on every Python's sys.path: unset it)" if os.environ.get("PYTHONPATH") else ""
+    where = run_command([python, "-P", "-c", _WHERE, dist], timeout=120, check=False)
+    try:
+        found = json.loads(where.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise ConfigError(f"{what} does not start: {where.stderr.strip()[-200:]}") from None
+
+    def inside(path: str | None) -> bool:
+        return bool(path) and Path(path).resolve().is_relative_to(folder)
+
+    if not inside(found["dist"]):
+        raise ConfigError(f"{what} finds the distribution {dist} in {found['dist'] or 'no folder'}, not its "
+                          f"own install{hint}")
+    for module, origin in found["modules"].items():
+        if origin is not None and not inside(origin):
+            raise ConfigError(f"{what} imports {module} from {origin}, not its own install of {dist}{hint}")
+    if re.sub(r"[-_.]+", "-", dist).lower() == "perfsuite":  # perfsuite's own repository
+        if not inside(found["perfsuite"]):
+            raise ConfigError(f"{what} imports perfsuite from {found['perfsuite']}, not its own install{hint}")
+    elif found["perfsuite"] is None:
+        raise ConfigError(f"{what} finds no perfsuite (the running environment's, which its overlay should "
+                          "show it)")
 
 
 def main(argv: list[str]) -> int:
