@@ -209,15 +209,17 @@ IMPORTS_KEY = "imports"
 IMPORTED_PACKAGES = ("perfsuite", "mpi4py", "numpy", "cupy", "tensorflow", "horovod", "torch")
 
 
-def imported(modules: Mapping[str, Any] | None = None, libmpi: Sequence[str] = ()) -> dict:
-    """Name -> {"version", "file"} for each of IMPORTED_PACKAGES this process has imported, and
+def imported(modules: Mapping[str, Any] | None = None, libmpi: Sequence[str] = (),
+             also: Sequence[str] = ()) -> dict:
+    """Name -> {"version", "file"} for each of IMPORTED_PACKAGES (and ``also``: a user
+    benchmark's own package) this process has imported, and
     "mpi": the library mpi4py loaded (its version line; ``libmpi``, the mapped libmpi paths, gives
     the file). Package metadata (``collect``) names what pip installed, which is not what ran when
     PYTHONPATH, an editable install or the current directory put another copy first; so this reads
     the modules themselves, and imports none: a package the kernel never needed is not named."""
     modules = sys.modules if modules is None else modules
     out: dict[str, dict] = {}
-    for name in IMPORTED_PACKAGES:
+    for name in dict.fromkeys([*IMPORTED_PACKAGES, *also]):
         mod = modules.get(name)
         if mod is not None:
             version = getattr(mod, "__version__", None)

@@ -138,7 +138,7 @@ def _run(job: dict, comm, rank: int, size: int, folder: str, placement: dict) ->
             samples = tuple(Sample.from_dict(json.loads(line)) for line in f if line.strip())
         # What this rank imported, read after the kernel ran (TensorFlow, CuPy load lazily):
         # an A/B arm is another version only if its ranks loaded other files (experiments/provenance).
-        imports = fingerprint.imported(libmpi=libmpi_paths())
+        imports = fingerprint.imported(libmpi=libmpi_paths(), also=user_packages(job))
         result = Result(job["benchmark"], job["transport"], size, samples,
                         fingerprint=fingerprint.collect(mpi=True),
                         world_start_s=ready_at - job["spawned_at"],
@@ -147,6 +147,16 @@ def _run(job: dict, comm, rank: int, size: int, folder: str, placement: dict) ->
                                fingerprint.IMPORTS_KEY: imports})
         atomic_write(job["out"], json.dumps(dump_result(result)))
     return 0
+
+
+def user_packages(job: dict) -> list[str]:
+    """The top-level package of a user benchmark's module (``perfsuite.benchmark``): the user's
+    own code, which two commits of the user's repository differ in while perfsuite is one."""
+    source = (job.get("options") or {}).get("user_benchmark") or {}
+    module = source.get("module")
+    if not isinstance(module, str) or not module:
+        return []
+    return ["perfsuite_user_main" if module == "__main__" else module.partition(".")[0]]
 
 
 def _kernel(job: dict):
