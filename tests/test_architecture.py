@@ -42,7 +42,9 @@ TOP = max(level for _, level in FLOORS)
 ASV_STORE = ("perfsuite.asv.layout", "perfsuite.asv.compat", "perfsuite.asv.project",
              "perfsuite.asv.record", "perfsuite.asv.read")
 ASV_FACES = ("perfsuite.faces.asv_run", "perfsuite.faces.asv_offline")
-GROUND = ("perfsuite.errors", "perfsuite.model", "perfsuite.collectives", "perfsuite.stats")
+#: userbench: a user's declared step is a record the ranks read (the user kernel finds the step
+#: through it), as they read a collective's; it imports only errors.
+GROUND = ("perfsuite.errors", "perfsuite.model", "perfsuite.collectives", "perfsuite.stats", "perfsuite.userbench")
 FACES = ("perfsuite.cli", "perfsuite.plugin")
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from .. import bench, decision, formats, options, suite
 from ..errors import ConfigError
-from ..launch import envs
+from ..launch import containers, envs
 from ..launch.launchers import parse_env
 from ..experiments.ab import DEFAULT_MAX_PAIRS
 from ..model import split_list, whole_number
@@ -45,6 +45,15 @@ def add_ab(p: argparse.ArgumentParser) -> None:
                        "perfsuite runs in, perfsuite's or your own project's (HEAD~1, main, a sha): its "
                        "environment is built from the commit's tree before the first pair, and kept")
         p.add_argument(f"--{arm}-launcher-args", metavar="ARGS", help=f"extra launcher arguments for arm {up}")
+        p.add_argument(f"--{arm}-image", metavar="IMAGE", help=f"arm {up}'s whole world runs inside this container "
+                       "image, with the image's mpiexec, Python (--a-python names another there) and perfsuite")
+        p.add_argument(f"--{arm}-prefix", metavar="CMD", help=f"arm {up}'s launch runs under this command (any "
+                       "isolation tool; {folder} and {cwd} in it stand for the world's scratch folder and the "
+                       "working directory), e.g. 'apptainer exec --bind {folder} IMG'")
+    p.add_argument("--container-runtime", metavar="NAME", help="what runs an --a-image/--b-image: podman, docker, "
+                   "apptainer or singularity [default: the first on PATH]")
+    p.add_argument("--container-args", metavar="ARGS", help="more options for the runtime's run, split like a "
+                   "shell: '--device nvidia.com/gpu=all'")
     add_judging(p)
     p.add_argument("--json", metavar="PATH", help="write the versioned A/B file here")
     p.add_argument("--strict", action="store_true", help="exit 3 when a case stays UNKNOWN (a gate "
@@ -106,19 +115,39 @@ def do_ab(args: argparse.Namespace) -> int:
         if python and values[f"{arm}_ref"]:
             raise ConfigError(f"--{arm}-python {python} and --{arm}-ref {values[f'{arm}_ref']} both name "
                               f"arm {arm.upper()}'s Python; give one")
-        if python:
+        box = stack_of(values, arm)
+        if python and box is None:
             ab.check_python(python)
         arms.append(ab.Arm(arm.upper(), transport, tuple(parse_env(values[f"{arm}_env"]).items()),
-                           python, options.launcher_args(values[f"{arm}_launcher_args"])))
+                           python, options.launcher_args(values[f"{arm}_launcher_args"]), container=box))
     cfg, suite_cfg = ab_config(values, name, arms[0], arms[1])
     built = commit_envs(args, {a.name: values[f"{a.name.lower()}_ref"] for a in arms if values[f"{a.name.lower()}_ref"]})
     if built:
         cfg = replace(cfg, **{a.name.lower(): a.from_commit(built[a.name]) for a in arms if a.name in built})
+    cfg = replace(cfg, **{a.name.lower(): replace(a, stack=containers.probe(a.container, a.python or containers.PYTHON))
+                          for a in (cfg.a, cfg.b) if a.container is not None})
     say(f"# A/B: {len(cfg.cases_a)} case(s), up to {cfg.max_pairs} pairs ...")
     rep = ab.run(cfg, ab.world_runner(replace(suite_cfg, rounds=None)),
                  progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
     say(ab.format_report(rep))
     return exit_status(ab_status(rep, args.strict), write_kept(args.json, formats.AB, rep.to_dict(), "ab", "A/B"))
+
+
+def stack_of(values: dict, arm: str):
+    """Arm ``arm``'s container (``--a-image``, ``--a-prefix``), or None; one line where it
+    names two stacks or the runtime is missing."""
+    image, prefix, ref = values.get(f"{arm}_image"), values.get(f"{arm}_prefix"), values.get(f"{arm}_ref")
+    named = [f"--{arm}-{w}" for w, v in (("image", image), ("prefix", prefix), ("ref", ref)) if v]
+    if len(named) > 1:
+        raise ConfigError(f"{' and '.join(named)} both name arm {arm.upper()}'s stack; give one")
+    run_args = options.launcher_args(values.get("container_args"))
+    if image:
+        runtime = values.get("container_runtime")
+        runtime = containers.check_runtime(runtime) if runtime else containers.default_runtime()
+        return containers.Container(runtime, image, run_args=run_args)
+    if prefix:
+        return containers.Container(prefix=containers.parse_prefix(prefix, f"--{arm}-prefix"))
+    return None
 
 
 def write_kept(path: str | None, fmt: str, body: dict, command: str, what: str) -> int:
