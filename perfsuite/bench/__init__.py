@@ -189,7 +189,7 @@ def user_table(result: Result) -> str:
         params = "-".join(f"{k}={v}" for k, v in (i.get("params") or {}).items()) or "-"
         ranks = " ".join(f"{v:.4g}" for v in i.get("rank_median_us") or [])
         lines.append(f"{params:>24} {step.value if step else float('nan'):>8.4g} us {i.get('p99_us', float('nan')):>8.4g} us "
-                     f"{i.get('iters', 0):>7}  {ranks}")
+                     f"{int(i.get('iters') or 0):>7}  {ranks}")
     return "\n".join(lines)
 
 
