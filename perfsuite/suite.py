@@ -83,7 +83,7 @@ def preflight(specs: Sequence[WorldSpec], cfg: SuiteConfig) -> None:
         world.resolve(cfg.launch, named=True)
     available, cores = fingerprint.memory_bytes("MemAvailable"), _cores()
     for spec in specs:
-        if _transport(spec).native:
+        if _transport(spec).native and cfg.launch.container is None:
             native_options({**cfg.options, **spec.options}, cfg.launch.python)
         launchers.check_fits(cfg.launch, spec.world_size, cores)
         here = launchers.local_ranks(cfg.launch, spec.world_size)
@@ -144,8 +144,9 @@ class Rounds:
         if reason:
             self.skipped = reason
         elif _transport(spec).native and "native_loop" not in self.spec.options:
-            self.spec = replace(self.spec, options={**self.spec.options,
-                                                    **native_options(self.spec.options, cfg.launch.python)})
+            native = native_options(self.spec.options, cfg.launch.python) if cfg.launch.container is None else \
+                {"native_loop": {"why": "the world runs inside a container, where the native loop built here is not"}}
+            self.spec = replace(self.spec, options={**self.spec.options, **native})
         elif _transport(spec).device_native and native_nccl.OPTION not in self.spec.options:
             # The native NCCL loop, built on the launching side where a GPU world will run.
             self.spec = replace(self.spec, options={**self.spec.options,

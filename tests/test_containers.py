@@ -62,3 +62,10 @@ def test_the_stack_line_says_what_the_image_holds():
              "mpi": "MPICH Version: 4.2.3", "image_id": "sha256:0123456789abcdef"}
     assert containers.stack_line(facts) == ("perfsuite 0.1.0, MPICH Version: 4.2.3, mpi4py 4.1.2, torch 2.11.0, "
                                             "image 0123456789ab")
+
+
+def test_a_working_directory_that_holds_the_images_stack_is_not_mounted_over_it():
+    argv = Container("podman", "img").wrap(LAUNCH, "/tmp/w", "/opt", [], "n")
+    assert "/opt:/opt" not in argv and argv[argv.index("-w") + 1] == "/tmp/w"
+    assert argv[argv.index("--conmon-pidfile") + 1] == "/tmp/w/conmon.pid"  # reaped after the world
+    assert containers.mountable("/home/me/repo") and not containers.mountable("/usr/")

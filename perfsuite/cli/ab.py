@@ -120,12 +120,18 @@ def do_ab(args: argparse.Namespace) -> int:
             ab.check_python(python)
         arms.append(ab.Arm(arm.upper(), transport, tuple(parse_env(values[f"{arm}_env"]).items()),
                            python, options.launcher_args(values[f"{arm}_launcher_args"]), container=box))
+    if any(a.container is not None for a in arms) and values.get("host_timing") in (None, "auto"):
+        # The native loop is built here, for this machine's MPI: an image's ranks cannot load it,
+        # and two arms timed by two loops are not compared. Both arms take the mpi4py loop.
+        values = {**values, "host_timing": "python"}
+        say("# host timing: python for both arms (an arm runs in a container, where the native loop built here is not)")
     cfg, suite_cfg = ab_config(values, name, arms[0], arms[1])
     built = commit_envs(args, {a.name: values[f"{a.name.lower()}_ref"] for a in arms if values[f"{a.name.lower()}_ref"]})
     if built:
         cfg = replace(cfg, **{a.name.lower(): a.from_commit(built[a.name]) for a in arms if a.name in built})
-    cfg = replace(cfg, **{a.name.lower(): replace(a, stack=containers.probe(a.container, a.python or containers.PYTHON))
-                          for a in (cfg.a, cfg.b) if a.container is not None})
+    cfg = replace(cfg, **{a.name.lower(): replace(a, stack=containers.probe(
+        a.container, a.python or (containers.PYTHON if a.container.image else sys.executable)))
+        for a in (cfg.a, cfg.b) if a.container is not None})
     say(f"# A/B: {len(cfg.cases_a)} case(s), up to {cfg.max_pairs} pairs ...")
     rep = ab.run(cfg, ab.world_runner(replace(suite_cfg, rounds=None)),
                  progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))

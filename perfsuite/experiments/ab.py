@@ -80,8 +80,10 @@ class Arm:
     def launch(self, base: LaunchConfig) -> LaunchConfig:
         cfg = replace(base, env={**base.env, **dict(self.env)},
                       extra_args=base.extra_args + self.launcher_args)
-        if self.container is not None:  # the image's launcher and Python, found there
+        if self.container is not None and self.container.image:  # the image's launcher and Python
             return replace(cfg, container=self.container, python=self.python or containers.PYTHON, program=None)
+        if self.container is not None:  # a prefix: this machine's launcher and Python, run under it
+            cfg = replace(cfg, container=self.container)
         if self.python:
             # Another venv has its own MPI: launch with the mpiexec beside its Python. Under
             # srun the cluster's launcher starts every arm: its mpiexec is not asked.

@@ -63,15 +63,20 @@ class Container:
         variables passed in; ``name``: the container's, so ``remove`` can find it."""
         if self.prefix:
             return [part.replace("{folder}", folder).replace("{cwd}", cwd) for part in self.prefix] + list(argv)
-        mounts = [folder] + ([cwd] if cwd != folder else [])
+        mounts = [folder] + ([cwd] if cwd != folder and mountable(cwd) else [])
+        cwd = cwd if cwd in mounts else folder
         if self.runtime in ("apptainer", "singularity"):
             # Apptainer shares the host's namespaces and environment unless told otherwise.
             binds = [a for m in mounts for a in ("--bind", m)]
             return [self.runtime, "exec", *binds, "--pwd", cwd, *self.run_args, self.image, *argv]
         out = [self.runtime, "run", "--rm", "--name", name, "--pid=host", "--network=host", "--ipc=host",
                "--uts=host"]
-        if self.runtime == "podman" and timeout_s:
-            out += ["--timeout", str(int(timeout_s + AFTER_TIMEOUT_S))]
+        if self.runtime == "podman":
+            # conmon outlives the client and is re-parented to perfsuite (a subreaper): its pid
+            # file lets the runner reap it (``reap``), so no zombie is left per world.
+            out += ["--conmon-pidfile", os.path.join(folder, CONMON_PID)]
+            if timeout_s:
+                out += ["--timeout", str(int(timeout_s + AFTER_TIMEOUT_S))]
         out += [a for m in mounts for a in ("-v", f"{m}:{m}")] + ["-w", cwd]
         out += [a for n in sorted(set(names)) for a in ("-e", n)]
         return out + [*self.run_args, self.image, *argv]
@@ -89,6 +94,39 @@ class Container:
         if self.image and self.runtime in ("podman", "docker"):
             return [self.runtime, "rm", "-f", *(["-t", "0", "--ignore"] if self.runtime == "podman" else []), name]
         return None
+
+
+#: Folders an image keeps its own stack in: the caller's working directory is not mounted over
+#: one of them (run from /opt, it would hide the image's /opt/venv and its mpiexec).
+SYSTEM = ("/", "/opt", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/var", "/srv")
+CONMON_PID = "conmon.pid"
+
+
+def mountable(path: str) -> bool:
+    """Whether the working directory can be mounted at its own path without hiding the image's
+    stack: not the root, nor a system folder or one that holds them."""
+    path = os.path.normpath(path)
+    return path not in SYSTEM
+
+
+def reap(folder: str) -> None:
+    """Wait for the world's conmon where it became our child (perfsuite is a subreaper)."""
+    import time
+
+    try:
+        with open(os.path.join(folder, CONMON_PID)) as f:
+            pid = int(f.read().strip())
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not ours, or reaped already
+            return
+        if done:
+            return
+        time.sleep(0.05)
 
 
 def passed_names(environ: Mapping[str, str], also: Iterable[str]) -> list[str]:

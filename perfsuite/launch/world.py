@@ -123,7 +123,7 @@ def _resolve_inside(cfg: LaunchConfig) -> LaunchConfig:
         raise ConfigError(f"an image or prefix arm runs its launch inside the image, which mpiexec does; under "
                           f"{cfg.launcher} give the image to it: --a-launcher-args='--container-image=IMG' "
                           "with --a-python naming the image's Python")
-    program = cfg.program or "mpiexec"
+    program = cfg.program or ("mpiexec" if cfg.container.image else default_program("mpiexec"))
     if cfg.flavor != "auto":
         return replace(cfg, program=program)
     return replace(cfg, program=program, flavor=_flavor_inside(cfg.container, program))
@@ -133,6 +133,9 @@ def _resolve_inside(cfg: LaunchConfig) -> LaunchConfig:
 def _flavor_inside(container, program: str) -> str:
     out = run_command(container.program_argv([program, "--version"]), timeout=120, check=False)
     text = (out.stdout + out.stderr).lower()
+    if out.returncode in (126, 127) or "no such file" in text or "not found" in text:
+        raise ConfigError(f"{container.describe()}: the launcher {program!r} is not found inside it; install an MPI "
+                          "there, or put its bin folder on the PATH the arm runs with")
     if "open mpi" in text or "openrte" in text or "prte" in text:
         return "openmpi"
     if "hydra" in text or "mpich" in text or "intel" in text:
@@ -429,6 +432,7 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
         finally:
             _kill_group(proc, folder, token)
             containers.remove(cfg.container, box)
+            containers.reap(str(folder))
     partial = _partial(folder)
     if not timed_out and rc == 0 and out_path.exists():
         # Invalid samples come back as such: the suite fails those cases, not the world.
