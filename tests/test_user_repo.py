@@ -9,13 +9,13 @@ tree is no Python project, or an ab naming two benchmarks, is one line and exit 
 The user's environment is a venv over this one (``perfsuite.launch.envs overlay``, as the bring-up
 script makes one) with tinyproj installed editable into it (``pip install -e``, offline: no
 dependencies, the build backend this environment has): the parent finds the benchmark by its
-entry point, as a user's ``perfsuite`` finds it, and nothing is installed into this environment.
+entry point, as a user's ``perfsuite`` finds it, and nothing is installed into this environment
+(tests/userproj.py makes the repository and the environment; tests/test_recipes.py uses them too).
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,41 +27,14 @@ from perfsuite.errors import ConfigError
 from perfsuite.launch import envs
 
 from conftest import SWITCHES, said
+from userproj import BENCH, CASE, SLOWING, commit, git, harmless, new_repo, slow_down, tinyproj_repo, user_env
 
-TEMPLATE = Path(__file__).resolve().parent / "data" / "userproj"
-BENCH = "normalise_rows"
-CASE = "normalise_rows[mpi-n2-rows=64]"
 #: x3 (the row loop: 0.3 ms a step against 0.95 ms, the allreduce of one double a small part)
 #: against +-2%: every ab, and every bisect step (its midpoints judged at +-x1.7, halfway to the
 #: bad end's x3), decided at the first look, 10 pairs, in 3 runs of each on the 2-core VM while
 #: other worlds ran beside them; 30 pairs leave room for a noisy spell. Each world times its step
 #: for 0.2 s (the declaration's max_time).
 WORLD = ["--timeout", "120", "--max-pairs", "30"]
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-SLOWING = "work: normalise row by row"
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV}).stdout.strip()
-
-
-def commit(repo: Path, path: str, change, message: str) -> str:
-    f = repo / path
-    f.write_text(change(f.read_text()))
-    git(repo, "commit", "-q", "-am", message)
-    return git(repo, "rev-parse", "HEAD")
-
-
-def new_repo(where: Path, files: dict[str, str]) -> Path:
-    where.mkdir(parents=True)
-    for name, text in files.items():
-        (where / name).write_text(text)
-    git(where, "init", "-q")
-    git(where, "add", "-A")
-    git(where, "commit", "-q", "-m", "base")
-    return where
 
 
 def cli(python: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -77,27 +50,14 @@ def user_repo(tmp_path_factory):
     """(repo, the user's Python, the environments' folder, shas): base, three harmless commits,
     the slowing one, one harmless more (oldest first)."""
     root = tmp_path_factory.mktemp("user")
-    repo = root / "tinyproj"
-    shutil.copytree(TEMPLATE, repo, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
+    repo = tinyproj_repo(root / "tinyproj")
     shas = {"base": git(repo, "rev-parse", "HEAD")}
-    note = lambda n: (lambda text: text + f"\n<!-- harmless {n} -->\n")  # noqa: E731
-    shas["h1"] = commit(repo, "README.md", note(1), "docs: a harmless change")
+    shas["h1"] = harmless(repo, 1)
     shas["h2"] = commit(repo, "tinyproj/bench.py", lambda t: t + "\n# a comment\n", "bench: a comment")
-    shas["h3"] = commit(repo, "README.md", note(3), "docs: another")
-    shas["slow"] = commit(repo, "tinyproj/work.py",
-                          lambda t: t.replace("\nROW_BY_ROW = False\n", "\nROW_BY_ROW = True\n", 1), SLOWING)
+    shas["h3"] = harmless(repo, 3)
+    shas["slow"] = slow_down(repo)
     shas["h4"] = commit(repo, "tinyproj/__init__.py", lambda t: t + "# after the slow one\n", "a comment")
-    assert git(repo, "diff", "--name-only", f"{shas['slow']}~1", shas["slow"]) == "tinyproj/work.py"
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    subprocess.run([sys.executable, "-P", "-m", "perfsuite.launch.envs", "overlay", str(venv)], check=True,
-                   capture_output=True)
-    python = str(venv / "bin" / "python")
-    subprocess.run([python, "-P", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                    "--no-build-isolation", "-e", str(repo)], check=True, capture_output=True)
+    python = user_env(root / "venv", repo)
     return repo, python, root / "envs", shas
 
 
