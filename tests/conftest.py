@@ -204,3 +204,7 @@ def signalled(proc: subprocess.Popen, sig: int, timeout: float = 60.0) -> str:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.communicate()[0]
+
+
+# The container images' fixtures (podman_ready, images, no_leftover_containers), for every module.
+from stack import images, no_leftover_containers, podman_ready  # noqa: E402, F401

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from conftest import SWITCHES, said
-from test_image_arms import BUILD_TIMEOUT_S, images, no_leftover_containers, podman_ready  # noqa: F401
+from stack import BUILD_TIMEOUT_S
 from userproj import BENCH, CASE, git, harmless, slow_down, tinyproj_repo, user_env
 
 ROOT = Path(__file__).resolve().parents[1]
