@@ -20,25 +20,12 @@ from perfsuite.experiments import bisect as b
 from perfsuite.launch import envs
 from perfsuite.model import Case, Metric, Sample, Tolerance, Verdict
 
+from userproj import GIT_ENV, commit, git  # noqa: F401 - one set of git helpers for the repositories tests make
+
 REPO = Path(__file__).resolve().parents[1]
 WORLD = ["--transports", "mpi", "--sizes", "4", "--world-sizes", "2", "--timeout", "120", "--max-pairs", "60"]
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-#: The bad commit: the ranks ask MPICH for its generic ring, before MPI starts.
 SLOW_WORKER = ('\nos.environ.setdefault("MPIR_CVAR_DEVICE_COLLECTIVES", "none")\n'
                'os.environ.setdefault("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", "ring")\n')
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV}).stdout.strip()
-
-
-def commit(repo: Path, path: str, change, message: str) -> str:
-    f = repo / path
-    f.write_text(change(f.read_text()))
-    git(repo, "commit", "-q", "-am", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
