@@ -128,7 +128,7 @@ def test_a_benchmark_module_that_cannot_be_imported_is_one_line(pytester, monkey
                        text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "perfsuite: error: PERFSUITE_BENCHMARKS names 'no_such_benchmark_module', which cannot be "
-        "imported (No module named 'no_such_benchmark_module'); name importable modules, comma separated"]
+        "imported (No module named 'no_such_benchmark_module'); name importable modules or .py files, comma separated"]
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert r.ret == pytest.ExitCode.USAGE_ERROR

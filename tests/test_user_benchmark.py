@@ -92,7 +92,7 @@ def test_perfsuite_run_takes_the_file_and_a_wrong_result_fails_the_world_with_ex
     (tmp_path / "mine.py").write_text(USER_FILE)
     r = perfsuite("run", "--benchmarks", "mine.py", "--json", "r.json", cwd=tmp_path)
     assert r.returncode == 0, said(r)
-    assert re.search(r"checked_sum\[mpi-n2\].*step", r.stdout), said(r)
+    assert re.search(r"^# checked_sum  transport=mpi  world_size=2  step mine.checked_sum", r.stdout, re.M), said(r)
     sample = json.loads((tmp_path / "r.json").read_text())["results"][0]["samples"][0]
     assert sample["valid"] and sample["info"]["iters"] >= 10
     wrong = perfsuite("run", "--benchmarks", "mine.py", cwd=tmp_path, PERFSUITE_TEST_FAULT="corrupt@1")
