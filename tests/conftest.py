@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import uuid
@@ -204,6 +205,21 @@ def signalled(proc: subprocess.Popen, sig: int, timeout: float = 60.0) -> str:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.communicate()[0]
+
+
+def slurm_unavailable(*programs: str) -> str | None:
+    """Why no Slurm node here answers (``programs`` missing from PATH, no controller, no node
+    up), or None when one does."""
+    missing = [p for p in ("sinfo", *programs) if shutil.which(p) is None]
+    if missing:
+        return f"no Slurm here ({', '.join(missing)} not on PATH; .ci/slurm-up starts a one-node cluster)"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"no Slurm controller answers ({exc})"
+    if out.returncode != 0 or not any(s.strip() in ("idle", "mix", "alloc") for s in out.stdout.split()):
+        return f"no Slurm node is up (sinfo: {(out.stderr or out.stdout).strip()[:120]!r})"
+    return None
 
 
 # The container images' fixtures (podman_ready, images, no_leftover_containers), for every module.

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import SWITCHES, said
+from conftest import slurm_unavailable, SWITCHES, said
 from stack import BUILD_TIMEOUT_S
 from userproj import BENCH, CASE, git, harmless, slow_down, tinyproj_repo, user_env
 
@@ -238,15 +237,7 @@ def test_the_stack_gate_takes_two_images_or_two_pythons_never_a_mix(tmp_path, en
 
 def slurm_up() -> str | None:
     """Why no Slurm node answers, or None when one does."""
-    if shutil.which("sinfo") is None or shutil.which("salloc") is None:
-        return "no Slurm here (sinfo, salloc not on PATH; .ci/slurm-up installs and starts a one-node cluster)"
-    try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"no Slurm controller answers ({exc})"
-    if out.returncode == 0 and any(s.strip() in ("idle", "mix", "alloc") for s in out.stdout.split()):
-        return None
-    return f"no Slurm node is up (sinfo: {(out.stderr or out.stdout).strip()[:120]!r})"
+    return slurm_unavailable("salloc")
 
 
 @pytest.fixture(scope="session")

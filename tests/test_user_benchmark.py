@@ -200,3 +200,26 @@ def test_a_torch_transport_hands_the_step_a_started_group(tmp_path, no_leftover_
     result = json.loads((tmp_path / "r.json").read_text())["results"][0]
     assert result["transport"] == "torch-gloo" and result["extra"]["transport_facts"]["torch_backend"] == "gloo"
     assert result["samples"][0]["valid"] and result["samples"][0]["case"]["variant"] == "n=64"
+
+
+def test_a_commits_environment_runs_its_own_benchmark_file_never_the_working_trees(tmp_path, monkeypatch):
+    mine = tmp_path / "tree" / "bench_here.py"
+    mine.parent.mkdir()
+    mine.write_text("X = 1\n")
+    env = tmp_path / "env"
+    (env / "src").mkdir(parents=True)
+    (env / user.COMMIT_STAMP).write_text("{}")
+    monkeypatch.setattr(sys, "prefix", str(env))
+    source = {"name": "b", "module": "bench_here_not_importable", "qualname": "X", "file": str(mine),
+              "relfile": "bench_here.py"}
+    with pytest.raises(ConfigError, match="this commit's tree .* has no bench_here.py"):
+        user.find(source)  # the working tree's file is there, and still not taken
+    (env / "src" / "bench_here.py").write_text("X = 2\n")
+    assert user.find(source) == 2
+
+
+def test_transports_the_step_was_not_declared_for_are_one_line_not_a_silent_empty_run(tmp_path):
+    (tmp_path / "mine.py").write_text(USER_FILE)
+    r = perfsuite("run", "--benchmarks", "mine.py", "--transports", "torch-gloo", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "perfsuite run: error: checked_sum has no case on the transports 'torch-gloo'; it runs over mpi"], said(r)

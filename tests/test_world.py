@@ -196,17 +196,11 @@ def test_hung_rank_is_killed_at_the_timeout(monkeypatch, no_leftover_ranks, no_s
 
 
 def _slurm_unavailable() -> str | None:
-    import shutil
-    import subprocess
+    from conftest import slurm_unavailable
 
-    if shutil.which("srun") is None or shutil.which("sinfo") is None:
-        return "no Slurm here (srun, sinfo not on PATH; .ci/slurm-up starts a one-node cluster)"
-    try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"no Slurm controller answers ({exc})"
-    if out.returncode != 0 or not any(s.strip() in ("idle", "mix", "alloc") for s in out.stdout.split()):
-        return f"no Slurm node is up (sinfo: {(out.stderr or out.stdout).strip()[:120]!r})"
+    why = slurm_unavailable("srun")
+    if why is not None:
+        return why
     from perfsuite.launch.world import default_program, detect_flavor
 
     flavor = detect_flavor(default_program("mpiexec"))

@@ -166,7 +166,8 @@ def register_declared(declared: userbench.UserBenchmark) -> BenchmarkSpec:
 
     def cases(sel: Selection) -> list[Case]:
         sizes = sel.world_sizes if sel.world_sizes_given else declared.world_sizes
-        picked = [t for t in (sel.transports or declared.transports) if t in declared.transports]
+        picked = [t for t in (declared.transports if sel.transports is None else sel.transports)
+                  if t in declared.transports]
         return [Case(declared.name, t, n, variant=declared.variant(v))
                 for t in picked for n in sizes for v in declared.combinations()]
 

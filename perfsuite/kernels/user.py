@@ -73,9 +73,14 @@ def find(source: dict) -> Any:
             obj = None
     if obj is None:
         path = source.get("file")
-        here = os.path.join(sys.prefix, "src", source["relfile"]) if source.get("relfile") else None
-        if here and os.path.isfile(os.path.join(sys.prefix, COMMIT_STAMP)) and os.path.isfile(here):
-            path = here
+        if os.path.isfile(os.path.join(sys.prefix, COMMIT_STAMP)):
+            # A commit's environment runs its commit's file, never the working tree's: an arm
+            # that imported the other arm's code would measure nothing between them.
+            path = os.path.join(sys.prefix, "src", source["relfile"]) if source.get("relfile") else None
+            if not path or not os.path.isfile(path):
+                raise ConfigError(f"user benchmark {source.get('name')!r}: this commit's tree ({sys.prefix}/src) "
+                                  f"has no {source.get('relfile') or source.get('file')}; an arm runs its own "
+                                  "commit's benchmark file")
         if not path or not os.path.isfile(path):
             raise ConfigError(f"user benchmark {source.get('name')!r}: module {module!r} does not import "
                               f"here and its file {path!r} is missing")
