@@ -199,3 +199,55 @@ def test_commands_start_without_importing_scipy():
              "print(sorted(m for m in sys.modules if m.startswith(('scipy.stats', 'scipy.special'))))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+#: Names through which Python starts a process: modules whose import is the way in, and the os
+#: functions that fork, exec or spawn (``os.popen`` and ``os.system`` start a shell).
+PROCESS_MODULES = ("subprocess", "multiprocessing", "concurrent.futures.process", "pty")
+PROCESS_NAMES = {"ProcessPoolExecutor", "create_subprocess_exec", "create_subprocess_shell"}
+OS_STARTERS = ("fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "exec", "spawn")
+STARTERS = ("perfsuite.launch",)
+
+
+def process_starts(path: Path) -> list[str]:
+    """Where ``path`` starts (or imports a way to start) a process: ``line: what``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names
+                      if a.name.split(".")[0] in PROCESS_MODULES or a.name in PROCESS_MODULES]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            mod = node.module or ""
+            if mod.split(".")[0] in PROCESS_MODULES or mod in PROCESS_MODULES:
+                found.append(f"{node.lineno}: from {mod} import ...")
+            elif mod == "os" and any(a.name.startswith(OS_STARTERS) for a in node.names):
+                found.append(f"{node.lineno}: from os import {', '.join(a.name for a in node.names)}")
+            elif any(a.name in PROCESS_NAMES for a in node.names):
+                found.append(f"{node.lineno}: from {mod} import {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Attribute):
+            if (isinstance(node.value, ast.Name) and node.value.id == "os"
+                    and node.attr.startswith(OS_STARTERS)):
+                found.append(f"{node.lineno}: os.{node.attr}")
+            elif node.attr in PROCESS_NAMES:
+                found.append(f"{node.lineno}: .{node.attr}")
+    return found
+
+
+def test_only_launch_starts_processes():
+    """DESIGN.md: one room starts processes (``launch/``: worlds, git, compilers, commit venvs,
+    containers, a simulation's process pool), so a hang, a leftover child or an environment that
+    leaks is looked for in one place. Any other room asks ``launch`` to do it."""
+    bad = [f"{module_name(p)}:{where}" for p in sources()
+           if not any(module_name(p) == s or module_name(p).startswith(s + ".") for s in STARTERS)
+           for where in process_starts(p)]
+    assert not bad, "processes started outside launch/:\n" + "\n".join(bad)
+
+
+def test_the_checker_sees_a_process_started(tmp_path):
+    """The rule above must be able to fail, however the start is spelled."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import subprocess\nimport os\nfrom concurrent.futures import ProcessPoolExecutor\n"
+                     "def f():\n    os.execvp('x', ['x'])\n    os.system('x')\n"
+                     "    import asyncio\n    asyncio.create_subprocess_exec('x')\n"
+                     "    from multiprocessing import get_context\n")
+    assert sorted(int(w.split(":")[0]) for w in process_starts(probe)) == [1, 3, 5, 6, 8, 9]

@@ -16,6 +16,7 @@ from perfsuite.cli import main
 from perfsuite.errors import ConfigError
 from perfsuite.experiments import ab, provenance
 from perfsuite.fingerprint import IMPORTS_KEY, imported
+from perfsuite.launch import envs
 from perfsuite.model import Case, Metric, Sample
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +88,7 @@ def test_an_arms_python_is_probed_as_its_ranks_start_without_the_current_directo
     (tmp_path / "only_here_mod" / "__init__.py").write_text("")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="no module only_here_mod"):
-        ab.check_python(sys.executable, ("only_here_mod",))
+        envs.check_python(sys.executable, ("only_here_mod",))
 
 
 def wrapper(path: Path, pythonpath: Path | None = None) -> str:

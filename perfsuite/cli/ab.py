@@ -117,7 +117,7 @@ def do_ab(args: argparse.Namespace) -> int:
                               f"arm {arm.upper()}'s Python; give one")
         box = stack_of(values, arm)
         if python and box is None:
-            ab.check_python(python)
+            envs.check_python(python)
         arms.append(ab.Arm(arm.upper(), transport, tuple(parse_env(values[f"{arm}_env"]).items()),
                            python, options.launcher_args(values[f"{arm}_launcher_args"]), container=box))
     if any(a.container is not None for a in arms) and values.get("host_timing") in (None, "auto"):

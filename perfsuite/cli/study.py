@@ -28,7 +28,7 @@ def add_study(p: argparse.ArgumentParser) -> None:
 
 
 def _probe(python: str, modules: tuple[str, ...]) -> None:
-    from ..experiments.ab import check_python
+    from ..launch.envs import check_python
 
     check_python(python, modules)
 

@@ -28,8 +28,6 @@ pair is kept, marked invalid (with the arm, case and ranks), beside the pairs me
 from __future__ import annotations
 
 import math
-import os
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -106,27 +104,6 @@ class Arm:
         if self.launcher_args:
             bits.append(f"launcher args {' '.join(self.launcher_args)}")
         return ", ".join(bits)
-
-
-def check_python(path: str, modules: Sequence[str] = ("mpi4py", "perfsuite")) -> None:
-    """One line, before anything runs, when an arm's Python cannot run a rank: it is not a
-    program, or one of ``modules`` cannot be found there (found, not imported: TensorFlow
-    takes seconds to import)."""
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        raise ConfigError(f"python {path!r} is not an executable file; give the python of a venv "
-                          f"that has {', '.join(modules)} installed")
-    find = ("import importlib.util, sys; missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]; "
-            "print(' '.join(missing)); sys.exit(1 if missing else 0)")
-    # -P as the ranks start (launchers.worker_argv): without it the current directory, a
-    # checkout, would lend its perfsuite to a venv that has none.
-    probe = subprocess.run([path, "-P", "-c", find, *modules], capture_output=True, text=True, timeout=60)
-    if "-P" in probe.stderr and probe.returncode == 2:
-        raise ConfigError(f"python {path!r} is older than 3.11 (it has no -P, which keeps the current "
-                          "directory off the ranks' sys.path); give the python of a 3.11+ venv")
-    if probe.returncode != 0:
-        missing = probe.stdout.strip() or (probe.stderr.strip().splitlines() or ["?"])[-1]
-        raise ConfigError(f"python {path!r} cannot run a rank (no module {missing}); install "
-                          f"{', '.join(modules)} into that venv")
 
 
 @dataclass(frozen=True)

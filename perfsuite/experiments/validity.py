@@ -210,12 +210,9 @@ def rate(mode: str, m: Machine, runs: int, *, change: float = 0.0, seed: int = 0
     jobs = [(mode, m, runs // STREAMS + (i < runs % STREAMS), change, seeds[i], kw) for i in range(STREAMS)]
     jobs = [j for j in jobs if j[2]]
     if workers > 1 and len(jobs) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        from ..launch.pool import process_map
 
-        with ProcessPoolExecutor(min(workers, len(jobs)),
-                                 mp_context=multiprocessing.get_context("forkserver")) as pool:
-            parts = list(pool.map(_stream, jobs))
+        parts = process_map(_stream, jobs, min(workers, len(jobs)))
     else:
         parts = [_stream(j) for j in jobs]
     out = Rate(mode, m, "clean" if not change else f"{change:+.0%}", runs)

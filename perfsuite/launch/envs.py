@@ -34,7 +34,7 @@ import sys
 import tarfile
 import time
 import tomllib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -395,3 +395,24 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def check_python(path: str, modules: Sequence[str] = ("mpi4py", "perfsuite")) -> None:
+    """One line, before anything runs, when an arm's Python cannot run a rank: it is not a
+    program, or one of ``modules`` cannot be found there (found, not imported: TensorFlow
+    takes seconds to import)."""
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise ConfigError(f"python {path!r} is not an executable file; give the python of a venv "
+                          f"that has {', '.join(modules)} installed")
+    find = ("import importlib.util, sys; missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]; "
+            "print(' '.join(missing)); sys.exit(1 if missing else 0)")
+    # -P as the ranks start (launchers.worker_argv): without it the current directory, a
+    # checkout, would lend its perfsuite to a venv that has none.
+    probe = run_command([path, "-P", "-c", find, *modules], timeout=60, check=False)
+    if "-P" in probe.stderr and probe.returncode == 2:
+        raise ConfigError(f"python {path!r} is older than 3.11 (it has no -P, which keeps the current "
+                          "directory off the ranks' sys.path); give the python of a 3.11+ venv")
+    if probe.returncode != 0:
+        missing = probe.stdout.strip() or (probe.stderr.strip().splitlines() or ["?"])[-1]
+        raise ConfigError(f"python {path!r} cannot run a rank (no module {missing}); install "
+                          f"{', '.join(modules)} into that venv")
