@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import formats, suite
+from perfsuite import formats, suite, transports
 from perfsuite.cli import main
 from perfsuite.experiments import study, study_analysis, study_plan as sp
 from perfsuite.model import Metric, Result, Sample
@@ -170,8 +170,8 @@ def test_the_dry_run_lists_an_mpi_environment_that_cannot_run_with_how_to_make_i
     text = MINI.replace('[mpi.ring]\npython = ""', f'[mpi.ring]\npython = "{missing}"')
     assert main(["study", str(mini(tmp_path, text)), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert (f"# skipped: MPI environment ring cannot run here: python '{missing}' is not an executable file"
-            in out), out
+    assert (f"# skipped, 2 point(s) (mpi): MPI environment ring cannot run here: python '{missing}' is not an "
+            "executable file" in out), out
     assert "docs/study.md" in out and "README.md's command 5 makes .venv-ompi" in out
     for key in ("tf-epoch/mpi/n2/small-cnn@32/mpi=ring", "allreduce/mpi/n2/mpi=ring"):
         assert f"#   {key} (" in out
@@ -197,7 +197,8 @@ def test_a_run_skips_an_mpi_environment_that_cannot_run_and_resume_runs_it_once_
     plan, out = mini(tmp_path, text), tmp_path / "out"
     assert main(["study", str(plan), "--out", str(out)]) == 0
     said = capsys.readouterr().out
-    assert "# skipped: MPI environment ring cannot run here: " in said and "no module mpi4py" in said
+    assert "# skipped, 2 point(s) (mpi): MPI environment ring cannot run here: " in said
+    assert "no module mpi4py" in said
     assert launched and str(venv_python) not in launched
     arm = {r["point"]: r for r in formats.load_study(out / "study.json")["worlds"] if r.get("arm_unavailable")}
     assert set(arm) == {"tf-epoch/mpi/n2/small-cnn@32/mpi=ring", "allreduce/mpi/n2/mpi=ring"}
@@ -229,6 +230,54 @@ def test_dry_run_prints_the_worlds_and_the_expected_duration_and_runs_none(tmp_p
     assert "6 points x 2 rounds = 12 worlds" in out and "expected duration ~" in out
     assert "tf-epoch/mpi/n2/small-cnn@32/mpi=ring" in out
     assert not (tmp_path / "out").exists()
+
+
+PARTLY = """
+format = "perfsuite-study-plan"
+version = 1
+name = "partly"
+rounds = 2
+steps = 2
+warmup = 1
+allreduce_iters = 20
+timeout = 120
+
+[vectors.scaling]
+transports = ["torch-nccl"]
+allreduce = ["mpi", "GPU"]
+allreduce_sizes = ["4"]
+world_sizes = [2]
+"""
+
+
+def test_the_dry_run_counts_the_worlds_the_run_starts_and_names_each_reason_once(tmp_path, capsys, monkeypatch):
+    """A plan whose GPU points cannot run here: the dry run's "N to run here" is the number of
+    worlds the run then starts (both read study.worlds), and what skips is one line per reason."""
+    gpu = next((t for t in ("nccl", "gpu-ring", "mpi-cuda") if transports.unavailable_reason(t)), None)
+    if gpu is None or not transports.unavailable_reason("torch-nccl", "torch-epoch"):
+        pytest.skip("the GPU transports can run here: no plan that partly cannot")
+    plan, out = mini(tmp_path, PARTLY.replace('"GPU"', f'"{gpu}"')), tmp_path / "out"
+    assert main(["study", str(plan), "--out", str(out), "--dry-run"]) == 0
+    said = capsys.readouterr().out
+    head = said.splitlines()[0]
+    assert "4 points x 2 rounds = 8 worlds, 2 to run here" in head, said
+    skips = [line for line in said.splitlines() if line.startswith("# skipped, ")]
+    assert len(skips) == len({transports.unavailable_reason(gpu), transports.unavailable_reason("torch-nccl",
+                                                                                                 "torch-epoch")})
+    assert sum(int(line.split(", ")[1].split()[0]) for line in skips) == 3 and gpu in said
+    started = []
+    real = suite.run_one
+
+    def counted(spec, cfg):
+        started.append(spec.transport)
+        return real(spec, cfg)
+
+    monkeypatch.setattr(suite, "run_one", counted)
+    assert main(["study", str(plan), "--out", str(out)]) == 0
+    worlds = formats.load_study(out / "study.json")["worlds"]
+    assert started == ["mpi", "mpi"] and len([w for w in worlds if w.get("result")]) == 2
+    assert {w["point"] for w in worlds if w.get("skipped")} == {
+        f"allreduce/{gpu}/n2", "torch-epoch/torch-nccl/n1/small-cnn@32", "torch-epoch/torch-nccl/n2/small-cnn@32"}
 
 
 # --- the analysis -------------------------------------------------------------------------------

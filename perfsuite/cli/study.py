@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import fingerprint, formats, options, suite, transports
+from .. import fingerprint, formats, options, suite
 from ..errors import ConfigError
 from .common import EXIT_OK, EXIT_WORLD, say
 
@@ -62,6 +62,15 @@ def _load(args: argparse.Namespace, plan) -> list[dict]:
     return list(body.get("worlds") or [])
 
 
+def _skips(plan, cannot: dict[str, str]) -> list[str]:
+    """One line per reason a point cannot run here: how many points, whose transports."""
+    by: dict[str, list[str]] = {}
+    for k, why in cannot.items():
+        by.setdefault(why, []).append(k)
+    return [f"# skipped, {len(keys)} point(s) ({', '.join(dict.fromkeys(plan.points[k].transport for k in keys))}): "
+            f"{why}" for why, keys in by.items()]
+
+
 def do_study(args: argparse.Namespace) -> int:
     from .. import study_report
     from ..experiments import study, study_analysis, study_cost, study_plan as sp
@@ -77,28 +86,28 @@ def do_study(args: argparse.Namespace) -> int:
         arm = plan.arm_of(p).name
         if p.arm and arm in gone and not any(r["point"] == p.key and r.get("skipped") for r in records):
             records.append(study.arm_skip(plan, p, gone[arm]))
-    todo = study.pending(plan, records)
+    # What cannot run here is skipped before any world starts: the run and this count share
+    # study.worlds, so "N to run" is the number of worlds the run starts.
+    cannot = study.unavailable(plan, gone)
+    todo = study.worlds(plan, records, cannot)
     timed: dict[str, list[float]] = {}
     for r in records:
         timed.setdefault(r["point"], []).append(float(r.get("wall_s", 0.0)))
-    # A transport this venv lacks is skipped before its world starts: it costs nothing.
-    cannot = {k: why for k, p in plan.points.items()
-              if not p.arm and (why := transports.unavailable_reason(p.transport, p.benchmark))}
-    cannot |= {k: f"MPI environment {plan.arm_of(p).name} (above)" for k, p in plan.points.items()
-               if p.arm and plan.arm_of(p).name in gone}
     guess = {k: 0.0 if k in cannot else study_cost.expected_world_s(p, plan.steps, plan.warmup,
                                                                     yardsticks=plan.yardsticks)
              for k, p in plan.points.items()}
     progress = StudyProgress([(k, guess[k]) for _, k in todo], timed)
     total = plan.rounds * len(plan.points)
     say(f"# study {plan.name} ({args.plan}, digest {plan.digest}): {len(plan.points)} points x {plan.rounds} "
-        f"rounds = {total} worlds, {len(todo)} to run ({len(cannot)} point(s) cannot run here); expected "
-        f"duration ~{progress.remaining_s() / 60:.1f} min (a first guess until worlds are timed)")
-    for why in gone.values():
-        say(f"# skipped: {why}")
+        f"rounds = {total} worlds, {len(todo)} to run here; expected duration "
+        f"~{progress.remaining_s() / 60:.1f} min (a first guess until worlds are timed)")
+    for line in _skips(plan, cannot):
+        say(line)
     if args.dry_run:
+        short = {k: f"MPI environment {plan.arm_of(p).name} (above)" if p.arm and plan.arm_of(p).name in gone
+                 else cannot.get(k) for k, p in plan.points.items()}
         for k, p in plan.points.items():
-            say(f"#   {sp.describe(p)}: " + (f"cannot run here: {cannot[k]}" if k in cannot else
+            say(f"#   {sp.describe(p)}: " + (f"cannot run here: {short[k]}" if k in cannot else
                                               f"~{guess[k]:.0f} s a world"))
         return EXIT_OK
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -135,7 +144,7 @@ def do_study(args: argparse.Namespace) -> int:
 
     try:
         with progress:
-            study.run(plan, base, records, keep, on)
+            study.run(plan, base, records, keep, on, cannot)
     except KeyboardInterrupt as exc:
         stopped = getattr(exc, "name", "SIGINT")
     spent = time.monotonic() - t0

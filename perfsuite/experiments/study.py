@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import formats, rounds, suite
+from .. import bench, formats, rounds, suite, transports
 from ..bench.allreduce import allreduce_cases
 from ..bench.training import training_cases
 from ..kernels.training import parallel_amp
@@ -56,6 +56,29 @@ def pending(plan: Plan, records: list[dict]) -> list[tuple[int, str]]:
     done = {(r["point"], r["round"]) for r in records if not (r.get("failure") or r.get("invalid"))}
     cannot = {r["point"] for r in records if r.get("skipped")}
     return [(r, k) for r, unit in order(plan) for k in unit if (k, r) not in done and k not in cannot]
+
+
+def unavailable(plan: Plan, gone: dict[str, str] | None = None) -> dict[str, str]:
+    """Each point that cannot run here, with why: its MPI environment cannot (``gone``: arm name
+    -> why, as ``study_plan.unavailable_arms`` finds it), or its transport lacks what it needs,
+    as ``suite.run_one`` finds it before any world starts."""
+    gone = gone or {}
+    out = {}
+    for key, point in plan.points.items():
+        arm = plan.arm_of(point).name
+        record = bench.find(point.benchmark)
+        if point.arm and arm in gone:
+            out[key] = gone[arm]
+        elif why := transports.unavailable_reason(point.transport, record.transports if record else point.benchmark):
+            out[key] = why
+    return out
+
+
+def worlds(plan: Plan, records: list[dict], cannot: dict[str, str]) -> list[tuple[int, str]]:
+    """(round, point) of every world the study starts: what ``pending`` leaves, less the points
+    that cannot run here (each recorded once as a skip, no world started). The dry run counts
+    these and ``run`` starts these, so the two cannot disagree."""
+    return [(r, k) for r, k in pending(plan, records) if k not in cannot]
 
 
 def world_config(plan: Plan, point: Point, base: suite.SuiteConfig) -> suite.SuiteConfig:
@@ -132,20 +155,31 @@ def invalid_lines(plan: Plan, rec: dict) -> list[str]:
             for x in rec.get("invalid") or ()]
 
 
+def skip(plan: Plan, point: Point, why: str) -> dict:
+    """The record of a point that cannot run here: a skip with the reason, no world started."""
+    return {"point": point.key, "round": 0, "wall_s": 0.0, "python": interpreter(plan.arm_of(point)),
+            "skipped": why}
+
+
 def arm_skip(plan: Plan, point: Point, why: str) -> dict:
     """The record of a point whose MPI environment cannot run here: a skip with the reason, and
     the arm's name, so a resumed study runs the point once that venv has been made."""
-    arm = plan.arm_of(point)
-    return {"point": point.key, "round": 0, "wall_s": 0.0, "python": interpreter(arm), "skipped": why,
-            "arm_unavailable": arm.name}
+    return {**skip(plan, point, why), "arm_unavailable": plan.arm_of(point).name}
 
 
 def run(plan: Plan, base: suite.SuiteConfig, records: list[dict], keep: Callable[[list[dict]], None],
-        progress: Progress | None = None) -> list[dict]:
+        progress: Progress | None = None, cannot: dict[str, str] | None = None) -> list[dict]:
     """Run what ``records`` lacks; ``records`` grows world by world and ``keep`` is told each
-    time. Ctrl-C (or SIGTERM through ``interrupts``) propagates after the running world is
-    killed; every world before it is already kept."""
-    for rnd, key in pending(plan, records):
+    time. ``cannot`` (default ``unavailable(plan)``): points recorded as skips, no world started.
+    Ctrl-C (or SIGTERM through ``interrupts``) propagates after the running world is killed;
+    every world before it is already kept."""
+    cannot = unavailable(plan) if cannot is None else cannot
+    skipped = {r["point"] for r in records if r.get("skipped")}
+    new = [skip(plan, plan.points[k], why) for k, why in cannot.items() if k not in skipped]
+    if new:
+        records.extend(new)
+        keep(records)
+    for rnd, key in worlds(plan, records, cannot):
         if any(r["point"] == key and r.get("skipped") for r in records):
             continue  # found unable to run in an earlier round of this run
         point = plan.points[key]
