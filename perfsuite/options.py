@@ -15,6 +15,7 @@ import math
 import os
 import re
 import shlex
+import sys
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
@@ -163,6 +164,41 @@ def add_options(addoption: Callable[..., Any], prefix: str = "",
             addoption(flag, default=None, dest=dest, metavar=o.metavar, help=text + shown)
         added.append(o)
     return added
+
+
+# --- old spellings, accepted for one release --------------------------------------------------
+
+def renamed_notice(old: str, now: str) -> str:
+    """The one line an old spelling prints (stderr): what it is now, and that it goes."""
+    return f"perfsuite: {old} is now {now}; the old spelling goes in the next release"
+
+
+class Renamed(argparse.Action):
+    """An option's old spelling, kept for one release (both faces, every command): hidden from
+    --help, it stores what the new spelling stores (``also``: the values it implies besides) and
+    says so in one line on stderr, once however often it is given."""
+
+    def __init__(self, option_strings: list[str], dest: str, now: str, flag: bool = False,
+                 also: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("default", argparse.SUPPRESS)  # never overwrite the new option's default
+        super().__init__(option_strings, dest, nargs=0 if flag else None, help=argparse.SUPPRESS, **kwargs)
+        self.now, self.flag, self.also, self.said = now, flag, dict(also or {}), False
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if not self.said:
+            print(renamed_notice(option_string or self.option_strings[0], self.now), file=sys.stderr, flush=True)
+            self.said = True
+        setattr(namespace, self.dest, True if self.flag else values)
+        for name, value in self.also.items():
+            setattr(namespace, name, value)
+
+
+def add_renamed(addoption: Callable[..., Any], old: str, now: str, dest: str, *, flag: bool = False,
+                also: Mapping[str, Any] | None = None) -> None:
+    """Accept ``old`` as ``now`` (whose value lands in ``dest``) for one release, through
+    ``addoption`` (argparse's add_argument; cli/common.py's ``renamed`` for the commands)."""
+    addoption(old, action=Renamed, dest=dest, now=now, flag=flag, also=also)
 
 
 def _run_elsewhere() -> dict[str, Callable[[str], Any]]:

@@ -227,9 +227,9 @@ def test_device_batches_rotate_through_copies_of_the_buffers(monkeypatch, no_lef
 
 @pytest.mark.world
 def test_ab_runs_a_collective_and_stops_at_an_arm_with_wrong_results(tmp_path, no_leftover_ranks):
-    """`perfsuite ab --benchmark all_gather`: both arms run the collective's worlds; arm B's rank 1
+    """`perfsuite ab --benchmarks all_gather`: both arms run the collective's worlds; arm B's rank 1
     corrupt, the first pair ends it, exit 4, the line naming the arm, case and rank."""
-    r = perfsuite("ab", "--benchmark", "all_gather", "--transports", "mpi", "--world-sizes", "2", "--sizes", "4",
+    r = perfsuite("ab", "--benchmarks", "all_gather", "--transports", "mpi", "--world-sizes", "2", "--sizes", "4",
                   "--iters", "20", "--warmup", "2", "--b-env", "PERFSUITE_TEST_FAULT=corrupt@1",
                   "--max-pairs", "4", "--json", "ab.json", cwd=tmp_path)
     assert r.returncode == 4, said(r)

@@ -32,7 +32,7 @@ def test_run_refuses_the_stall_option_naming_the_command_that_runs_it(capsys):
         cli.main(["run", "--stalls", "small-cnn"])
     assert stop.value.code == 2
     err = capsys.readouterr().err
-    assert "argument --stalls:" in err and "`perfsuite stalls --model small-cnn`" in err
+    assert "argument --stalls:" in err and "`perfsuite stalls --models small-cnn`" in err
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
     assert "--stalls" not in capsys.readouterr().out

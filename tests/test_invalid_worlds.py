@@ -221,7 +221,7 @@ def test_nodes_names_a_case_whose_links_were_not_crossed_and_judges_no_node_from
 
     monkeypatch.setattr(suite, "run", fake)
     out = tmp_path / "nodes.json"
-    assert main(["nodes", "--nodes", "2", "--sizes", "4", "--json", str(out)]) == 4
+    assert main(["nodes", "--nodes", "2", "--link-sizes", "4", "--json", str(out)]) == 4
     said_ = capsys.readouterr().out
     lines = invalid_lines(said_)
     assert len(lines) == 1 and lines[0].startswith("INVALID: p2p[") and f"did not measure what it claims ({why})" \

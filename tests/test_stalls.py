@@ -157,9 +157,9 @@ def test_dataset_written_reused_and_refused(tmp_path):
 def test_cli_rejects_bad_input():
     from perfsuite.cli import main
 
-    assert main(["stalls", "--world-size", "1"]) == 2
+    assert main(["stalls", "--world-sizes", "1"]) == 2
     assert main(["stalls", "--emulated-network", "fast"]) == 2
-    assert main(["stalls", "--model", "vgg99"]) == 2
+    assert main(["stalls", "--models", "vgg99"]) == 2
 
 
 def test_breakdown_png(tmp_path):

@@ -86,7 +86,7 @@ def test_a_training_world_names_the_throttled_node_by_its_compute(tmp_path, no_l
 def test_two_nodes_are_measured_but_not_judged(tmp_path, no_leftover_ranks):
     """One link has no other to stand out against: the run says so instead of 'nothing stands out'.
     64 KiB windows (bandwidth, as 1 MiB is): the line does not depend on how long the slow link takes."""
-    r = perfsuite("nodes", "--nodes", "2", "--emulated-network", "1gbit,node1=100mbit", "--sizes", "64KiB",
+    r = perfsuite("nodes", "--nodes", "2", "--emulated-network", "1gbit,node1=100mbit", "--link-sizes", "64KiB",
                   cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "nothing judged (a node is told from its links only with 3 or more nodes)" in r.stdout, r.stdout

@@ -1,7 +1,7 @@
 """A language model's real data: token shards written by ``perfsuite.dataset`` (deterministic,
 versioned, ids inside the vocabulary, something to learn), each rank's shard of them, read by
 PyTorch's DataLoader (``torch_input.TokenFeed``) in a real gpt-tiny epoch, and ``perfsuite
-stalls --model gpt-tiny`` end to end; wrong input (no folder, a JPEG folder, an image size for a
+stalls --models gpt-tiny`` end to end; wrong input (no folder, a JPEG folder, an image size for a
 language model, a TensorFlow transport) is one line and exit 2."""
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_an_old_jpeg_manifest_is_read_as_version_2(tmp_path):
 
 def test_token_listing_and_checks_say_what_is_wrong_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"^no dataset of token shards in '.*missing' \(it does not exist\): "
-                                          r"write one with .*TokenSpec.*perfsuite stalls --model gpt-tiny"):
+                                          r"write one with .*TokenSpec.*perfsuite stalls --models gpt-tiny"):
         list_tokens(tmp_path / "missing")
     dataset.ensure_dataset(tmp_path / "jpeg", dataset.DatasetSpec(count=2, image_px=16))
     with pytest.raises(ConfigError, match=r"it holds img-\*\.jpg files, another model kind's dataset"):
@@ -118,13 +118,13 @@ def test_token_shards_split_across_ranks_as_jpegs_do(tmp_path):
 
 @pytest.mark.parametrize("argv, says", [
     (["--image-size", "32"], "image size '32' does not apply to gpt-tiny, a language model"),
-    (["--transport", "mpi"], "gpt-tiny is a language model: its file runs read token shards on torch-epoch only"),
+    (["--transports", "mpi"], "gpt-tiny is a language model: its file runs read token shards on torch-epoch only"),
     (["--seq-len", "1"], "sequence length '1' for gpt-tiny must be a whole number >= 2"),
 ])
 def test_stalls_refuses_what_a_language_model_cannot_take(argv, says, capsys):
     from perfsuite.cli import main
 
-    assert main(["stalls", "--model", "gpt-tiny", *argv]) == 2
+    assert main(["stalls", "--models", "gpt-tiny", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1, err
 
@@ -133,10 +133,10 @@ def test_stalls_refuses_a_jpeg_folder_for_a_language_model(tmp_path, capsys):
     from perfsuite.cli import main
 
     dataset.ensure_dataset(tmp_path / "jpeg", dataset.DatasetSpec(count=2, image_px=16))
-    assert main(["stalls", "--model", "gpt-tiny", "--data-dir", str(tmp_path / "jpeg")]) == 2
+    assert main(["stalls", "--models", "gpt-tiny", "--data-dir", str(tmp_path / "jpeg")]) == 2
     err = capsys.readouterr().err.strip()
     assert "holds another dataset (2 JPEG files of 16 px)" in err and len(err.splitlines()) == 1, err
-    assert main(["stalls", "--model", "small-cnn", "--seq-len", "64"]) == 2
+    assert main(["stalls", "--models", "small-cnn", "--seq-len", "64"]) == 2
     assert "sequence length '64' does not apply to small-cnn" in capsys.readouterr().err
 
 
@@ -186,7 +186,7 @@ def test_a_token_shard_of_another_length_fails_the_world_with_its_reason(tmp_pat
 @needs_torch
 @pytest.mark.world
 def test_stalls_on_gpt_tiny_read_token_shards(tmp_path, monkeypatch, capsys, no_leftover_ranks):
-    """``perfsuite stalls --model gpt-tiny`` end to end on torch-gloo: T0, T1 and both token-file
+    """``perfsuite stalls --models gpt-tiny`` end to end on torch-gloo: T0, T1 and both token-file
     runs measured, the breakdown printed and written. The cold run's page-cache drop is
     replaced here (it would slow every process on the machine; the measured run in the docs
     drops it for real): this test is the plumbing, not the size of the fetch stall."""
@@ -197,7 +197,7 @@ def test_stalls_on_gpt_tiny_read_token_shards(tmp_path, monkeypatch, capsys, no_
     monkeypatch.setattr(stall_runs, "DROP_CACHES", ["true"])
     monkeypatch.setattr(stall_runs.fingerprint, "is_root", lambda: True)
     data = tmp_path / "tok"
-    rc = main(["stalls", "--model", "gpt-tiny", "--batch", "4", "--steps", "6", "--warmup", "1",
+    rc = main(["stalls", "--models", "gpt-tiny", "--batches", "4", "--steps", "6", "--warmup", "1",
                "--prep-threads", "1", "--data-dir", str(data), "--json", str(tmp_path / "s.json"),
                "--png", str(tmp_path / "s.png"), "--timeout", "120"])
     text = capsys.readouterr().out

@@ -14,10 +14,10 @@ from . import BenchmarkSpec, register
 OPTIONS = (
     Opt("stalls", None, "pytest only: run the stall breakdown benchmark (benchmarks/test_stalls.py) for "
         "MODEL, e.g. small-cnn; its network run uses --emulated-network; unset: skipped (the CLI's "
-        "is `perfsuite stalls --model MODEL`)", metavar="MODEL"),
+        "is `perfsuite stalls --models MODEL`)", metavar="MODEL"),
 )
 
 SPEC = register(BenchmarkSpec(
     "stalls", "Stash stall breakdown of a training step: compute, interconnect, prep, fetch, network",
     kernel="perfsuite.kernels.tf_epoch", cases=None, transport_set="tf-epoch", options=OPTIONS,
-    command="perfsuite stalls --model {value}"))
+    command="perfsuite stalls --models {value}"))

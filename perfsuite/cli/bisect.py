@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from ..launch import envs
 from ..launch.launchers import parse_env
 from .ab import ab_config, shared, add_env_options, add_judging, one_benchmark
-from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, say
+from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, one_value, say
 
 COMMANDS = {}
 
@@ -34,9 +34,7 @@ def do_bisect(args: argparse.Namespace) -> int:
 
     values = vars(args)
     name = one_benchmark(args.benchmarks, "bisect")
-    transport = args.transports or "mpi"
-    if "," in transport or transport == "all":
-        raise ConfigError(f"transport {transport!r} must name one transport; give --transports NAME")
+    transport = one_value(args.transports or "mpi", "--transports", "bisect", "mpi")
     arm = ab.Arm("A", transport, tuple(parse_env(values["env"] or []).items()))
     cfg, suite_cfg = ab_config(values, name, arm, replace(arm, name="B"))
     # A step is bad once one case is a DIFFERENT regression: its other cases cannot change that.

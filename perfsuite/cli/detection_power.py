@@ -8,7 +8,7 @@ import sys
 from .. import formats, options, suite, transports
 from ..model import parse_size, whole_number
 from .ab import write_kept
-from .common import EXIT_OK, EXIT_WORLD, exit_status, fraction, gate_settings, say
+from .common import ALPHA_HELP, EXIT_OK, EXIT_WORLD, exit_status, fraction, gate_settings, one_value, renamed, say
 
 COMMANDS = {}
 
@@ -19,7 +19,9 @@ def add_detection_power(p: argparse.ArgumentParser) -> None:
     c = d.DetectionConfig()
     p.add_argument("--small", default=str(c.small), metavar="SIZE", help=f"latency size [default: {c.small}]")
     p.add_argument("--large", default="16MiB", metavar="SIZE", help="busbw size [default: 16MiB]")
-    p.add_argument("--transport", default=c.transport, help=f"[default: {c.transport}]")
+    p.add_argument("--transports", default=c.transport, metavar="NAME",
+                   help=f"the transport measured, one value [default: {c.transport}]")
+    renamed(p, "--transport", "--transports", "transports")
     p.add_argument("--blocks", default=str(c.blocks), metavar="K",
                    help="blocks of three pairs (A/A, A/+small, A/+large), 6 worlds each [default: 0, "
                         f"blocks until the stream has run the gap plus {d.CANDIDATE_S:.0f} s]")
@@ -32,7 +34,8 @@ def add_detection_power(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-pairs", default=str(c.max_pairs), metavar="N",
                    help=f"A/B mode: pairs per window at most [default: {c.max_pairs}]")
     p.add_argument("--tolerance", metavar="TOL", help="stored mode: 0.05 or LOWER:UPPER [default: the gate's]")
-    p.add_argument("--alpha", default=str(c.alpha), help=f"significance level [default: {c.alpha}]")
+    p.add_argument("--alpha", default=str(c.alpha), metavar="P", help=ALPHA_HELP.format(
+        how="the gate's, whose rates this measures").replace("[default: 0.01]", f"[default: {c.alpha}]"))
     p.add_argument("--max-contention", default="0.05", metavar="F",
                    help="contended worlds are left out, as the gate does [default: 0.05; off]")
     p.add_argument("--seed", default=str(c.seed), metavar="N", help=f"order of pairs [default: {c.seed}]")
@@ -59,7 +62,8 @@ def do_detection_power(args: argparse.Namespace) -> int:
         say(d.format_report(rep))
         return detection_status(rep)
     cfg = d.DetectionConfig(small=parse_size(args.small), large=parse_size(args.large),
-                            transport=args.transport, blocks=whole_number(args.blocks, "blocks", low=0),
+                            transport=one_value(args.transports, "--transports", "detection-power", "mpi"),
+                            blocks=whole_number(args.blocks, "blocks", low=0),
                             small_slowdown=fraction(args.small_slowdown, "small-slowdown"),
                             large_slowdown=fraction(args.large_slowdown, "large-slowdown"),
                             gap_s=options.seconds(args.gap, "gap") if args.gap != "0" else 0.0,

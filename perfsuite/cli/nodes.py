@@ -11,20 +11,19 @@ from .. import formats, interrupts, options, report, stragglers, suite
 from .. import verdict_text as vt
 from ..errors import ConfigError
 from ..model import whole_number
-from .common import EXIT_OK, EXIT_REGRESSION, EXIT_WORLD, exit_status, say
+from .common import EXIT_OK, EXIT_REGRESSION, EXIT_WORLD, exit_status, renamed, say
 
 COMMANDS = {}
 
 NODES_OPTIONS = ("launcher", "launcher-program", "launcher-args", "mpi-flavor", "hostfile", "hosts", "env",
-                 "timeout", "workdir", "iters", "repeats", "emulated-network")
+                 "timeout", "workdir", "iters", "link-sizes", "repeats", "emulated-network")
 
 
 def add_nodes(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", metavar="N", help="how many nodes (one rank each) [default: the --hosts or "
                    "--hostfile count, or Slurm's SLURM_NNODES inside an allocation]")
-    p.add_argument("--sizes", metavar="SIZES", help="message sizes: latency up to 8 KiB, bandwidth above "
-                   "[default: 4,1MiB]")
-    options.add_options(p.add_argument, names=NODES_OPTIONS)
+    options.add_options(p.add_argument, names=NODES_OPTIONS)  # p2p's sizes: --link-sizes, as in run
+    renamed(p, "--sizes", "--link-sizes", "link_sizes")
     p.add_argument("--json", metavar="PATH", help="write the versioned results file here")
 
 
@@ -53,7 +52,7 @@ def node_count(args: argparse.Namespace) -> int:
 def do_nodes(args: argparse.Namespace) -> int:
     n = node_count(args)
     values = {**vars(args), "benchmarks": "p2p", "transports": "mpi", "world_sizes": str(n), "ppn": "1",
-              "link_sizes": args.sizes, "rounds": None}
+              "rounds": None}
     sel = options.selection(values, "p2p")
     cases = suite.select_cases(sel)
     cfg = options.suite_config(values)

@@ -6,7 +6,7 @@ import argparse
 
 from .. import options, report
 from ..errors import ConfigError
-from .common import EXIT_REGRESSION, EXIT_WORLD, exit_status, say
+from .common import EXIT_REGRESSION, EXIT_WORLD, exit_status, one_value, say
 
 COMMANDS = {}
 
@@ -34,7 +34,7 @@ def do_overhead(args: argparse.Namespace) -> int:
     from ..experiments.overhead import PLAIN_LOOPS, PLAIN_TARGET_SIZES, plain_overhead
 
     values = vars(args)
-    picked = args.transports if args.transports not in (None, "all") else "mpi"
+    picked = one_value(args.transports, "--transports", "overhead", "mpi") if args.transports not in (None, "all") else "mpi"
     if picked != "mpi" and picked not in PLAIN_LOOPS:
         raise ConfigError(f"overhead compares transport {picked!r} with nothing; choose mpi (against a C "
                           f"program) or {', '.join(PLAIN_LOOPS)} (against a plain loop of its framework)")

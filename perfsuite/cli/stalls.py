@@ -10,17 +10,24 @@ import tempfile
 from .. import formats, options, report, suite, transports
 from .. import verdict_text as vt
 from ..model import whole_number
-from .common import EXIT_OK, EXIT_WORLD, say
+from .common import EXIT_OK, EXIT_WORLD, one_value, renamed, say
 
 COMMANDS = {}
 
 
 def add_stalls(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="small-cnn", help="training model [default: small-cnn]")
-    p.add_argument("--transport", default=None, help="training transport, TensorFlow's (mpi, grpc, horovod, ...) or PyTorch's "
-                   "(torch-gloo, torch-nccl) [default: mpi; torch-gloo for a language model]")
-    p.add_argument("--world-size", default="2", metavar="N", help="workers N [default: 2]")
-    p.add_argument("--batch", default="16", metavar="B", help="images (or sequences) per worker per step [default: 16]")
+    # The axes are spelled as every command spells them (plural); a breakdown takes one value of each.
+    p.add_argument("--models", default="small-cnn", metavar="MODEL", help="training model, one value "
+                   "[default: small-cnn]")
+    p.add_argument("--transports", default=None, metavar="TRANSPORT", help="training transport, one value: "
+                   "TensorFlow's (mpi, grpc, horovod, ...) or PyTorch's (torch-gloo, torch-nccl) "
+                   "[default: mpi; torch-gloo for a language model]")
+    p.add_argument("--world-sizes", default="2", metavar="N", help="workers, one value [default: 2]")
+    p.add_argument("--batches", default="16", metavar="B", help="images (or sequences) per worker per step, "
+                   "one value [default: 16]")
+    for old, now in (("--model", "--models"), ("--transport", "--transports"), ("--world-size", "--world-sizes"),
+                     ("--batch", "--batches")):
+        renamed(p, old, now, now[2:].replace("-", "_"))
     p.add_argument("--steps", default="10", metavar="N", help="timed steps per run [default: 10]")
     p.add_argument("--warmup", default="2", metavar="N", help="warm-up steps per run [default: 2]")
     p.add_argument("--image-size", default=None, metavar="PX", help="model input size [default: the model's]")
@@ -53,14 +60,17 @@ def do_stalls(args: argparse.Namespace) -> int:
     png = args.png or (os.path.splitext(args.json)[0] + ".png" if args.json else "stalls.png")
     if not args.png:  # the default picture's folder, checked as --png is, before any world runs
         formats.check_output_file(png, "the stacked-bar picture (--png)")
-    spec = model_spec(args.model)
-    transport = args.transport or ("torch-gloo" if spec.is_lm else "mpi")
-    transports.spec(transport, stall_benchmark(args.model, transport, not args.no_data))
-    n = whole_number(args.world_size, "world size", low=2)
-    batch, steps = whole_number(args.batch, "batch"), whole_number(args.steps, "steps")
+    model = one_value(args.models, "--models", "stalls", "small-cnn")
+    spec = model_spec(model)
+    transport = (one_value(args.transports, "--transports", "stalls", "mpi") if args.transports
+                 else "torch-gloo" if spec.is_lm else "mpi")
+    transports.spec(transport, stall_benchmark(model, transport, not args.no_data))
+    n = whole_number(one_value(args.world_sizes, "--world-sizes", "stalls", "2"), "world size", low=2)
+    batch = whole_number(one_value(args.batches, "--batches", "stalls", "16"), "batch")
+    steps = whole_number(args.steps, "steps")
     warmup = whole_number(args.warmup, "warm-up steps", low=0)
-    image = check_image_size(args.model, args.image_size) if args.image_size else spec.image_size
-    seq_len = check_seq_len(args.model, args.seq_len) if args.seq_len else spec.seq_len
+    image = check_image_size(model, args.image_size) if args.image_size else spec.image_size
+    seq_len = check_seq_len(model, args.seq_len) if args.seq_len else spec.seq_len
     shaping = netns.parse_shaping(args.emulated_network) if args.emulated_network else None
     if shaping is not None and shaping.delay:
         say(f"# delay {shaping.delay} asked for: checking for netem ({netns.NO_NETEM} if absent)")
@@ -77,7 +87,7 @@ def do_stalls(args: argparse.Namespace) -> int:
         m = dataset.ensure_dataset(data_dir, want)
         say(f"# dataset {data_dir}: {dataset.describe(m)}, {m['bytes'] / 1e6:.2f} MB")
     shape = {"seq_len": seq_len} if spec.is_lm else {"image_size": image}
-    sc = StallConfig(model=args.model, transport=transport, world_size=n, batch=batch,
+    sc = StallConfig(model=model, transport=transport, world_size=n, batch=batch,
                      network=shaping, data_dir=data_dir, prep_threads=whole_number(args.prep_threads, "prep threads"),
                      disk=parse_disk_rate(args.emulated_disk) if args.emulated_disk else None,
                      options={"iters": steps, "warmup": warmup, **shape})
@@ -95,7 +105,7 @@ def do_stalls(args: argparse.Namespace) -> int:
     out = run_stalls(sc, suite.SuiteConfig(timeout=options.seconds(args.timeout)), on_run)
     for key, why in out.skipped.items():
         say(f"# {key} skipped: {why}")
-    title = f"{args.model} b{batch} {transport} n{n}" + (f" {shaping.label}" if shaping else "")
+    title = f"{model} b{batch} {transport} n{n}" + (f" {shaping.label}" if shaping else "")
     say(stalls.format_table(out.breakdown, title))
     bound = out.sample.info.get("network_stall_bound_ms")
     if bound is not None:

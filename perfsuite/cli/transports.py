@@ -5,16 +5,20 @@ import argparse
 
 from .. import transports
 from ..errors import ConfigError
-from .common import EXIT_OK, say
+from .common import EXIT_OK, one_value, renamed, say
 
 COMMANDS = {}
 
 
 def add_transports(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--benchmark", default=None, help="only transports of this benchmark")
+    p.add_argument("--benchmarks", dest="benchmark", default=None, metavar="NAME",
+                   help="only transports of this benchmark (one value), e.g. allreduce")
+    renamed(p, "--benchmark", "--benchmarks", "benchmark")
 
 
 def do_transports(args: argparse.Namespace) -> int:
+    if args.benchmark:
+        args.benchmark = one_value(args.benchmark, "--benchmarks", "transports", "allreduce")
     for key, spec in transports.REGISTRY.items():
         if key.startswith("collective:"):  # an allreduce design under the other collectives: the matrix says
             continue

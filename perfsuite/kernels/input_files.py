@@ -97,7 +97,7 @@ def list_tokens(folder: str | os.PathLike) -> list[str]:
     """The token shards' paths in index order; a missing or empty folder is a ConfigError."""
     return _listed(folder, TOKEN_GLOB, IMAGE_GLOB, "dataset of token shards",
                    "perfsuite.dataset.ensure_dataset(folder, TokenSpec(...)) or "
-                   "`perfsuite stalls --model gpt-tiny`")
+                   "`perfsuite stalls --models gpt-tiny`")
 
 
 def check_token_file(path: str, seq_len: int, vocab: int) -> None:
