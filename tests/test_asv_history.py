@@ -8,6 +8,7 @@ import http.server
 import inspect
 import itertools
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -584,16 +585,22 @@ def served(measured_site):
     server.server_close()
 
 
-def dump_dom(url: str) -> str:
+def headless(url: str, *args: str) -> str:
+    """Load ``url`` in headless Chromium (a fresh profile, 10 s of virtual time for asv's scripts)
+    with ``args`` saying what to do with the page; its stdout."""
     profile = tempfile.mkdtemp(prefix="chromium-")
     try:
         return run_command([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                             "--no-first-run", "--disable-background-networking",
                             "--disable-component-update", "--disable-sync",
                             f"--user-data-dir={profile}", "--virtual-time-budget=10000",
-                            "--dump-dom", url], timeout=120).stdout
+                            *args, url], timeout=120).stdout
     finally:
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def dump_dom(url: str) -> str:
+    return headless(url, "--dump-dom")
 
 
 @pytest.mark.world
@@ -608,6 +615,40 @@ def test_published_page_renders_list_and_graph_in_chromium(served):
     main = graph[graph.index('id="main-graph"'):]
     assert main.split(">", 1)[1].lstrip().startswith('<canvas class="flot-base"'), main[:300]
     assert "flot-tick-label" in main  # axes were laid out from the loaded data
+
+
+#: The graph page as docs/quickstart.md shows it: one line (mpi, 2 ranks, 1 MiB) of the two commits.
+GRAPH = ("index.html#allreduce.Allreduce.track_inv_busbw?p-transport='mpi'&p-world_size=2"
+         "&p-size='1MiB'&p-dtype='float32'&p-straggler='none'")
+
+
+def colours(image) -> int:
+    """How many distinct colours an RGB image holds (65536 standing for that many or more)."""
+    found = image.getcolors(maxcolors=1 << 16)
+    return 1 << 16 if found is None else len(found)
+
+
+@pytest.mark.world
+def test_published_graph_page_screenshot_is_a_real_image(served, tmp_path):
+    """What a person sees: the graph page drawn to a PNG by headless Chromium, not a blank or
+    one-colour frame; PERFSUITE_SCREENSHOT_DIR=docs/img keeps it as docs/img/asv-page.png."""
+    from PIL import Image  # matplotlib's own dependency
+
+    png = tmp_path / "asv-page.png"
+    headless(f"{served}/{GRAPH}", "--hide-scrollbars", "--window-size=1000,560", f"--screenshot={png}")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(png) as image:
+        assert image.size == (1000, 560)
+        rgb = image.convert("RGB")
+    assert colours(rgb) > 50, f"{colours(rgb)} colours: a blank page"
+    # the plot (right of asv's settings and parameters) is drawn, not only the page around it
+    plot = rgb.crop((rgb.width // 2, rgb.height // 4, rgb.width - 20, rgb.height - 40))
+    assert colours(plot) > 10, f"{colours(plot)} colours where the graph should be"
+    keep = os.environ.get("PERFSUITE_SCREENSHOT_DIR")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        # a 256-colour palette: the page is flat colours and text, and the file stays small in git
+        rgb.quantize(256).save(Path(keep) / png.name, optimize=True)
 
 
 @pytest.mark.world
