@@ -20,6 +20,7 @@ import datetime as _dt
 import json
 import os
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -268,7 +269,10 @@ def show(root: str | os.PathLike, system: str | None = None) -> str:
     """A table of the stored baselines of one system (or of every system under ``root``)."""
     names = [system_for(name=system)] if system else systems(root)
     if not names:
-        return f"no baselines under {root}/ (record some with `perfsuite baseline update --from r.json`)"
+        # A command that records enough rounds: `baseline update` refuses run --json's one round.
+        where = "" if str(root) == "baselines" else f" --baseline-dir {shlex.quote(str(root))}"
+        return (f"no baselines under {root}/ (record this machine's with `perfsuite run --baseline-update{where}`: "
+                f"{regress.BASELINE_ROUNDS} rounds, the {regress.MIN_BASELINE_ROUNDS} or more a baseline needs)")
     lines: list[str] = []
     for sysname in names:
         folder = Path(root) / sysname
