@@ -68,13 +68,14 @@ def split_list(text: str, what: str, example: str) -> list[str]:
     return [p for p in parts if p]
 
 
-def parse_names(text: str | Sequence[str], known: Iterable[str], what: str) -> tuple[str, ...]:
-    """Comma list checked against ``known``; 'all' selects every known name."""
+def parse_names(text: str | Sequence[str], known: Iterable[str], what: str,
+                every: Iterable[str] | None = None) -> tuple[str, ...]:
+    """Comma list checked against ``known``; 'all' selects ``every`` (default: every known name)."""
     known = list(known)
     parts = (split_list(text, f"{what} list", "a,b") if isinstance(text, str)
              else [p.strip() for p in text if p.strip()])
     if parts == ["all"]:
-        return tuple(known)
+        return tuple(known if every is None else every)
     for p in parts:
         if p not in known:
             raise ConfigError(f"{what} {p!r} is unknown; choose from {', '.join(known)} (or all)")

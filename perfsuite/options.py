@@ -64,7 +64,8 @@ def _whole(what: str, low: int = 1) -> Callable[[Any], int | None]:
 
 
 COMMON: list[Opt] = [
-    Opt("transports", "all", "comma list of transports, or 'all' (unavailable ones are skipped with the reason)", metavar="LIST"),
+    Opt("transports", "all", "comma list of transports, or 'all': every one but the TensorFlow 1 designs, "
+        "which perfsuite transports lists (unavailable ones are skipped with the reason)", metavar="LIST"),
     Opt("world-sizes", "2", "comma list of world sizes (ranks), e.g. 1,2,4", metavar="LIST", parse=parse_world_sizes),
     Opt("launcher", "mpiexec", f"how worlds start: {', '.join(LAUNCHERS)}", metavar="NAME"),
     Opt("launcher-program", None, "path of mpiexec/srun if not the one on PATH", metavar="PATH"),
@@ -240,7 +241,8 @@ def selection(values: Mapping[str, Any], benchmark: str = "allreduce", **extra: 
     # one --transports list serves a session that runs allreduce and training cases together.
     every = list(dict.fromkeys(s.name for s in transports.REGISTRY.values()))
     own = set(transports.names(spec.transports))
-    picked = tuple(t for t in parse_names(v["transports"], every, "transport") if t in own)
+    picked = tuple(t for t in parse_names(v["transports"], every, "transport",
+                                          every=transports.default_names(spec.transports)) if t in own)
     sizes = parse_world_sizes(v["world_sizes"])
     fitted, notes = {}, []
     given = values.get("world_sizes") is not None or extra.get("world_sizes") is not None

@@ -46,7 +46,7 @@ def select_cases(sel: Selection) -> list[Case]:
     for t in sel.transports or ():
         transports.spec(t, spec.transports)  # names the bad transport
     if sel.transports is None:
-        sel = replace(sel, transports=tuple(transports.names(spec.transports)))
+        sel = replace(sel, transports=tuple(transports.default_names(spec.transports)))
     return spec.cases(sel)
 
 

@@ -37,7 +37,7 @@ class Selection:
     """What to run, already checked: the user's choice of the case matrix of one benchmark."""
 
     benchmark: str = "allreduce"
-    transports: tuple[str, ...] | None = None  # None = every transport the benchmark runs over
+    transports: tuple[str, ...] | None = None  # None = its default ones (transports.default_names)
     world_sizes: tuple[int, ...] = (2,)
     values: dict[str, Any] = field(default_factory=dict)  # the benchmark's own options, parsed
     #: Transports whose default world sizes were fitted to this node's GPUs, and the lines

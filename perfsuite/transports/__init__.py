@@ -65,6 +65,13 @@ def names(benchmark: str = "allreduce") -> list[str]:
     return list(dict.fromkeys(s.name for s in REGISTRY.values() if benchmark in s.benchmarks))
 
 
+def default_names(benchmark: str = "allreduce") -> list[str]:
+    """The transports a run selects when none are named ('all', the default): every one of
+    ``benchmark``'s but the designs that exist only in TensorFlow 1, which can never run; they
+    stay listed (``perfsuite transports``) and, when named, are skipped with ``TF1_ONLY``."""
+    return [n for n in names(benchmark) if spec(n, benchmark).module is not None]
+
+
 def spec(name: str, benchmark: str = "allreduce") -> TransportSpec:
     s = REGISTRY.get(f"{benchmark}:{name}") or REGISTRY.get(name)
     if (s is None or benchmark not in s.benchmarks) and f"collective:{name}" in REGISTRY:
