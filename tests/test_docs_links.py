@@ -64,3 +64,14 @@ def test_every_anchor_link_lands_on_a_heading(doc, target):
         pytest.xfail(pending)
     assert found, (f"{doc.relative_to(ROOT)} links {target}, but {path.name} has no such heading; "
                    f"its anchors: {', '.join(sorted(anchors(path)))}")
+
+
+#: A relative link to a file or picture, with or without an #anchor (not a web address).
+TARGET = re.compile(r"\]\(([^()\s#]+)(?:#[^()\s]*)?\)")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_relative_link_and_picture_lands_on_a_file(doc):
+    missing = [m.group(1) for m in TARGET.finditer(doc.read_text())
+               if ":" not in m.group(1) and not (doc.parent / m.group(1)).exists()]
+    assert not missing, f"{doc.relative_to(ROOT)} links files that do not exist: {missing}"
