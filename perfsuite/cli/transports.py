@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import transports
+from .. import bench, transports
 from ..errors import ConfigError
 from .common import EXIT_OK, one_value, renamed, say
 
@@ -16,19 +16,29 @@ def add_transports(p: argparse.ArgumentParser) -> None:
     renamed(p, "--benchmark", "--benchmarks", "benchmark")
 
 
+def runs_on(name: str) -> str:
+    """The transport set a benchmark runs over (stalls: tf-epoch's); an unknown name is one line."""
+    record = bench.find(name)
+    if record is None:
+        known = ", ".join(s.name for s in bench.all_specs())
+        raise ConfigError(f"--benchmarks {name!r} is no benchmark; choose from {known}")
+    return record.transports
+
+
 def do_transports(args: argparse.Namespace) -> int:
     if args.benchmark:
         args.benchmark = one_value(args.benchmark, "--benchmarks", "transports", "allreduce")
+    of = runs_on(args.benchmark) if args.benchmark else None
     for key, spec in transports.REGISTRY.items():
         if key.startswith("collective:"):  # an allreduce design under the other collectives: the matrix says
             continue
-        if args.benchmark and args.benchmark not in spec.benchmarks:
+        if of and of not in spec.benchmarks:
             continue
         reason = spec.unavailable_reason()
         state = "available" if reason is None else f"skipped: {reason}"
         runs = "collectives" if spec.benchmarks == transports.COLLECTIVES else ",".join(spec.benchmarks)
         say(f"{spec.name:<14} {runs:<20} {spec.summary}\n{'':<14} {state}")
-    if not args.benchmark or args.benchmark in transports.COLLECTIVES:
+    if not of or of in transports.COLLECTIVES:
         say(matrix())
     return EXIT_OK
 
