@@ -41,8 +41,16 @@ DESCRIPTION = ("perfsuite: performance regression suite for distributed deep lea
                "allreduce per transport, TensorFlow epochs, baselines, asv history, stalls)")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's own refusals (a value not among the choices, an unknown flag, a missing
+    argument) as the one line, exit 2, that every other bad value gets, not usage then the line."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="perfsuite", description=DESCRIPTION)
+    parser = Parser(prog="perfsuite", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (add, handler, help) in COMMANDS.items():
