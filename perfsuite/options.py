@@ -289,6 +289,9 @@ def launch_config(v: Mapping[str, Any]) -> LaunchConfig:
 def suite_config(values: Mapping[str, Any]) -> SuiteConfig:
     """The checked SuiteConfig; every option with a ``knob`` becomes that kernel option."""
     v = with_defaults(values)
+    for o in all_options():  # a value given is checked also where no chosen benchmark reads it
+        if values.get(o.dest) is not None:
+            parsed(o, v)
     launch = launch_config(v)
     knobs = {}
     for o in all_options():
