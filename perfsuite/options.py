@@ -29,7 +29,8 @@ from .model import Opt, parse_names, split_list, whole_number
 from .decision import parse_alpha, parse_tolerance
 from .regress import DEFAULT_MODE_SPAN, MIN_SESSIONS
 from .rounds import RoundsPolicy
-from .suite import DEFAULT_TIMEOUT_S, SuiteConfig
+from .launch.netns import SHAPING_FORMS
+from .suite import COMPARE_MAX_ROUNDS, DEFAULT_TIMEOUT_S, SuiteConfig
 
 
 def seconds(value: Any, what: str = "timeout") -> float:
@@ -86,7 +87,9 @@ COMMON: list[Opt] = [
         parse=_whole("warm-up iterations", low=0), knob="warmup"),
     Opt("workdir", None, "folder for world scratch files (must be shared across nodes on a cluster)", metavar="DIR"),
     Opt("rounds", "1", "rounds: run each world this many times and pool them (noise on shared machines)", metavar="N"),
-    Opt("max-rounds", None, "adaptive sampling: more rounds, up to N, until each median is known to --precision", metavar="N"),
+    Opt("max-rounds", None, "adaptive sampling: more rounds, up to N, until each median is known to --precision "
+        f"[default: off; judging (--compare), {COMPARE_MAX_ROUNDS}: rounds are added while a verdict is UNKNOWN]",
+        metavar="N"),
     Opt("precision", "0.01", "adaptive sampling stops when the 95% CI of each median is within +-this fraction", metavar="F"),
     Opt("round-budget", None, "adaptive sampling stops after this many seconds per world", metavar="S"),
     Opt("max-contention", "0.05", "a round whose ranks waited for a CPU longer than this share of the timed "
@@ -115,7 +118,7 @@ COMMON: list[Opt] = [
         f"{MIN_SESSIONS}; before that only changes beyond x{DEFAULT_MODE_SPAN:g} are decided]", metavar="F",
         parse=lambda v: _fraction_above_0(v, "session drift")),
     Opt("emulated-network", None, "run every world with one rank per emulated node (network namespaces, "
-        "tbf-shaped veth links; root): 1gbit, 10gbit, 25gbit", metavar="RATE"),
+        f"tbf-shaped veth links; root): {SHAPING_FORMS}", metavar="RATE[,...]"),
     Opt("report", None, "after the run, write index.html, summary.md, CSV and PNG plots into DIR", metavar="DIR"),
 ]
 

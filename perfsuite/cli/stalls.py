@@ -9,6 +9,7 @@ import tempfile
 
 from .. import formats, options, report, suite, transports
 from .. import verdict_text as vt
+from ..launch.netns import SHAPING_FORMS
 from ..model import whole_number
 from .common import EXIT_OK, EXIT_WORLD, one_value, renamed, say
 
@@ -33,9 +34,8 @@ def add_stalls(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", default=None, metavar="PX", help="model input size [default: the model's]")
     p.add_argument("--seq-len", default=None, metavar="T",
                    help="tokens per sequence of a language model [default: the model's, 64 for gpt-tiny]")
-    p.add_argument("--emulated-network", default=None, metavar="RATE",
-                   help="bandwidth of the emulated links for T4, e.g. 1gbit, 10gbit, 25gbit "
-                        "(',delay=5ms' needs netem); unset: no network stall")
+    p.add_argument("--emulated-network", default=None, metavar="RATE[,...]",
+                   help=f"the emulated links for T4: {SHAPING_FORMS}; unset: no network stall")
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="dataset folder, JPEGs or a language model's token shards (written if missing) "
                         "[default: a folder under the temp dir]")

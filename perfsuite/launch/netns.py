@@ -61,6 +61,10 @@ MPICH_TCP_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IF
                  "MPIR_CVAR_NOLOCAL": "1"}
 #: Bandwidths the suite documents (any rate from 1mbit to 400gbit is accepted).
 COMMON_RATES = ("1gbit", "10gbit", "25gbit")
+#: Every form parse_shaping takes, for the options' help.
+SHAPING_FORMS = ("RATE[,delay=TIME][,nodeK=RATE][,nodeK=cpu:CORES], e.g. 1gbit, 10gbit,delay=5ms (needs netem), "
+                 "1gbit,node2=100mbit (node 2's link slower), 1gbit,node3=cpu:0.5 (node 3 on half a core); "
+                 "rates in kbit, mbit, gbit (or kbps, mbps, gbps)")
 _UNITS = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "kbps": 8 * 10**3, "mbps": 8 * 10**6,
           "gbps": 8 * 10**9}
 _SENT = re.compile(r"Sent (\d+) bytes (\d+) pkt")

@@ -1,0 +1,66 @@
+"""What a command's --help says against what the code does and the docs show: every default
+stated, the cap a judging run puts on --max-rounds, and every --emulated-network form the docs
+use is one the parser takes and the help names."""
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from perfsuite import suite
+from perfsuite.cli import build_parser
+from perfsuite.launch.netns import parse_shaping
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "recipes").rglob("*.md")),
+        *sorted((ROOT / ".github" / "workflows").glob("*.yml"))]
+
+
+def commands() -> dict[str, argparse.ArgumentParser]:
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def flag(command: str, name: str) -> argparse.Action:
+    return next(a for a in commands()[command]._actions if name in a.option_strings)
+
+
+@pytest.mark.parametrize("command", sorted(commands()))
+def test_every_option_with_a_default_says_it_in_its_help(command):
+    """A default the code has is in the help, so a newcomer need not read the source."""
+    silent = [a.option_strings[-1] for a in commands()[command]._actions
+              if a.option_strings and a.nargs != 0 and a.help not in (None, argparse.SUPPRESS)
+              and a.default not in (None, False, [], ()) and "[default:" not in a.help]
+    assert not silent, f"perfsuite {command}: options whose help hides their default: {silent}"
+
+
+def test_max_rounds_says_the_cap_a_judging_run_uses():
+    assert f"{suite.COMPARE_MAX_ROUNDS}" in flag("run", "--max-rounds").help
+
+
+def emulated_networks() -> list[tuple[str, str]]:
+    """(file, value) of every --emulated-network (or --perf-emulated-network) the docs give."""
+    found = []
+    for path in DOCS:
+        for value in re.findall(r"--(?:perf-)?emulated-network[ =]([0-9][^\s`'\"\])]*)", path.read_text()):
+            found.append((str(path.relative_to(ROOT)), value))
+    return list(dict.fromkeys(found))
+
+
+def test_the_docs_give_emulated_networks_with_node_faults():
+    values = [v for _, v in emulated_networks()]
+    assert any("node" in v for v in values) and len(values) >= 5, values
+
+
+@pytest.mark.parametrize("where,value", emulated_networks(), ids=[f"{w}:{v}" for w, v in emulated_networks()])
+def test_every_emulated_network_in_the_docs_parses_and_its_forms_are_in_every_help(where, value):
+    parse_shaping(value)
+    forms = ["RATE"] + ["nodeK=cpu:" if re.fullmatch(r"node\d+=cpu:.*", p) else "nodeK=RATE"
+                        if re.fullmatch(r"node\d+=.*", p) else p.split("=")[0] + "=" for p in value.split(",")[1:]]
+    for command, parser in commands().items():
+        action = next((a for a in parser._actions if "--emulated-network" in a.option_strings), None)
+        if action is not None:
+            missing = [f for f in forms if f not in action.help]
+            assert not missing, f"perfsuite {command} --help does not name {missing} ({where} uses {value})"
