@@ -1,6 +1,6 @@
-"""What a command's --help says against what the code does and the docs show: every default
-stated, the cap a judging run puts on --max-rounds, and every --emulated-network form the docs
-use is one the parser takes and the help names."""
+"""What a command's --help and the docs say against what the code does and the tree holds: every
+default stated, the cap a judging run puts on --max-rounds, every --emulated-network form the
+docs use is one the parser takes and the help names, and every script is named in design.md."""
 from __future__ import annotations
 
 import argparse
@@ -64,3 +64,10 @@ def test_every_emulated_network_in_the_docs_parses_and_its_forms_are_in_every_he
         if action is not None:
             missing = [f for f in forms if f not in action.help]
             assert not missing, f"perfsuite {command} --help does not name {missing} ({where} uses {value})"
+
+
+def test_design_md_names_every_script():
+    """docs/design.md says what scripts/ holds: each file there, by name."""
+    design = (ROOT / "docs" / "design.md").read_text()
+    unnamed = [p.name for p in sorted((ROOT / "scripts").iterdir()) if p.is_file() and f"`{p.name}`" not in design]
+    assert not unnamed, f"scripts/ holds {unnamed}, which docs/design.md does not name"
