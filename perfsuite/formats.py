@@ -68,7 +68,9 @@ JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "per
 #: RESULT 2: an allreduce sample's info["latency_us"] is the judged statistic (per call the
 #: slowest rank's time, p50 over calls: its metric, and the table's time, algbw and busbw); v1's
 #: latency_us/latency_min_us/latency_max_us (OMB's avg/min/max of per-rank means) are
-#: omb_avg_us/omb_min_us/omb_max_us. New, optional: "invalid_ranks", the ranks whose result was wrong.
+#: omb_avg_us/omb_min_us/omb_max_us. New, optional: "invalid_ranks", the ranks whose result was wrong;
+#: "iters_by" (what set "iters": "default", "max_time" or "iters"), "max_time" and "warmup_call_us"
+#: (the time budget per size and the warm-up's time per call it read): no reader needs them.
 #: RUN 2: its samples' info as RESULT 2, the partial samples' too.
 #: DATASET 2: "kind" says what the folder holds, "jpeg" or "tokens" (a language model's
 #: shards); version 1 held JPEGs only.

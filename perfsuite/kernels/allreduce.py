@@ -33,6 +33,7 @@ from ..model import Case, Metric, Sample, time_sliced_label
 from ..transports import load as load_transport
 from ..transports.base import Call
 from ..transports.hosts import node_name
+from ..userbench import DEFAULT_MAX_TIME_S
 from . import ranks
 from .buffers import Buffers, bind_case, copies_of, transport_set
 from .context import RankContext
@@ -52,6 +53,9 @@ DEVICE_SAMPLES = 10  # batches per size for device transports' batch timing
 # batches of 20. On an H100, one-call batches put 16 MiB at 1.5x nccl-tests' time and 10-call
 # batches within 10% of it (docs/measurements.md, "First GPU contact").
 MIN_BATCH_CALLS = 10
+#: Under the time budget (``max_time``) and no ``--warmup``: warm-up calls until this share of
+#: the budget is spent, at most the by-size count (as ``kernels/user.py``'s warm-up).
+WARMUP_SHARE = 0.1
 
 
 def default_iters(size: int, batched: bool = False) -> tuple[int, int]:
@@ -63,6 +67,73 @@ def default_iters(size: int, batched: bool = False) -> tuple[int, int]:
     if batched:
         iters = max(iters, DEVICE_SAMPLES * MIN_BATCH_CALLS)
     return iters, max(MIN_WARMUP, iters // 10)
+
+
+def budget_iters(max_time: float, per_call_s: float | None, default: int,
+                 floor: int = MIN_ITERS) -> tuple[int, str]:
+    """Timed calls for one size under a time budget (pytest-benchmark's ``max_time``, seconds
+    of timed calls per size; OSU and nccl-tests bound a size's iterations so): as many as
+    ``max_time`` holds at ``per_call_s`` each, never more than the by-size ``default`` (a fast
+    transport keeps OMB's counts) nor fewer than ``floor`` (a p99 needs calls). Returns the
+    count and what decided it: "max_time" where the budget cut it, else "default". Pure: every
+    rank calls it with the same agreed estimate, so every rank makes the same calls."""
+    if per_call_s is None or not per_call_s > 0 or default <= floor:
+        return default, "default"
+    fits = int(max_time / per_call_s)
+    return (default, "default") if fits >= default else (max(floor, fits), "max_time")
+
+
+def iters_floor(transport) -> int:
+    """The fewest timed calls the budget may leave: a device batch keeps ``MIN_BATCH_CALLS``
+    calls in each of its ``DEVICE_SAMPLES`` samples."""
+    return DEVICE_SAMPLES * MIN_BATCH_CALLS if batched(transport) else MIN_ITERS
+
+
+def warm_up(transport, send, recv, calls: int, agree: Callable[[float], float] | None = None,
+            max_time: float | None = None, barrier: Callable[[], None] | None = None,
+            clock: Callable[[], float] = time.perf_counter) -> tuple[int, float | None]:
+    """The warm-up calls, and the time per call they measure for the budget.
+
+    Each call after ``barrier`` where given, as in the timed loop (OSU's warm-up is its timed
+    loop, untimed): on a small machine a rank spinning in the barrier takes the cores a
+    framework's threads would use, so calls issued back to back would promise a loop faster
+    than it is. Without ``agree`` (``--iters`` given) nothing is measured. With it, the calls
+    are timed in blocks and the estimate is their mean time after the first (which pays a new
+    size's setup: a TensorFlow trace, a gloo buffer), the slowest rank's (``agree``: the max
+    over ranks), so every rank picks the same calls. With ``max_time`` (no ``--warmup``), the
+    calls stop once ``WARMUP_SHARE`` of it is spent, as estimated after ``MIN_WARMUP`` calls.
+    Returns (calls made, seconds per call or None)."""
+    def block(n: int) -> float:
+        t0 = clock()
+        for _ in range(n):
+            if barrier is not None:
+                barrier()
+            transport.call(send, recv)
+        transport.sync()
+        return clock() - t0
+
+    if agree is None or calls == 0:
+        block(calls)
+        return calls, None
+    first = block(1)
+    if calls == 1:
+        return 1, agree(first)
+    head = min(calls, MIN_WARMUP) - 1
+    spent = block(head)
+    estimate = agree(spent / head)
+    if max_time is not None and estimate > 0:
+        calls = min(calls, 1 + head + int(WARMUP_SHARE * max_time / estimate))
+    if calls > 1 + head:
+        spent += block(calls - 1 - head)
+        estimate = agree(spent / (calls - 1))
+    return calls, estimate
+
+
+def slowest_rank(comm) -> Callable[[float], float]:
+    """The largest of every rank's value (a collective: every rank calls it together)."""
+    from mpi4py import MPI
+
+    return lambda x: float(comm.allreduce(float(x), op=MPI.MAX))
 
 
 def batched(transport) -> bool:
@@ -327,23 +398,33 @@ def run(ctx: RankContext) -> dict:
     call = None
     coll = collectives.get(transport_set(ctx))
     largest = max((coll.sizes(c.size_bytes or 0, c.dtype, ctx.world_size)["size_bytes"] for c in ctx.cases), default=0)
+    # --iters is exact; else each size's iterations come from the time budget (budget_iters).
+    given_iters = ctx.options.get("iters")
+    max_time = None if given_iters else float(ctx.options.get("max_time") or DEFAULT_MAX_TIME_S)
+    agree = None if given_iters else slowest_rank(comm)
+    given_warmup = ctx.options.get("warmup")
     for case in ctx.cases:
         call = bind_case(transport, coll, case, inplace, ctx.world_size)
         iters, warmup = default_iters(case.size_bytes or 0, batched(transport))
-        iters = int(ctx.options.get("iters") or iters)
-        warmup = int(ctx.options.get("warmup") if ctx.options.get("warmup") is not None else warmup)
-        batch = calls_per_sample(transport, iters)
+        iters = int(given_iters or iters)
+        warmup = int(given_warmup if given_warmup is not None else warmup)
+        # The budget never takes a batched transport below iters_floor's 100 calls, so its
+        # batches hold several calls and rotate through as many copies as the default's would.
         bufs = Buffers(transport, coll, call, case, ctx.rank, ctx.world_size,
-                       copies_of(transport, coll, case, ctx.world_size, largest, batch))
+                       copies_of(transport, coll, case, ctx.world_size, largest,
+                                 calls_per_sample(transport, iters)))
         transport.rotate(bufs.views, bufs.stride_bytes)
         send, recv = bufs.send, bufs.recv
         # What the timed calls leave in recv is checked: out of place every call writes the
         # same result; in place, inputs whose result every call leaves unchanged (allreduce: a
         # zero sum), or, where there are none, only the fresh call below.
         bufs.inputs(stable=True)
-        for _ in range(warmup):
-            transport.call(send, recv)
-        transport.sync()
+        warmup, per_call = warm_up(transport, send, recv, warmup, agree,
+                                   max_time if given_warmup is None else None,
+                                   None if batched(transport) else barrier)
+        iters, iters_by = (iters, "iters") if given_iters else \
+            budget_iters(max_time, per_call, iters, iters_floor(transport))
+        batch = calls_per_sample(transport, iters)
         turns = (injected_turns(transport, send, recv, spinner, barrier, case, world_max(comm))
                  if spinner else -1)
         probe = Probe()
@@ -378,7 +459,11 @@ def run(ctx: RankContext) -> dict:
             checked = [all(g[2].get(k, True) for g in gathered) for k in ("timed", "fresh")]
             ok = all(checked)
             timing = {"timing": loop_timing(transport, recv),
-                      "clock": transport.clock, "calls_per_sample": batch}
+                      "clock": transport.clock, "calls_per_sample": batch, "iters_by": iters_by}
+            if max_time is not None:  # what the budget read: seconds per size, the warm-up's call
+                timing["max_time"] = max_time
+                if per_call is not None:
+                    timing["warmup_call_us"] = per_call * 1e6
             if timing["timing"] in ("python", "batch") and transport.timing_why:
                 timing["timing_why"] = transport.timing_why
             if validate:
