@@ -46,7 +46,8 @@ class Plan:
 
     compare: bool = False  # judge the run against the stored baselines
     record: str | None = None  # "update" (replace the stored rounds) or "add" (one more session)
-    strict: bool = False  # UNKNOWN (and nothing compared) is a failure, improvements too
+    strict: bool = False  # a verdict left UNKNOWN, or nothing compared, is a failure (3)
+    improvements: bool = False  # --fail-on-improvement: an improvement fails as a regression does (1)
     tolerance: Tolerance | None = None  # the user's, over every baseline's own
     alpha: float = DEFAULT_ALPHA
     canary_shift: float | None = DEFAULT_CANARY_SHIFT
@@ -80,7 +81,8 @@ def plan(values: Mapping[str, Any], *, compare: bool, root: str | Path | None = 
                           f"(leave --rounds out: {suite.BASELINE_ROUNDS} are recorded)")
     tol = parse_tolerance(values["tolerance"]) if values.get("tolerance") else None
     system = values.get("system")
-    return Plan(compare=compare, record=record, strict=bool(values.get("strict")), tolerance=tol,
+    return Plan(compare=compare, record=record, strict=bool(values.get("strict")),
+                improvements=bool(values.get("fail_on_improvement")), tolerance=tol,
                 alpha=parse_alpha(values.get("alpha")),
                 canary_shift=options.canary_limit(values.get("max_canary_shift") or str(DEFAULT_CANARY_SHIFT)),
                 session_sd=options.session_drift(values.get("session_drift")),
@@ -218,7 +220,7 @@ class Gate:
     def case_failure(self, case: str, verdicts: Sequence[Verdict]) -> tuple[str, str] | None:
         """What one case's verdicts do to its pytest test: ("fail", line), ("xfail", line) or None."""
         mine = [v for v in verdicts if v.case == case]
-        bad = regress.failing(mine, self.plan.strict)
+        bad = regress.failing(mine, self.plan.improvements)
         if self.plan.strict:
             bad += [v for v in mine if v.status == "unknown" and not v.xfail]
             if not bad and self._nothing_can_compare():
@@ -269,14 +271,15 @@ class Gate:
             verdicts += self.missing(measured)
             nothing = bool(measured) and not any(k[0] in measured for k in self.stored())
             lines.append((f"# verdicts on {self.system} against {self.plan.root}/{self.system}/", False))
-            lines += verdict_lines(verdicts, self.plan.strict, invalid=False)
+            lines += verdict_lines(verdicts, self.plan.strict, invalid=False, improvements=self.plan.improvements)
             if nothing:
                 lines.append((self.nothing_line(), True))
         lines += [(vt.invalid_sample(s), True) for s in run.samples() if not s.valid]
         kept = self._keep(run, keep, verdicts, lines, record=not stop, record_asv=record_asv)
         if stop:
             lines.append((f"# interrupted by {stop}: not judged, not recorded in asv or as baselines", True))
-        status = run_status(run, verdicts, kept=kept, nothing=nothing, strict=self.plan.strict, stop=stop)
+        status = run_status(run, verdicts, kept=kept, nothing=nothing, strict=self.plan.strict, stop=stop,
+                            improvements=self.plan.improvements)
         return Finish(verdicts, lines, status, finding(status, run, kept, nothing, self.plan.strict),
                       nothing, kept)
 
@@ -342,33 +345,35 @@ def _why(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc)
 
 
-def verdict_lines(verdicts: Sequence[Verdict], strict: bool, invalid: bool = True) -> list[tuple[str, bool]]:
+def verdict_lines(verdicts: Sequence[Verdict], strict: bool, invalid: bool = True,
+                  improvements: bool = False) -> list[tuple[str, bool]]:
     """The verdict table, a line per failing verdict and per UNKNOWN one saying why ((text,
     bad)); ``invalid`` False leaves out the invalid ones, which the run says case by case."""
     lines = [(vt.table(verdicts), False)]
-    lines += [(f"{v.status.upper()}: {vt.line(v)}", True) for v in regress.failing(verdicts, strict)
+    lines += [(f"{v.status.upper()}: {vt.line(v)}", True) for v in regress.failing(verdicts, improvements)
               if invalid or v.status != "invalid"]
     return lines + [(text, strict) for text in vt.undecided(verdicts)]
 
 
-def verdict_status(verdicts: Sequence[Verdict], strict: bool) -> int:
+def verdict_status(verdicts: Sequence[Verdict], strict: bool, improvements: bool = False) -> int:
     """4 for an invalid result (a wrong sum is no measurement), 1 for a regression (under
-    ``strict`` an improvement too: the baseline wants refreshing), 3 under ``strict`` for a
-    case left UNKNOWN, else 0; an expected failure (xfail) is none of these."""
-    found = [EXIT_WORLD if v.status == "invalid" else EXIT_REGRESSION for v in regress.failing(verdicts, strict)]
+    ``improvements``, --fail-on-improvement, an improvement too: the baseline wants refreshing),
+    3 under ``strict`` for a case left UNKNOWN, else 0; an expected failure (xfail) is none of these."""
+    found = [EXIT_WORLD if v.status == "invalid" else EXIT_REGRESSION
+             for v in regress.failing(verdicts, improvements)]
     if strict and any(v.status == "unknown" and not v.xfail for v in verdicts):
         found.append(EXIT_UNKNOWN)
     return exit_status(*found)
 
 
 def run_status(run: formats.SuiteRun, verdicts: Sequence[Verdict], *, kept: bool, nothing: bool,
-               strict: bool, stop: str | None = None) -> int:
+               strict: bool, stop: str | None = None, improvements: bool = False) -> int:
     """A run's exit status: interrupted (128+N) above all; then a failed world, an invalid case
     or a failed write (4); then the verdicts' (``verdict_status``); under ``strict``, nothing
     compared is UNKNOWN (3)."""
     if stop:
         return EXIT_INTERRUPTED + signal.Signals[stop].value
-    return exit_status(EXIT_OK if run.ok and kept else EXIT_WORLD, verdict_status(verdicts, strict),
+    return exit_status(EXIT_OK if run.ok and kept else EXIT_WORLD, verdict_status(verdicts, strict, improvements),
                        EXIT_UNKNOWN if nothing and strict else EXIT_OK)
 
 

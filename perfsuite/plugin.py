@@ -387,11 +387,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _record_hint(config: pytest.Config) -> str:
-    """The same session, recording: without --perf-strict, and without --perf-rounds (a
-    baseline needs more rounds than a judging session may ask for; recording takes its own)."""
+    """The same session, recording: without the gating flags (--perf-strict,
+    --perf-fail-on-improvement), and without --perf-rounds (a baseline needs more rounds than a
+    judging session may ask for; recording takes its own)."""
     args, drop = [], False
     for a in config.invocation_params.args:
-        if drop or a == "--perf-strict" or a.startswith("--perf-rounds="):
+        if drop or a in ("--perf-strict", "--perf-fail-on-improvement") or a.startswith("--perf-rounds="):
             drop = False
             continue
         drop = a == "--perf-rounds"

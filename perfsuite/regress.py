@@ -448,10 +448,10 @@ def family_size(cases: Iterable[str], baselines: Mapping[tuple[str, str], Baseli
     return total
 
 
-def failing(verdicts: Iterable[Verdict], strict: bool = False) -> list[Verdict]:
-    """Verdicts that fail a gate: regressions and invalid results (and improvements if strict),
-    except those a baseline's expected-failure reason excuses."""
-    bad = ("regression", "invalid", "improvement") if strict else ("regression", "invalid")
+def failing(verdicts: Iterable[Verdict], improvements: bool = False) -> list[Verdict]:
+    """Verdicts that fail a gate: regressions and invalid results (and improvements, under
+    --fail-on-improvement), except those a baseline's expected-failure reason excuses."""
+    bad = ("regression", "invalid", "improvement") if improvements else ("regression", "invalid")
     return [v for v in verdicts if v.status in bad and not v.xfail]
 
 

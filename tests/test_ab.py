@@ -116,7 +116,7 @@ def test_one_transport_timed_by_two_loops_is_refused_and_older_python_loops_matc
     (["--budget", "0"], "budget '0' must be a number of seconds > 0"),
     (["--max-pairs", "1"], "max pairs '1' must be a whole number >= 2"),
     (["--b-python", "/nonexistent/python"], "'/nonexistent/python' is not an executable file"),
-    (["--a-transport", "mpi,ring"], "must name one transport"),
+    (["--a-transport", "mpi,ring"], "--a-transport 'mpi,ring' names 2 values; perfsuite ab takes one value"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle, capsys):
     assert main(["ab", "--sizes", "4", *args]) == 2

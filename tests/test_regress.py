@@ -173,7 +173,7 @@ def test_compare_lists_missing_only_for_selected_cases():
     assert [v.status for v in got] == ["same"]
 
 
-def test_xfail_excuses_a_regression_and_strict_fails_improvements():
+def test_xfail_excuses_a_regression_and_fail_on_improvement_fails_improvements():
     base = base_of(rounds(LARGE, "busbw_GBps", 1.0, 6, seed=1), "busbw_GBps", xfail="known slow NIC")
     worse = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 0.7, 6, seed=2), base,
                             session_sd=DRIFT)
@@ -183,7 +183,7 @@ def test_xfail_excuses_a_regression_and_strict_fails_improvements():
     plain = base_of(rounds(LARGE, "busbw_GBps", 1.0, 6, seed=1), "busbw_GBps")
     better = regress.verdict(LARGE.name, "busbw_GBps", rounds(LARGE, "busbw_GBps", 1.3, 6, seed=2), plain,
                              session_sd=DRIFT)
-    assert regress.failing([better]) == [] and regress.failing([better], strict=True) == [better]
+    assert regress.failing([better]) == [] and regress.failing([better], improvements=True) == [better]
 
 
 def test_tolerance_precedence_argument_then_baseline_then_default():
@@ -562,7 +562,7 @@ def test_a_contended_sample_gets_no_verdict_however_large_the_change():
                                         ((0.5, 0.3), (0.52, 0.25), (0.49, 0.4), (0.51, 0.35), (0.5, 0.3), (0.5, 0.5))],
                                        max_contention=0.05)
     v = regress.verdict(LARGE.name, "busbw_GBps", contended, base, tolerance=TOL)
-    assert v.status == "unknown" and v.kind == "UNKNOWN" and regress.failing([v], strict=True) == []
+    assert v.status == "unknown" and v.kind == "UNKNOWN" and regress.failing([v], improvements=True) == []
     assert v.reason == "contended" and v.change is None
     assert "machine contended (25% run-queue wait" in vt.line(v) and "of 6 round(s)" in vt.line(v)
     # some contended: judged on the calm rounds only, the dropped ones counted

@@ -162,7 +162,7 @@ def test_allreduce(benchmark, perf_case, perf_measure):
 def test_an_injected_slowdown_shows_as_red_regressions_first(slowed_runs, tmp_path, capsys):
     """Baselines from a fast run, a second run made 21x slower by the fault switch (beyond the x4
     a one-session baseline allows for this machine's states): the report of both runs against
-    the baselines lists regressions first and --fail-on-regression exits 1. The two runs are
+    the baselines lists regressions first and --compare exits 1. The two runs are
     conftest's ``slowed_runs`` (8 rounds a side of two worlds), the ones tests/test_exit_status.py
     judges: the report's plumbing is under test here, not the gate's rules."""
     from perfsuite import baselines
@@ -172,8 +172,8 @@ def test_an_injected_slowdown_shows_as_red_regressions_first(slowed_runs, tmp_pa
     baselines.update(tmp_path / "b", "test-sys", [s for r in runs[0].results for s in r.samples])
     out = tmp_path / "report"
     # The report's plumbing, not the machine-mode rule: the two runs may fall in different modes.
-    rc = cli.main(["report", str(fast), str(slow), "--out", str(out), "--baselines", str(tmp_path / "b"),
-                   "--system", "test-sys", "--fail-on-regression", "--max-canary-shift", "off"])
+    rc = cli.main(["report", str(fast), str(slow), "--out", str(out), "--compare", "--baseline-dir",
+                   str(tmp_path / "b"), "--system", "test-sys", "--max-canary-shift", "off"])
     said = capsys.readouterr().out
     assert rc == cli.EXIT_REGRESSION, said
     assert re.search(r"# 4 verdicts against .*: [12] failing", said), said  # one per case of each run

@@ -11,12 +11,13 @@ from ..launch import containers, envs
 from ..launch.launchers import parse_env
 from ..experiments.ab import DEFAULT_MAX_PAIRS
 from ..model import split_list, whole_number
-from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, exit_status, say
+from .common import (ALPHA_HELP, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, add_gating, exit_status,
+                     one_value, say)
 
 COMMANDS = {}
 LAUNCH = ("transports", "world-sizes", "launcher", "launcher-program", "mpi-flavor", "hostfile", "hosts", "ppn",
-          "oversubscribe", "env", "emulated-network", "timeout", "iters", "warmup", "max-time", "workdir",
-          "max-contention", "max-canary-shift")
+          "oversubscribe", "env", "emulated-network", "timeout", "iters", "warmup", "workdir", "max-contention",
+          "max-canary-shift")
 
 
 
@@ -56,8 +57,7 @@ def add_ab(p: argparse.ArgumentParser) -> None:
                    "shell: '--device nvidia.com/gpu=all'")
     add_judging(p)
     p.add_argument("--json", metavar="PATH", help="write the versioned A/B file here")
-    p.add_argument("--strict", action="store_true", help="exit 3 when a case stays UNKNOWN (a gate "
-                   "that must decide)")
+    add_gating(p, improvements=False)  # an improvement is no failure of an A/B
     p.add_argument("--stop-on-regression", action="store_true", help="stop at the first look where a "
                    "case is a DIFFERENT regression (exit 1 is settled there; other cases may stay UNKNOWN)")
     add_env_options(p)
@@ -92,8 +92,8 @@ def one_benchmark(text: str, command: str) -> str:
     names = bench.selected(split_list(text, "benchmarks", "allreduce"))
     if len(names) != 1:
         listed = f" ({', '.join(names)})" if names else ""
-        raise ConfigError(f"--benchmarks {text!r} names {len(names) or 'no'} benchmarks{listed}; {command} runs "
-                          "one: name it")
+        raise ConfigError(f"--benchmarks {text!r} names {len(names) or 'no'} benchmarks{listed}; perfsuite "
+                          f"{command} takes one value: name it")
     if names[0] not in bench.names():
         raise ConfigError(f"benchmark {names[0]!r} is unknown; choose from {', '.join(bench.names())}, or name "
                           "the module or .py file that declares yours")
@@ -107,10 +107,9 @@ def do_ab(args: argparse.Namespace) -> int:
     name = one_benchmark(args.benchmarks, "ab")
     arms = []
     for arm in ("a", "b"):
-        transport = values[f"{arm}_transport"] or (args.transports or "mpi")
-        if "," in transport or transport == "all":
-            raise ConfigError(f"arm {arm.upper()} transport {transport!r} must name one transport; "
-                              f"give --{arm}-transport NAME")
+        given = values[f"{arm}_transport"]
+        transport = (one_value(given, f"--{arm}-transport", "ab", "mpi") if given
+                     else one_value(args.transports or "mpi", "--transports", "ab", "mpi"))
         python = values[f"{arm}_python"]
         if python and values[f"{arm}_ref"]:
             raise ConfigError(f"--{arm}-python {python} and --{arm}-ref {values[f'{arm}_ref']} both name "
@@ -199,19 +198,19 @@ def add_judging(p: argparse.ArgumentParser) -> None:
                    help=f"pairs at most [default: {DEFAULT_MAX_PAIRS}]")
     p.add_argument("--budget", metavar="S", help="seconds at most (stops after the pair running then)")
     p.add_argument("--tolerance", metavar="TOL", help="0.02 or LOWER:UPPER [default: 0.02]")
-    p.add_argument("--alpha", metavar="P", help="false-alarm rate over every look [default: 0.01]")
+    p.add_argument("--alpha", metavar="P", help=ALPHA_HELP.format(how="split over the cases and the looks"))
     p.add_argument("--seed", metavar="N", help="seed of the pairs' order [default: random]")
 
 
 def ab_status(rep, strict: bool) -> int:
     """A failed world or a wrong result first (its pairs are missing or no evidence: the
     comparison is not to be trusted), then a regression, then, under --strict, a case left
-    UNKNOWN. An improvement is no failure."""
+    UNKNOWN, or nothing judged (stopped before the first look). An improvement is no failure."""
     if rep.failures or rep.invalid:
         return EXIT_WORLD
     if any(v.is_failure for v in rep.verdicts):
         return EXIT_REGRESSION
-    if strict and any(v.kind == "UNKNOWN" for v in rep.verdicts):
+    if strict and (not rep.verdicts or any(v.kind == "UNKNOWN" for v in rep.verdicts)):
         return EXIT_UNKNOWN
     return EXIT_OK
 

@@ -7,7 +7,8 @@ import argparse
 from .. import formats, gate, regress, suite
 from .. import verdict_text as vt
 from ..errors import ConfigError
-from .common import (EXIT_OK, EXIT_WORLD, add_canary_shift, canary_shift, exit_status, gate_settings, say)
+from .common import (ALPHA_HELP, EXIT_OK, EXIT_WORLD, add_canary_shift, add_gating, canary_shift, exit_status,
+                     gate_settings, say)
 
 COMMANDS = {}
 
@@ -16,8 +17,10 @@ def add_compare(p: argparse.ArgumentParser) -> None:
     p.add_argument("old", metavar="OLD.json", help="results file taken as the baseline")
     p.add_argument("new", metavar="NEW.json", help="results file judged against it")
     p.add_argument("--tolerance", metavar="TOL", help="0.05 or LOWER:UPPER [default: per metric]")
-    p.add_argument("--strict", action="store_true", help="also fail improvements")
-    p.add_argument("--alpha", metavar="P", help="false-alarm rate: each change's interval has confidence 1 - alpha [default: 0.01]")
+    add_gating(p)
+    # One meaning of --alpha, run's: compare judges NEW's cases as one family (decision.judge, Holm),
+    # so it is the chance that any of them wrongly says DIFFERENT, not one interval's confidence.
+    p.add_argument("--alpha", metavar="P", help=ALPHA_HELP.format(how="Holm over the cases, as run's --alpha"))
     add_canary_shift(p)
 
 
@@ -41,9 +44,9 @@ def do_compare(args: argparse.Namespace) -> int:
     verdicts = regress.compare(new.samples(), ref, tolerance=tol, alpha=alpha, system=args.old,
                                canary_shift=canary_shift(args), judged=suite.judged)
     say(f"# {args.new} against {args.old}")
-    for text, _ in gate.verdict_lines(verdicts, args.strict, invalid=False):
+    for text, _ in gate.verdict_lines(verdicts, args.strict, invalid=False, improvements=args.fail_on_improvement):
         say(text)
-    code = gate.verdict_status(verdicts, args.strict)
+    code = gate.verdict_status(verdicts, args.strict, args.fail_on_improvement)
     for s in new.samples():  # the line every command gives a wrong result: its case and ranks
         if not s.valid:
             say(vt.invalid_sample(s))

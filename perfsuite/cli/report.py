@@ -10,7 +10,7 @@ from .. import regress, report, rounds, suite
 from .. import verdict_text as vt
 from ..errors import ConfigError
 from ..gate import verdict_status
-from .common import EXIT_OK, add_canary_shift, canary_shift, say
+from .common import EXIT_OK, EXIT_UNKNOWN, add_canary_shift, add_gating, canary_shift, exit_status, renamed, say
 
 COMMANDS = {}
 
@@ -28,12 +28,17 @@ def add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--asv-url", metavar="URL", help="link the page to the asv history site")
     p.add_argument("--print", dest="print_format", metavar="FORMAT",
                    help=f"also print the results to stdout as one of: {', '.join(print_formats())}")
-    p.add_argument("--baselines", metavar="DIR", help="compare with the baselines stored here "
-                   "(e.g. baselines) and put the verdicts, regressions first, at the top of the report")
+    # Judged as run --compare judges: the same flags, and the verdicts set the exit status.
+    p.add_argument("--compare", action="store_true", help="judge every case against the stored baselines, "
+                   "put the verdicts, regressions first, at the top of the report, and exit 1 on a regression "
+                   "(4 on an invalid result)")
+    p.add_argument("--baseline-dir", default="baselines", metavar="DIR",
+                   help="folder of baselines/<system>/<benchmark>.json [default: baselines]")
     p.add_argument("--system", metavar="NAME", help="baseline system name [default: from each "
                    "results file's fingerprint]")
-    p.add_argument("--fail-on-regression", action="store_true",
-                   help="exit 1 when a verdict is a regression, 4 when a result is invalid (not excused by xfail)")
+    add_gating(p)
+    renamed(p, "--baselines", "--compare --baseline-dir", "baseline_dir", compare=True)
+    renamed(p, "--fail-on-regression", "--compare", "compare", flag=True)
     add_canary_shift(p)
 
 
@@ -56,11 +61,9 @@ def do_report(args: argparse.Namespace) -> int:
     formats = print_formats()
     if args.print_format and args.print_format not in formats:
         raise ConfigError(f"--print {args.print_format!r} is unknown; choose from {', '.join(formats)}")
-    if args.fail_on_regression and not args.baselines:
-        raise ConfigError("--fail-on-regression needs --baselines DIR (what to compare with)")
     runs = report.load_runs(args.results)
-    verdicts = (report_verdicts(runs, args.baselines, args.system, canary_shift(args))
-                if args.baselines else None)
+    verdicts = (report_verdicts(runs, args.baseline_dir, args.system, canary_shift(args))
+                if args.compare else None)
     if args.print_format == "csv":
         sys.stdout.write(report.csv_text(runs))
     elif args.print_format == "md":
@@ -80,11 +83,15 @@ def do_report(args: argparse.Namespace) -> int:
             if p.skipped:
                 print(f"# not drawn: {p.title}: {p.skipped}", file=notes)
     if verdicts is not None:
-        bad = regress.failing(verdicts)
-        print(f"# {len(verdicts)} verdicts against {args.baselines}: {len(bad)} failing"
+        bad = regress.failing(verdicts, args.fail_on_improvement)
+        print(f"# {len(verdicts)} verdicts against {args.baseline_dir}: {len(bad)} failing"
               + "".join(f"\n#   {vt.line(v)}" for v in bad), file=notes)
-        if args.fail_on_regression:
-            return verdict_status(verdicts, strict=False)  # 1 a regression, 4 an invalid result
+        # Nothing compared: cases, and none of them with a baseline (every verdict "new").
+        nothing = all(v.status == "new" for v in verdicts)
+        if nothing:
+            print(f"# NOTHING COMPARED: the baselines in {args.baseline_dir} hold none of these cases", file=notes)
+        return exit_status(verdict_status(verdicts, args.strict, args.fail_on_improvement),
+                           EXIT_UNKNOWN if nothing and args.strict else EXIT_OK)
     return EXIT_OK
 
 

@@ -83,7 +83,8 @@ COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster
 #: (a recording neither judges nor may take fewer rounds than a baseline needs) and where it
 #: wrote its own results.
 NOT_RECORDING = ("rounds", "max-rounds", "precision", "round-budget", "tolerance", "alpha", "session-drift",
-                 "strict", "report", "baseline-update", "baseline-add", "system", "baseline-dir")
+                 "strict", "fail-on-improvement", "report", "baseline-update", "baseline-add", "system",
+                 "baseline-dir")
 
 
 def record_command(args: argparse.Namespace, system: str, root: str) -> str:
