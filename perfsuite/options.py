@@ -31,6 +31,7 @@ from .regress import DEFAULT_MODE_SPAN, MIN_SESSIONS
 from .rounds import RoundsPolicy
 from .launch.netns import SHAPING_FORMS
 from .suite import COMPARE_MAX_ROUNDS, DEFAULT_TIMEOUT_S, SuiteConfig
+from .userbench import DEFAULT_MAX_TIME_S
 
 
 def seconds(value: Any, what: str = "timeout") -> float:
@@ -64,6 +65,18 @@ def _whole(what: str, low: int = 1) -> Callable[[Any], int | None]:
     return lambda value: whole_number(value, what, low)
 
 
+def max_time(value: Any) -> float:
+    """--max-time: seconds of timed calls per size, a positive finite number."""
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        t = -1.0
+    if not 0 < t < float("inf"):
+        raise ConfigError(f"max time {value!r} must be seconds of timed calls per size > 0, "
+                          f"e.g. {DEFAULT_MAX_TIME_S:g}")
+    return t
+
+
 COMMON: list[Opt] = [
     Opt("transports", "all", "comma list of transports, or 'all': every one but the TensorFlow 1 designs, "
         "which perfsuite transports lists (unavailable ones are skipped with the reason)", metavar="LIST"),
@@ -81,8 +94,12 @@ COMMON: list[Opt] = [
         "starts a one-host world of more than 8 ranks per core, which is refused otherwise", metavar="WHEN"),
     Opt("env", [], "NAME=VALUE passed to every rank (repeatable), e.g. NCCL_DEBUG=INFO", kind="list", metavar="NAME=VALUE"),
     Opt("timeout", str(int(DEFAULT_TIMEOUT_S)), "seconds one world may take before it is killed", metavar="S", parse=seconds),
-    Opt("iters", None, "timed iterations per size (default: by size, OMB-like)", metavar="N",
-        parse=_whole("iterations"), knob="iters"),
+    Opt("iters", None, "timed iterations per size, exactly (default: by size, OMB-like, cut by --max-time)",
+        metavar="N", parse=_whole("iterations"), knob="iters"),
+    Opt("max-time", None, "seconds of timed calls per size of a collective (pytest-benchmark's max_time): "
+        "a size's iterations are this over the time per call of its warm-up (the slowest rank's), never "
+        "more than the by-size default, so only slow transports are cut; not with --iters "
+        f"[default: {DEFAULT_MAX_TIME_S:g}]", metavar="S", parse=max_time, knob="max_time"),
     Opt("warmup", None, "warm-up iterations per size (default: by size)", metavar="N",
         parse=_whole("warm-up iterations", low=0), knob="warmup"),
     Opt("workdir", None, "folder for world scratch files (must be shared across nodes on a cluster)", metavar="DIR"),

@@ -16,8 +16,8 @@ from .common import (ALPHA_HELP, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WO
 
 COMMANDS = {}
 LAUNCH = ("transports", "world-sizes", "launcher", "launcher-program", "mpi-flavor", "hostfile", "hosts", "ppn",
-          "oversubscribe", "env", "emulated-network", "timeout", "iters", "warmup", "workdir", "max-contention",
-          "max-canary-shift")
+          "oversubscribe", "env", "emulated-network", "timeout", "iters", "warmup", "max-time", "workdir",
+          "max-contention", "max-canary-shift")
 
 
 
