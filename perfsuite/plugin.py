@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from . import bench, formats, gate, interrupts, options, suite, transports
+from . import bench, formats, gate, interrupts, options, report, suite, transports
 from . import verdict_text as vt
 from .errors import ConfigError, FormatError, RankFailure
 from .model import Case, Sample
@@ -40,6 +40,8 @@ class PerfState:
         self.suite_config = options.suite_config(self.values)
         self.selected: dict[tuple, list[Case]] = {}
         self.outcomes: dict[tuple, formats.WorldOutcome] = {}
+        self.unavailable: dict[tuple, str] = {}  # world key -> why its transport cannot run here
+        self.skipped_cases: list[Case] = []  # cases of those worlds that reached their skip
         self.samples: list[Sample] = []  # measured outside the worlds (the stall breakdown): recorded with them
         self.logs_shown: dict[tuple, str] = {}  # world key -> the failed case that shows its logs
         self.started = time.time()
@@ -58,6 +60,15 @@ class PerfState:
                                 fingerprint=results[0].fingerprint if results else {},
                                 created=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
                                 interrupted=self.interrupted)
+
+    def skipped_before_start(self) -> list[formats.WorldOutcome]:
+        """The worlds whose transport cannot run here, with the cases that were skipped for it
+        (marked at collection), so no world started and none is in ``outcomes``."""
+        worlds: dict[tuple, list[Case]] = {}
+        for case in self.skipped_cases:
+            worlds.setdefault(case.world_key, []).append(case)
+        return [formats.WorldOutcome(suite.plan(cases, self.suite_config.options)[0], skipped=self.unavailable[key])
+                for key, cases in worlds.items()]
 
     def outcome_for(self, case: Case) -> formats.WorldOutcome:
         key = case.world_key
@@ -192,6 +203,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for case in cases:
         reason = transports.spec(case.transport, kind).unavailable_reason()
         marks = [pytest.mark.skip(reason=f"{case.transport}: {reason}")] if reason else []
+        if reason:
+            state.unavailable[case.world_key] = reason
         params.append(pytest.param(case, id=case.id, marks=marks))
     metafunc.parametrize("perf_case", params)
 
@@ -208,6 +221,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             _replay_marker(item, f"{case.benchmark} {case.transport} n{case.world_size}")
         elif "perf_record" in getattr(item, "fixturenames", ()):  # the stall breakdown's parts
             _replay_marker(item, None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    """Count a case of a transport that cannot run here once its skip mark has skipped it, so
+    the summary's counts are the skips pytest reports (none under --collect-only or after -x)."""
+    outcome = yield
+    state = item.config.stash.get(STASH_KEY, None)
+    callspec = getattr(item, "callspec", None)
+    case = callspec.params.get("perf_case") if callspec else None
+    if (state is not None and isinstance(case, Case) and case.world_key in state.unavailable
+            and outcome.excinfo is not None and issubclass(outcome.excinfo[0], pytest.skip.Exception)):
+        state.skipped_cases.append(case)
 
 
 def _replay_marker(item: pytest.Item, group: str | None) -> None:
@@ -338,14 +364,17 @@ def perf_measure(perf_state: PerfState, perf_case: Case, request: pytest.Fixture
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(STASH_KEY, None)
-    if state is None or not state.outcomes:
+    if state is None:
+        return
+    skipped = [o for o in state.outcomes.values() if o.skipped] + state.skipped_before_start()
+    if not (state.outcomes or skipped):
         return
     tr = terminalreporter
     tr.section("perfsuite worlds")
     for outcome in state.outcomes.values():
         spec = outcome.spec
         if outcome.skipped:
-            tr.write_line(f"{spec.label}: skipped: {outcome.skipped}")
+            continue  # grouped by reason below, as perfsuite run's summary does
         elif outcome.failure is not None:
             tr.write_line(f"{spec.label}: FAILED: {outcome.failure}")
         else:
@@ -356,6 +385,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             sliced = f", {r.extra['time_sliced']}" if r.extra.get("time_sliced") else ""
             tr.write_line(f"{spec.label}: {len(r.samples)} cases{sliced}, world start {r.world_start_s:.2f} s, "
                           f"wall {r.wall_s:.1f} s{timed}{why}")
+    if config.option.verbose > 0:  # -v: each skipped world too, as perfsuite run -v says them
+        for o in skipped:
+            tr.write_line(f"{o.world}: skipped: {o.skipped}")
+    for line in report.skipped_lines(skipped, prefix=""):
+        tr.write_line(line)
     done = state.finished
     if done is None:
         return

@@ -5,6 +5,10 @@ worlds differ a lot in size. Under CI (``CI=true``, set by GitHub Actions, GitLa
 when stdout is not a terminal there is no bar and no escape codes, only one plain line per event,
 so logs stay greppable. Ranks never print here: their output goes to the world's scratch files.
 An instance is the ``on_world(event, spec, outcome)`` callback that ``suite.run`` takes.
+
+Progress goes to stderr, so ``perfsuite run > r.txt`` keeps the results only. A world skipped
+before it starts (its transport cannot run here) is said once, grouped by reason, in the run's
+summary (``report.skipped_lines``); here it shows only when ``verbose``.
 """
 from __future__ import annotations
 
@@ -53,15 +57,18 @@ def outcome_line(spec: WorldSpec, outcome: Any, seconds: float) -> str:
 class SweepProgress:
     """Context manager and ``on_world`` callback over the worlds of one sweep.
 
-    ``clock`` is injectable so tests need not sleep; ``env`` decides CI-ness (default os.environ).
+    ``clock`` is injectable so tests need not sleep; ``env`` decides CI-ness (default os.environ);
+    ``verbose`` adds a line for each world skipped before it started.
     """
 
     def __init__(self, worlds: Sequence[WorldSpec], console: Console | None = None,
                  file: IO[str] | None = None, env: Mapping[str, str] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
-        self.console = console or Console(file=file or sys.stdout)
+                 clock: Callable[[], float] = time.monotonic, verbose: bool = False):
+        self.console = console or Console(file=file or sys.stderr)
         self.worlds = list(worlds)
+        self.verbose = verbose
         self.total_cases = sum(len(w.cases) for w in self.worlds)
+        self._never_started = 0  # worlds skipped before they started: not counted in [k/n]
         self.bar = wants_bar(self.console, env)
         self._clock = clock
         self._started: dict[str, float] = {}
@@ -95,7 +102,10 @@ class SweepProgress:
             self.console.file.flush()
 
     def __call__(self, event: str, spec: WorldSpec, outcome: Any = None) -> None:
-        n = len(self.worlds)
+        if event == "done" and spec.label not in self._started:
+            self._skipped_before_start(spec, outcome)
+            return
+        n = len(self.worlds) - self._never_started
         if event == "start":
             self._started[spec.label] = self._clock()
             where = f"[{self._done_worlds + 1}/{n}] " if n else ""
@@ -112,6 +122,16 @@ class SweepProgress:
             if self._progress is not None:
                 self._progress.update(self._task, advance=len(spec.cases), refresh=True)
 
+    def _skipped_before_start(self, spec: WorldSpec, outcome: Any) -> None:
+        """``suite.run`` settles these before any world starts, so [k/n] counts only the worlds
+        that run, and the bar only their cases."""
+        self._never_started += 1
+        self.total_cases -= len(spec.cases)
+        if self._progress is not None:
+            self._progress.update(self._task, total=self.total_cases or None, refresh=True)
+        if self.verbose:
+            self._line(f"# {outcome_line(spec, outcome, 0.0)}")
+
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
@@ -125,7 +145,7 @@ class StudyProgress:
     def __init__(self, todo: Sequence[tuple[str, float]], timed: Mapping[str, list[float]] | None = None,
                  console: Console | None = None, env: Mapping[str, str] | None = None,
                  clock: Callable[[], float] = time.monotonic):
-        self.console = console or Console(file=sys.stdout)
+        self.console = console or Console(file=sys.stderr)  # progress: the results go to stdout
         self.guess = dict(todo)
         self.left = [k for k, _ in todo]
         self.timed = {k: list(v) for k, v in (timed or {}).items()}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,8 +38,37 @@ def layout_names() -> list[str]:
     return bench.layout_names()
 
 
+def _world_names(labels: Sequence[str]) -> str:
+    """'allreduce[nccl-n2, gpu-ring-n2], tf-epoch[nccl-n2-small-cnn]': world labels with each
+    benchmark named once."""
+    ids: dict[str, list[str]] = {}
+    for label in labels:
+        name, bracket, rest = label.partition("[")
+        if bracket and rest.endswith("]"):
+            ids.setdefault(name, []).append(rest[:-1])
+        else:
+            ids.setdefault(label, [])
+    return ", ".join(f"{b}[{', '.join(w)}]" if w else b for b, w in ids.items())
+
+
+def skipped_lines(skipped: Iterable[formats.WorldOutcome], prefix: str = "# ") -> list[str]:
+    """One line per reason for the worlds skipped, in the order the reasons first came: how many
+    worlds and cases, which, and why. Both faces print these (``perfsuite run``'s summary, the
+    pytest plugin's section), so a reason shared by five transports is said once, not five times."""
+    groups: dict[str, list[formats.WorldOutcome]] = {}
+    for o in skipped:
+        groups.setdefault(str(o.skipped), []).append(o)
+    lines = []
+    for why, worlds in groups.items():
+        n, cases = len(worlds), sum(len(o.spec.cases) for o in worlds)
+        lines.append(f"{prefix}skipped {n} world{'s' * (n != 1)} ({cases} case{'s' * (cases != 1)}) "
+                     f"{_world_names([o.world for o in worlds])}: {why}")
+    return lines
+
+
 def run_summary(run: SuiteRun) -> str:
-    """Every table, then what was skipped and why, then what failed and the tail of its stderr."""
+    """Every table, then what was skipped and why (one line per reason), then what failed and
+    the tail of its stderr (each failed or interrupted world in full, never grouped)."""
     parts = [result_table(r) for r in run.results]
     for o in run.failures:
         if o.samples():
@@ -49,8 +78,8 @@ def run_summary(run: SuiteRun) -> str:
     ratios = bench.comparisons(run.samples())
     if ratios:
         parts.append("\n".join(ratios))
-    for o in run.skipped:
-        parts.append(f"# SKIPPED {o.world}: {o.skipped}")
+    if run.skipped:
+        parts.append("\n".join(skipped_lines(run.skipped)))
     for o in run.failures:
         tail = getattr(o.failure, "stderr_tail", "")
         word = "INTERRUPTED" if getattr(o.failure, "kind", "") == "interrupted" else "FAILED"

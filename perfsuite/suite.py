@@ -219,7 +219,8 @@ def run(cases: Sequence[Case], cfg: SuiteConfig,
     the worlds' rounds are interleaved (round 1 of each world, then round 2, ...), so drift and
     bursts of load are shared by every world and cross-world ratios are taken from neighbours.
 
-    ``on_world(event, spec, outcome)`` is told 'start' and 'done' (progress bars, live tables).
+    ``on_world(event, spec, outcome)`` is told 'start' and 'done' (progress bars, live tables);
+    a world that cannot run here is told 'done' only, before any world starts.
     """
     run_ = SuiteRun(fingerprint=fingerprint.collect(),
                     created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
@@ -229,6 +230,11 @@ def run(cases: Sequence[Case], cfg: SuiteConfig,
     started: set[int] = set()
     current = None
     try:
+        for r in [r for r in pending if r.skipped]:  # settled now: progress counts only the rest
+            pending.remove(r)
+            run_.outcomes.append(r.outcome())
+            if on_world:
+                on_world("done", r.given, run_.outcomes[-1])
         while pending:
             for r in list(pending):
                 current = r

@@ -66,7 +66,7 @@ def test_suite_skips_without_starting_a_world(monkeypatch):
     outcome = suite.run_one(spec, suite.SuiteConfig())
     assert outcome.skipped == "no NVIDIA driver here (NVML: x)" and outcome.result is None
     run = SuiteRun(outcomes=[outcome])
-    assert "SKIPPED allreduce[nccl-n1]: no NVIDIA driver" in report.run_summary(run)
+    assert "# skipped 1 world (2 cases) allreduce[nccl-n1]: no NVIDIA driver" in report.run_summary(run)
     assert run.to_dict()["skipped"][0]["cases"] == ["allreduce[nccl-n1-4B]", "allreduce[nccl-n1-1KiB]"]
 
 

@@ -196,8 +196,9 @@ def test_a_failed_world_shows_its_partial_results_and_stderr_tail(tmp_path, monk
     assert cli.main(["run", "--transports", "ring", "--sizes", "4,1MiB", "--iters", "20",
                      "--warmup", "2", "--json", str(path)]) == cli.EXIT_WORLD
     monkeypatch.delenv("PERFSUITE_TEST_FAULT")
-    said = capsys.readouterr().out
-    assert "# [1/1] allreduce[ring-n2]: FAILED after" in said  # the progress line, no bar here
+    said = capsys.readouterr()
+    assert "# [1/1] allreduce[ring-n2]: FAILED after" in said.err  # the progress line, no bar here
+    assert "# FAILED allreduce[ring-n2]: rank 1 raised" in said.out  # and the summary's, with the results
     out = tmp_path / "report"
     assert cli.main(["report", str(path), "--out", str(out)]) == 0
     md = (out / "summary.md").read_text()

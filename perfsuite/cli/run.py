@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from contextlib import nullcontext
 from dataclasses import replace
 
 from .. import bench, gate, interrupts, options, report, suite, transports
@@ -23,6 +24,12 @@ def add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", action="store_true", help="judge every case against the baselines "
                    "of this system and exit 1 on any regression (see --baseline-dir, --system)")
     p.add_argument("--keep-worlds", action="store_true", help="keep each world's scratch folder (debugging)")
+    # Progress goes to stderr and the results to stdout; these change stderr only.
+    said = p.add_mutually_exclusive_group()
+    said.add_argument("-v", "--verbose", action="store_true", help="progress for every world, a line for "
+                      "each one skipped too (default: one line per reason, at the end)")
+    said.add_argument("-q", "--quiet", action="store_true", help="no progress: only the tables, verdicts and "
+                      "the summary of skips and failures (on stdout)")
     options.add_asv_options(p.add_argument)
 
 
@@ -61,8 +68,10 @@ def do_run(args: argparse.Namespace) -> int:
                   hint=lambda system, root: record_command(args, system, root))
     g.prepare(cfg.launch)
     cfg = replace(cfg, rounds=g.rounds(cfg.rounds, rounds_given=args.rounds is not None))
+    progress = nullcontext(None) if args.quiet else SweepProgress(suite.plan(cases, cfg.options),
+                                                                  verbose=args.verbose)
     with interrupts.handled() as signals:
-        with SweepProgress(suite.plan(cases, cfg.options)) as on_world:
+        with progress as on_world:
             run = suite.run(cases, cfg, on_world=on_world)
         signals.defer()
         say(report.run_summary(run))
