@@ -193,7 +193,7 @@ def histories(tmp_path_factory):
 def test_history_flags_the_drop_at_its_commit_range(histories, capsys):
     conf, commits, _ = histories
     rc = cli.main(["history", "--asv-config", conf, "--asv-machine", "drop-box",
-                   "-k", "inv_busbw", "--fail-on-regression"])
+                   "-k", "inv_busbw", "--compare"])
     out = capsys.readouterr().out
     assert rc == 1, out
     assert f"{ENTRY} on drop-box:" in out
@@ -202,17 +202,32 @@ def test_history_flags_the_drop_at_its_commit_range(histories, capsys):
     assert "busbw_GBps -1" in line  # about -15% busbw, said in the metric's own terms
     # the regression started at commit 12: new after commit 11, not after commit 12
     assert cli.main(["history", "--asv-config", conf, "--asv-machine", "drop-box",
-                     "--since", commits[11][:10], "--fail-on-regression"]) == 1
+                     "--since", commits[11][:10], "--compare"]) == 1
     assert cli.main(["history", "--asv-config", conf, "--asv-machine", "drop-box",
-                     "--since", commits[12], "--fail-on-regression"]) == 0
+                     "--since", commits[12], "--compare"]) == 0
 
 
 def test_clean_history_is_not_flagged(histories, capsys):
     conf, _, _ = histories
-    rc = cli.main(["history", "--asv-config", conf, "--asv-machine", "clean-box", "--fail-on-regression"])
+    rc = cli.main(["history", "--asv-config", conf, "--asv-machine", "clean-box", "--compare"])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "REGRESSION" not in out and "# 0 regressions" in out
+
+
+def test_history_k_is_pytests_expression_and_a_gate_that_compared_nothing_is_3(histories, capsys):
+    """-k "inv_busbw and mpi and not 64MiB" keeps drop-box's mpi series (and its regression);
+    "not mpi" keeps none: nothing compared, which is no pass under --strict (3), as in every
+    command that judges; without --compare history only lists (0)."""
+    conf, _, _ = histories
+    base = ["history", "--asv-config", conf, "--asv-machine", "drop-box"]
+    assert cli.main([*base, "-k", "inv_busbw and mpi and not 64MiB", "--compare"]) == 1
+    assert f"{ENTRY} on drop-box:" in capsys.readouterr().out
+    assert cli.main([*base, "-k", "inv_busbw and not mpi", "--compare"]) == 0
+    assert "# history: 0 series" in capsys.readouterr().out
+    assert cli.main([*base, "-k", "inv_busbw and not mpi", "--compare", "--strict"]) == 3
+    assert "NOTHING COMPARED: no series in the asv history matches -k" in capsys.readouterr().out
+    assert cli.main([*base, "-k", "inv_busbw"]) == 0  # a regression listed, not judged
 
 
 def test_asv_regressions_page_lists_the_drop(histories):
