@@ -398,7 +398,9 @@ def run(ctx: RankContext) -> dict:
     call = None
     coll = collectives.get(transport_set(ctx))
     largest = max((coll.sizes(c.size_bytes or 0, c.dtype, ctx.world_size)["size_bytes"] for c in ctx.cases), default=0)
-    # --iters is exact; else each size's iterations come from the time budget (budget_iters).
+    # --iters is exact; else each size's iterations come from the time budget (budget_iters):
+    # here mpi and ring keep OMB's counts, tf-grpc and torch-gloo are cut (docs/measurements.md,
+    # "Default run").
     given_iters = ctx.options.get("iters")
     max_time = None if given_iters else float(ctx.options.get("max_time") or DEFAULT_MAX_TIME_S)
     agree = None if given_iters else slowest_rank(comm)
