@@ -216,3 +216,37 @@ def test_overhead_pairs_each_collective_with_a_plain_torch_loop(no_leftover_rank
     assert all(r["pairs"] == 50 and r["ratio"] > 0 for r in rep.rows)
     text = plain_overhead_table(rep)
     assert "# reduce_scatter\n" in text and "# target broadcast 4 B harness / plain <= 1.05" in text
+
+
+def test_whose_wait_counts_is_the_transports_own():
+    """A transport whose library makes the call on its own threads (TensorFlow's collective
+    executor, torch's process-group workers) measures contention over the whole process, which
+    is recorded and not judged: on 2 cores those threads wait for one another by design, so a
+    re-run is as "contended" as the first (the default run ran every such world 4 times)."""
+    from perfsuite.transports.mpi import MpiAllreduce
+    from perfsuite.transports.ring import RingAllreduce
+    from perfsuite.transports.tf.grpc import TfGrpcAllreduce
+    from perfsuite.transports.torch.allreduce import TorchGlooAllreduce, TorchMpiAllreduce
+
+    assert {c.contention_scope for c in (TfGrpcAllreduce, TorchGlooAllreduce, TorchMpiAllreduce)} == {"process"}
+    assert {c.contention_scope for c in (MpiAllreduce, RingAllreduce)} == {"thread"}
+
+
+@needs_torch
+@pytest.mark.world
+def test_a_torch_gloo_world_records_its_process_wait_and_is_not_rerun_for_it(no_leftover_ranks):
+    from perfsuite import suite
+    from perfsuite.model import Case
+    from perfsuite.rounds import RoundsPolicy, contention_of
+
+    # the default policy: a contended round (thread scope, > 5% waiting) would be re-run 3 times
+    cfg = suite.SuiteConfig(launch=LaunchConfig(), timeout=120, options={"iters": 30},
+                            rounds=RoundsPolicy(rounds=1))
+    cases = [Case("allreduce", "torch-gloo", 2, size) for size in (4, 4096)]
+    outcome = suite.run_one(suite.plan(cases, {})[0], cfg)
+    samples = outcome.samples()
+    assert len(samples) == 2 and all(s.valid for s in samples)
+    for s in samples:
+        assert s.info["contention_scope"] == "process" and 0 <= s.info["contention"] <= 1
+        assert contention_of(s) is None
+    assert outcome.result.extra["rounds"] == 1

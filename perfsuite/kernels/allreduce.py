@@ -33,7 +33,6 @@ from ..model import Case, Metric, Sample, time_sliced_label
 from ..transports import load as load_transport
 from ..transports.base import Call
 from ..transports.hosts import node_name
-from ..userbench import DEFAULT_MAX_TIME_S
 from . import ranks
 from .buffers import Buffers, bind_case, copies_of, transport_set
 from .context import RankContext
@@ -402,7 +401,7 @@ def run(ctx: RankContext) -> dict:
     # here mpi and ring keep OMB's counts, tf-grpc and torch-gloo are cut (docs/measurements.md,
     # "Default run").
     given_iters = ctx.options.get("iters")
-    max_time = None if given_iters else float(ctx.options.get("max_time") or DEFAULT_MAX_TIME_S)
+    max_time = None if given_iters else float(ctx.options.get("max_time") or collectives.SIZE_MAX_TIME_S)
     agree = None if given_iters else slowest_rank(comm)
     given_warmup = ctx.options.get("warmup")
     for case in ctx.cases:
@@ -429,7 +428,7 @@ def run(ctx: RankContext) -> dict:
         batch = calls_per_sample(transport, iters)
         turns = (injected_turns(transport, send, recv, spinner, barrier, case, world_max(comm))
                  if spinner else -1)
-        probe = Probe()
+        probe = Probe(scope=transport.contention_scope)
         if canary_blocks:
             times, canary = timed_blocks(transport, send, recv, iters, barrier, fault, case,
                                          spinner, turns, canary_blocks, probe, batch)

@@ -74,6 +74,12 @@ class AllreduceTransport:
     # inline, inside the timed call. False for device buffers, whose calls are timed by events
     # on the device: the slowdown is spun after the call instead.
     host_buffers: bool = True
+    # Whose run-queue wait says the world was contended (kernels/contention.Probe): "thread",
+    # the calling thread, where the call runs; "process" where the library runs the call on its
+    # own thread pool (TensorFlow's collectives, torch's process-group workers): on a small
+    # machine those threads wait for one another by design, which says nothing of other load,
+    # so the figure is recorded and not judged (rounds.contention_of), as for training steps.
+    contention_scope: str = "thread"
 
     _clock = staticmethod(time.perf_counter)
 

@@ -31,6 +31,7 @@ class TensorSlot:
 class TfGrpcAllreduce(AllreduceTransport):
     name = "tf-grpc"
     implementation = "RING"
+    contention_scope = "process"  # TensorFlow's collective executor threads make the call
 
     def __init__(self, comm, options=None):
         super().__init__(comm, options)

@@ -178,11 +178,13 @@ class TorchAllreduce(AllreduceTransport):
 class TorchGlooAllreduce(TorchAllreduce):
     name = "torch-gloo"
     backend = "gloo"
+    contention_scope = "process"  # gloo's work threads make the call
 
 
 class TorchMpiAllreduce(TorchAllreduce):
     name = "torch-mpi"
     backend = "mpi"
+    contention_scope = "process"  # ProcessGroupMPI's worker thread makes the call
 
 
 class TorchNcclAllreduce(TorchAllreduce):
