@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from . import bench, transports
+from . import bench, collectives, transports
 from .asv.project import DEFAULT_CONFIG as ASV_CONFIG
 from .asv.project import RecordTarget, load_project, resolve_commit
 from .bench import Selection
@@ -31,7 +31,6 @@ from .regress import DEFAULT_MODE_SPAN, MIN_SESSIONS
 from .rounds import RoundsPolicy
 from .launch.netns import SHAPING_FORMS
 from .suite import COMPARE_MAX_ROUNDS, DEFAULT_TIMEOUT_S, SuiteConfig
-from .userbench import DEFAULT_MAX_TIME_S
 
 
 def seconds(value: Any, what: str = "timeout") -> float:
@@ -73,7 +72,7 @@ def max_time(value: Any) -> float:
         t = -1.0
     if not 0 < t < float("inf"):
         raise ConfigError(f"max time {value!r} must be seconds of timed calls per size > 0, "
-                          f"e.g. {DEFAULT_MAX_TIME_S:g}")
+                          f"e.g. {collectives.SIZE_MAX_TIME_S:g}")
     return t
 
 
@@ -99,7 +98,7 @@ COMMON: list[Opt] = [
     Opt("max-time", None, "seconds of timed calls per size of a collective (pytest-benchmark's max_time): "
         "a size's iterations are this over the time per call of its warm-up (the slowest rank's), never "
         "more than the by-size default, so only slow transports are cut; not with --iters "
-        f"[default: {DEFAULT_MAX_TIME_S:g}]", metavar="S", parse=max_time, knob="max_time"),
+        f"[default: {collectives.SIZE_MAX_TIME_S:g}]", metavar="S", parse=max_time, knob="max_time"),
     Opt("warmup", None, "warm-up iterations per size (default: by size)", metavar="N",
         parse=_whole("warm-up iterations", low=0), knob="warmup"),
     Opt("workdir", None, "folder for world scratch files (must be shared across nodes on a cluster)", metavar="DIR"),

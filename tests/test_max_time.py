@@ -14,6 +14,7 @@ from perfsuite.kernels.allreduce import (DEVICE_SAMPLES, MIN_BATCH_CALLS, MIN_IT
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
 from perfsuite.transports.base import AllreduceTransport
+from perfsuite.collectives import SIZE_MAX_TIME_S
 from perfsuite.userbench import DEFAULT_MAX_TIME_S
 
 # --- the choice: a pure function ----------------------------------------------------------------
@@ -116,11 +117,13 @@ def test_a_device_batch_keeps_its_calls_under_the_budget():
 
 
 def test_max_time_is_one_word_with_the_user_benchmarks():
+    """One word, two scopes: a collective's budget is per size (13 a world), a user step's per
+    benchmark as pytest-benchmark's."""
     assert options.max_time("0.25") == 0.25
     cfg = options.suite_config({"max_time": "0.5"})
     assert cfg.options["max_time"] == 0.5
-    assert "max_time" not in options.suite_config({}).options  # the kernel's default, userbench's
-    assert DEFAULT_MAX_TIME_S == 1.0
+    assert "max_time" not in options.suite_config({}).options  # the kernel's default
+    assert SIZE_MAX_TIME_S == 0.5 and DEFAULT_MAX_TIME_S == 1.0
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf", "soon"])

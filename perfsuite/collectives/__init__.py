@@ -25,6 +25,11 @@ PATTERN = 4
 #: Values a sum of which is exact: the ``avg`` of them is exact where n is a power of two
 #: (a half or quarter); other world sizes' averages are compared as the library rounds them.
 OPS = ("sum", "prod", "min", "max", "avg")
+#: Seconds of timed calls per size when ``--iters`` is not given (``--max-time``): a world sweeps
+#: 13 sizes, so half a second a size keeps a slow transport's world near ten seconds, while a
+#: fast one keeps OMB's counts. pytest-benchmark's 1 s is per benchmark, as a user's step has it
+#: (``userbench.DEFAULT_MAX_TIME_S``).
+SIZE_MAX_TIME_S = 0.5
 
 
 def as_type(values: np.ndarray, dtype: str) -> np.ndarray:
