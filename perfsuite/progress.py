@@ -72,6 +72,9 @@ class SweepProgress:
         self.bar = wants_bar(self.console, env)
         self._clock = clock
         self._started: dict[str, float] = {}
+        # [k/n] names the k-th world to start, on its start and done lines alike: with rounds
+        # interleaved (or a contended round re-run at the end) worlds end out of order.
+        self._ordinal: dict[str, int] = {}
         self._done_worlds = 0
         self._progress: Progress | None = None
         self._task: Any = None
@@ -108,7 +111,8 @@ class SweepProgress:
         n = len(self.worlds) - self._never_started
         if event == "start":
             self._started[spec.label] = self._clock()
-            where = f"[{self._done_worlds + 1}/{n}] " if n else ""
+            k = self._ordinal.setdefault(spec.label, len(self._ordinal) + 1)
+            where = f"[{k}/{n}] " if n else ""
             if self._progress is not None:
                 # refresh now: a world can take minutes, the bar must name it from its start
                 self._progress.update(self._task, description=f"{where}{spec.label}", refresh=True)
@@ -117,7 +121,8 @@ class SweepProgress:
         elif event == "done":
             self._done_worlds += 1
             seconds = self._clock() - self._started.pop(spec.label, self._clock())
-            where = f"[{self._done_worlds}/{n}] " if n else ""
+            k = self._ordinal.get(spec.label, self._done_worlds)
+            where = f"[{k}/{n}] " if n else ""
             self._line(f"# {where}{outcome_line(spec, outcome, seconds)}")
             if self._progress is not None:
                 self._progress.update(self._task, advance=len(spec.cases), refresh=True)

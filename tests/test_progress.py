@@ -111,3 +111,23 @@ def test_perfsuite_run_under_a_real_terminal(ci, no_leftover_ranks):
         assert "━" not in out and "# [1/2] running allreduce[mpi-n2]: 1 cases" in out
     else:
         assert "━" in out and "# [1/2] running" not in out
+
+
+def test_a_world_keeps_its_number_when_worlds_end_out_of_order():
+    """Rounds interleave, and a contended round is re-run after the others: ring starts second
+    and ends last, and both its lines say [2/3] (the k-th world to start), not the count done."""
+    buf = io.StringIO()
+    p = SweepProgress(worlds(), console=Console(file=buf, force_terminal=False), env={"CI": "true"},
+                      clock=FakeClock())
+    mpi, ring, nccl = worlds()
+    done = {s.label: WorldOutcome(s, result=Result("allreduce", s.transport, 2, tuple(Sample(c, {}) for c in s.cases),
+                                                   wall_s=1.5)) for s in (mpi, ring, nccl)}
+    with p:
+        p("start", mpi, None)
+        p("done", mpi, done[mpi.label])
+        p("start", ring, None)
+        p("start", nccl, None)
+        p("done", nccl, done[nccl.label])
+        p("done", ring, done[ring.label])
+    assert [line.split(" allreduce")[0] for line in buf.getvalue().splitlines()] == \
+        ["# [1/3] running", "# [1/3]", "# [2/3] running", "# [3/3] running", "# [3/3]", "# [2/3]"]
