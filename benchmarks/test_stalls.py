@@ -11,9 +11,10 @@ import tempfile
 
 import pytest
 
-from perfsuite import dataset, stalls
+from perfsuite import dataset
+from perfsuite.verdicts import stalls
 from perfsuite.experiments.stalls import StallConfig, run_stalls
-from perfsuite.model import Sample
+from perfsuite.records.model import Sample
 from perfsuite.suite import SuiteConfig
 
 PARTS = ("compute",) + tuple(stalls.STALLS)

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from . import formats
-from .errors import ConfigError
+from .store import formats
+from .records.errors import ConfigError
 from .kernels.input_files import TOKEN_DTYPE, file_name, list_images, list_tokens, token_file_name
 
 DATASET_FORMAT = formats.DATASET

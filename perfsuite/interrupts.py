@@ -13,7 +13,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
-from .errors import Interrupted
+from .records.errors import Interrupted
 
 SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 

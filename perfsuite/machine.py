@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from .fingerprint import gpus, nccl_version_string
+from .store.fingerprint import gpus, nccl_version_string
 from .launch.world import OFFLINE, default_program
 from .transports import has_module
 from .transports.cuda_aware import libmpi_paths

@@ -23,12 +23,12 @@ from . import bench, collectives, transports
 from .asv.project import DEFAULT_CONFIG as ASV_CONFIG
 from .asv.project import RecordTarget, load_project, resolve_commit
 from .bench import Selection
-from .errors import ConfigError
+from .records.errors import ConfigError
 from .launch.launchers import FLAVORS, LAUNCHERS, LaunchConfig, parse_env
-from .model import Opt, parse_names, split_list, whole_number
-from .decision import parse_alpha, parse_tolerance
-from .regress import DEFAULT_MODE_SPAN, MIN_SESSIONS
-from .rounds import RoundsPolicy
+from .records.model import Opt, parse_names, split_list, whole_number
+from .verdicts.decision import parse_alpha, parse_tolerance
+from .verdicts.regress import DEFAULT_MODE_SPAN, MIN_SESSIONS
+from .verdicts.rounds import RoundsPolicy
 from .launch.netns import SHAPING_FORMS
 from .suite import COMPARE_MAX_ROUNDS, DEFAULT_TIMEOUT_S, SuiteConfig
 
@@ -412,7 +412,7 @@ def prepare_asv(to: RecordTarget | None) -> RecordTarget | None:
     (HEAD is read now, so a checkout changing during a long run does not move the results)."""
     if to is None:
         return None
-    from .formats import check_output_dir
+    from .store.formats import check_output_dir
 
     project = load_project(to.config)
     check_output_dir(project.results_dir, "asv results folder")

@@ -21,10 +21,13 @@ from typing import Any
 
 import pytest
 
-from . import bench, formats, gate, interrupts, options, report, suite, transports
-from . import verdict_text as vt
-from .errors import ConfigError, FormatError, RankFailure
-from .model import Case, Sample
+from . import bench, interrupts, options, suite, transports
+from .store import formats
+from .verdicts import gate
+from .reading import report
+from .reading import verdict_text as vt
+from .records.errors import ConfigError, FormatError, RankFailure
+from .records.model import Case, Sample
 from .replay import REPLAY_CLOCK
 
 STASH_KEY = pytest.StashKey["PerfState"]()

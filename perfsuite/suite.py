@@ -11,16 +11,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import bench, decision, fingerprint, regress, stragglers, transports
+from . import bench, transports
+from .verdicts import decision, regress, stragglers
+from .store import fingerprint
 from .bench import Selection
-from .errors import ConfigError, LaunchError, PerfsuiteError, PortInUse, RankFailure, Unavailable
-from .formats import SuiteRun, WorldOutcome
+from .records.errors import ConfigError, LaunchError, PerfsuiteError, PortInUse, RankFailure, Unavailable
+from .store.formats import SuiteRun, WorldOutcome
 from .launch import native, native_nccl
 from .launch.environment import free_ports, prepared
 from .launch.launchers import LaunchConfig
 from .launch.world import run_world
-from .model import Case, Result, WorldSpec, round_values
-from .rounds import DEFAULT_CANARY_SHIFT, RoundsPolicy, pool_results, precise_enough
+from .records.model import Case, Result, WorldSpec, round_values
+from .verdicts.rounds import DEFAULT_CANARY_SHIFT, RoundsPolicy, pool_results, precise_enough
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -74,7 +76,7 @@ def preflight(specs: Sequence[WorldSpec], cfg: SuiteConfig) -> None:
     """Refuse, before the first world starts, what no world of this run could survive: a
     scratch folder that cannot be written, a launcher that was named but is not one, a world
     too big for this host, a message too big for its memory. Each is one ConfigError line."""
-    from . import formats
+    from .store import formats
     from .launch import launchers, world
 
     if cfg.workdir:
@@ -91,7 +93,7 @@ def preflight(specs: Sequence[WorldSpec], cfg: SuiteConfig) -> None:
         need = (here or 1) * HOST_BUFFERS * biggest
         if available and biggest and need > available:
             fits = available // ((here or 1) * HOST_BUFFERS)
-            from .model import format_size
+            from .records.model import format_size
 
             raise ConfigError(f"size {format_size(biggest)} needs about {need / 2**30:.1f} GiB on this host "
                               f"({here or 1} rank(s) x {HOST_BUFFERS} buffers) and {available / 2**30:.1f} GiB "

@@ -22,7 +22,7 @@ import traceback
 def thread_level(job: dict) -> str:
     """The MPI thread level the job's transport asks for (``TransportSpec.thread_level``);
     "funneled" for a transport the registry does not know for the job's benchmark."""
-    from .errors import ConfigError
+    from .records.errors import ConfigError
     from .transports import spec
 
     try:
@@ -39,8 +39,8 @@ def _redirect_stderr(path: str):
 
 
 def main(argv: list[str]) -> int:
-    from .errors import FormatError
-    from .formats import read_job
+    from .records.errors import FormatError
+    from .store.formats import read_job
 
     if len(argv) != 1:
         print("usage: python -m perfsuite.worker JOB.json", file=sys.stderr)
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
         traceback.print_exc()
         # Written whole or not at all: another rank's Abort may kill this one mid-write, and a
         # half-written file would name this rank with an empty message.
-        from .formats import atomic_write
+        from .store.formats import atomic_write
 
         atomic_write(os.path.join(folder, f"rank-{rank}.failed"), f"{type(exc).__name__}: {exc}\n")
         err.flush()
@@ -98,12 +98,12 @@ def _place(job: dict) -> dict:
 
 
 def _run(job: dict, comm, rank: int, size: int, folder: str, placement: dict) -> int:
-    from . import fingerprint
-    from .errors import TransportUnavailable
-    from .formats import atomic_write, dump_result
+    from .store import fingerprint
+    from .records.errors import TransportUnavailable
+    from .store.formats import atomic_write, dump_result
     from .kernels.context import RankContext
     from .kernels.faults import FaultSwitch
-    from .model import Case, Result, Sample
+    from .records.model import Case, Result, Sample
     from .transports.cuda_aware import libmpi_paths
 
     comm.Barrier()  # every rank is up: the world has started

@@ -99,7 +99,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from perfsuite.formats import load_run
+from perfsuite.store.formats import load_run
 
 out = Path(sys.argv[1])
 NAMES = {"allreduce": "all_reduce_perf", "all_gather": "all_gather_perf", "reduce_scatter": "reduce_scatter_perf",

@@ -140,7 +140,7 @@ import re
 import sys
 from pathlib import Path
 
-from perfsuite.formats import load_run
+from perfsuite.store.formats import load_run
 
 ours = {}
 for path, how in ((sys.argv[1], "batch"), (sys.argv[2], "graph")):

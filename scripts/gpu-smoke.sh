@@ -108,7 +108,7 @@ gpus_hidden() {
 probe='
 import sys
 from perfsuite import transports
-from perfsuite.errors import ConfigError
+from perfsuite.records.errors import ConfigError
 from perfsuite.transports.gpu import need_gpu
 
 def on_device(name):
@@ -183,9 +183,9 @@ from pathlib import Path
 
 
 def rows(label, rc, timeout_s, path):
-    from perfsuite.errors import PerfsuiteError
-    from perfsuite.formats import load_run
-    from perfsuite.model import format_size, time_sliced, time_sliced_label
+    from perfsuite.records.errors import PerfsuiteError
+    from perfsuite.store.formats import load_run
+    from perfsuite.records.model import format_size, time_sliced, time_sliced_label
 
     rc, path = int(rc), Path(path)
     out, failed = [], []

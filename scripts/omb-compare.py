@@ -62,7 +62,7 @@ import numpy as np
 
 from perfsuite import collectives
 from perfsuite.bench.allreduce import parse_sizes as sweep_sizes
-from perfsuite.errors import ConfigError
+from perfsuite.records.errors import ConfigError
 
 OMB = {name: collectives.get(name).omb_name for name in collectives.NAMES}  # the records' OSU benchmark
 LARGE_MESSAGE_SIZE = 8192  # OMB 7.4 c/util/osu_util.h

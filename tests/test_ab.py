@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from perfsuite.cli import main
-from perfsuite.errors import RankFailure
+from perfsuite.records.errors import RankFailure
 from perfsuite.experiments import ab
-from perfsuite.model import Case, Metric, Sample
+from perfsuite.records.model import Case, Metric, Sample
 
 CASE = Case("allreduce", "mpi", 2, size_bytes=4)
 
@@ -251,7 +251,7 @@ def test_the_a_and_b_columns_come_from_the_pairs_b_over_a_comes_from():
 
 
 def test_an_ab_4_file_reads_with_no_invalid_pair_and_its_contended_ones_unknown():
-    from perfsuite import formats
+    from perfsuite.store import formats
 
     four = {"format": formats.AB, "version": 4, "arms": {"a": {"ref": None}, "b": {"ref": None}}, "verdicts": [],
             "stop_on_regression": False, "values": {CASE.name: {"latency_us": {"a": [3.0], "b": [3.1]}}}}

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from perfsuite import formats
+from perfsuite.store import formats
 from perfsuite.bench import allreduce as bench_allreduce
 from perfsuite.kernels.allreduce import summarize
-from perfsuite.model import Case, Result
+from perfsuite.records.model import Case, Result
 
 CASE = Case("allreduce", "mpi", 2, size_bytes=4 << 10, dtype="float32")
 

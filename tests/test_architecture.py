@@ -9,43 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.house import FACES, FLOORS, GROUND, STARTERS, TOP
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "perfsuite"
 MAX_LINES = 600
 
-#: The floor of each room; a module may import rooms on its own floor or below. The first
-#: matching prefix wins, so a package's modules can sit on different floors.
-#: launch/ stands on floor 3 beside transports/ (it reads a transport's ports and node address)
-#: and below the asv store, whose project.py starts git through launch.world.run_command; the
-#: store (asv.project, .record, .read) sits below the benchmark registry (bench, floor 4), which
-#: carries each benchmark's asv layout, so callers hand the store the layouts it needs.
-#: The faces sit on the top floor: pytest's plugin, the CLI, and asv's (faces/: asv run's
-#: classes, the offline site).
-FLOORS = [
-    ("perfsuite.errors", 0), ("perfsuite.status", 0),
-    ("perfsuite.model", 1), ("perfsuite.collectives", 1), ("perfsuite.stats", 1), ("perfsuite.interrupts", 1), ("perfsuite.replay", 1),
-    ("perfsuite.userbench", 1),
-    ("perfsuite.formats", 2), ("perfsuite.fingerprint", 2), ("perfsuite.history", 2),
-    ("perfsuite.stalls", 2), ("perfsuite.asv.layout", 2), ("perfsuite.asv.compat", 2),
-    ("perfsuite.verdict_text", 2), ("perfsuite.stragglers", 2),
-    ("perfsuite.transports", 3), ("perfsuite.kernels", 3), ("perfsuite.launch", 3),
-    ("perfsuite.asv.project", 3), ("perfsuite.asv.record", 3), ("perfsuite.asv.read", 3),
-    ("perfsuite.bench", 4), ("perfsuite.dataset", 4), ("perfsuite.worker", 4), ("perfsuite.machine", 4),
-    ("perfsuite.regress", 5), ("perfsuite.decision", 5), ("perfsuite.rounds", 5), ("perfsuite.baselines", 5), ("perfsuite.report", 5), ("perfsuite.study_report", 5),
-    ("perfsuite.plots", 5), ("perfsuite.progress", 5),
-    ("perfsuite.suite", 6),
-    ("perfsuite.experiments", 7), ("perfsuite.options", 7), ("perfsuite.gate", 7),
-    ("perfsuite.plugin", 8), ("perfsuite.cli", 8), ("perfsuite.faces", 8),
-    ("perfsuite.asv", 2), ("perfsuite", 0),  # the packages' own __init__ modules
-]
-TOP = max(level for _, level in FLOORS)
 ASV_STORE = ("perfsuite.asv.layout", "perfsuite.asv.compat", "perfsuite.asv.project",
              "perfsuite.asv.record", "perfsuite.asv.read")
 ASV_FACES = ("perfsuite.faces.asv_run", "perfsuite.faces.asv_offline")
-#: userbench: a user's declared step is a record the ranks read (the user kernel finds the step
-#: through it), as they read a collective's; it imports only errors.
-GROUND = ("perfsuite.errors", "perfsuite.model", "perfsuite.collectives", "perfsuite.stats", "perfsuite.userbench")
-FACES = ("perfsuite.cli", "perfsuite.plugin")
 
 
 def module_name(path: Path) -> str:
@@ -59,7 +31,7 @@ def floor(module: str) -> int:
     for prefix, level in FLOORS:
         if module == prefix or module.startswith(prefix + "."):
             return level
-    raise AssertionError(f"{module} has no floor in FLOORS: add it")
+    raise AssertionError(f"{module} has no room in perfsuite.house.ROOMS: add it")
 
 
 def imports(path: Path, me: str | None = None) -> list[tuple[int, str]]:
@@ -206,7 +178,6 @@ def test_commands_start_without_importing_scipy():
 PROCESS_MODULES = ("subprocess", "multiprocessing", "concurrent.futures.process", "pty")
 PROCESS_NAMES = {"ProcessPoolExecutor", "create_subprocess_exec", "create_subprocess_shell"}
 OS_STARTERS = ("fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "exec", "spawn")
-STARTERS = ("perfsuite.launch",)
 
 
 def process_starts(path: Path) -> list[str]:
@@ -251,3 +222,28 @@ def test_the_checker_sees_a_process_started(tmp_path):
                      "    import asyncio\n    asyncio.create_subprocess_exec('x')\n"
                      "    from multiprocessing import get_context\n")
     assert sorted(int(w.split(":")[0]) for w in process_starts(probe)) == [1, 3, 5, 6, 8, 9]
+
+
+def test_every_module_has_a_room_of_its_own():
+    """A new module is placed on purpose: only packages' ``__init__`` modules fall to the
+    package's catch-all row, every other module matches a room named in perfsuite.house."""
+    from perfsuite.house import ROOMS
+
+    named = [r.prefix for r in ROOMS if r.prefix not in ("perfsuite", "perfsuite.asv")]
+    loose = [module_name(p) for p in sources() if p.name != "__init__.py"
+             and not any(module_name(p) == n or module_name(p).startswith(n + ".") for n in named)]
+    assert not loose, f"modules with no room in perfsuite.house.ROOMS: {loose}"
+    flat = sorted(p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert flat == ["dataset", "house", "interrupts", "machine", "options", "plugin", "replay", "suite", "worker"], \
+        f"the package's top holds only the entry points and the orchestration: {flat}"
+
+
+def test_design_md_shows_the_floor_table_the_code_prints():
+    """docs/design.md's table is ``python -m perfsuite.house``'s output, between its markers."""
+    from perfsuite.house import table
+
+    text = (ROOT / "docs" / "design.md").read_text()
+    begin, end = "<!-- floors: python -m perfsuite.house -->\n", "<!-- /floors -->"
+    assert begin in text and end in text, "docs/design.md lost its floor table's markers"
+    shown = text.split(begin, 1)[1].split(end, 1)[0]
+    assert shown == table(), "docs/design.md's floor table is stale: python -m perfsuite.house"

@@ -18,16 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite import bench, cli, history, rounds, stats, stragglers
+from perfsuite import bench, cli
+from perfsuite.verdicts import history, rounds, stats, stragglers
 from perfsuite.asv import layout, record
 from perfsuite.faces import asv_offline as offline
 from perfsuite.faces import asv_run as asv_bench
 from perfsuite.asv.project import RecordTarget
-from perfsuite.errors import ConfigError
+from perfsuite.records.errors import ConfigError
 from perfsuite.kernels.allreduce import busbw_factor, summarize
 from perfsuite.launch.world import run_command
-from perfsuite.formats import WorldOutcome
-from perfsuite.model import Case, Metric, Result, round_values
+from perfsuite.store.formats import WorldOutcome
+from perfsuite.records.model import Case, Metric, Result, round_values
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -248,7 +249,7 @@ def test_the_asv_history_is_where_verdicts_read_a_machines_drift(histories):
     """Each recorded commit is one earlier run: ``drift_history`` hands verdicts a case's level
     per commit, so a one-session baseline on 'clean-box' (1% between runs) judges with that
     drift instead of deciding only beyond the x4 span, and a 15% drop is decided."""
-    from perfsuite import regress
+    from perfsuite.verdicts import regress
     from perfsuite.asv.read import drift_history
 
     conf, _, _ = histories

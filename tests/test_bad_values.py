@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import cli, formats, suite
-from perfsuite.formats import SuiteRun, WorldOutcome
+from perfsuite import cli, suite
+from perfsuite.store import formats
+from perfsuite.store.formats import SuiteRun, WorldOutcome
 from perfsuite.launch import world
-from perfsuite.model import Case, Metric, Result, Sample, WorldSpec
+from perfsuite.records.model import Case, Metric, Result, Sample, WorldSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = "r.json"  # a results file, written by the fixture below (compare, report read it)

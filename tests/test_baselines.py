@@ -8,9 +8,10 @@ import re
 import numpy as np
 import pytest
 
-from perfsuite import baselines, regress, rounds
-from perfsuite.errors import BaselineFormatError, ConfigError
-from perfsuite.model import Case, Metric, Sample, Tolerance
+from perfsuite.store import baselines
+from perfsuite.verdicts import regress, rounds
+from perfsuite.records.errors import BaselineFormatError, ConfigError
+from perfsuite.records.model import Case, Metric, Sample, Tolerance
 
 CASE = Case("allreduce", "mpi", 2, size_bytes=1 << 20)
 SMALL = Case("allreduce", "mpi", 2, size_bytes=4)

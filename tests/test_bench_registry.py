@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from perfsuite.bench import BenchmarkSpec, register
-from perfsuite.model import Case, Metric, Sample
+from perfsuite.records.model import Case, Metric, Sample
 
 SLEEP_S = {SLEEP_US} / 1e6
 
@@ -72,7 +72,7 @@ def test_a_registered_toy_gets_the_generic_table_and_asv_layout(toy):
     assert "toy-sleep" in bench.names()
     layout = bench.asv_layout("toy-sleep")
     assert layout.axes == ("transport", "world_size", "case", "straggler") and layout.module == "toy_sleep"
-    from perfsuite.model import Case, Metric, Sample
+    from perfsuite.records.model import Case, Metric, Sample
 
     s = Sample(Case("toy-sleep", "mpi", 2, variant="sleep"), {"sleep_us": Metric("sleep_us", 2e3, "us", False)})
     (m,) = metrics_for(layout, s)
@@ -138,7 +138,7 @@ def test_a_benchmark_module_that_cannot_be_imported_is_one_line(pytester, monkey
 
 def test_a_benchmark_measured_by_its_own_experiment_is_not_selected_case_by_case():
     from perfsuite import suite
-    from perfsuite.errors import ConfigError
+    from perfsuite.records.errors import ConfigError
 
     assert "stalls" in bench.names(runnable=False) and "stalls" not in bench.names()
     with pytest.raises(ConfigError, match="'stalls' is not selected case by case.*perfsuite stalls"):

@@ -12,14 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite import bench, decision, plots, regress, report, transports, worker
-from perfsuite import verdict_text as vt
+from perfsuite import bench, transports, worker
+from perfsuite.verdicts import decision, regress
+from perfsuite.reading import plots, report
+from perfsuite.reading import verdict_text as vt
 from perfsuite.bench import BenchmarkSpec, register, training
 from perfsuite.bench.tf_epoch import OPTIONS as TF_OPTIONS
 from perfsuite.bench.tf_epoch import SPEC as TF_SPEC
-from perfsuite.errors import ConfigError
+from perfsuite.records.errors import ConfigError
 from perfsuite.kernels.allreduce import injected_turns
-from perfsuite.model import Case, Metric, Opt, Result, Sample, Tolerance
+from perfsuite.records.model import Case, Metric, Opt, Result, Sample, Tolerance
 from perfsuite.transports.base import AllreduceTransport
 from perfsuite.transports.gpu import GpuTransport
 

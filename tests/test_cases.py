@@ -4,8 +4,8 @@ import pytest
 
 from perfsuite import options, suite
 from perfsuite.bench import allreduce
-from perfsuite.errors import ConfigError
-from perfsuite.model import Case, format_size
+from perfsuite.records.errors import ConfigError
+from perfsuite.records.model import Case, format_size
 
 
 def test_default_sweep_is_13_sizes_from_4B_to_64MiB():

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from perfsuite import baselines, cli, formats, suite
-from perfsuite.errors import LaunchError, RankFailure
-from perfsuite.formats import SuiteRun, WorldOutcome
-from perfsuite.model import Case, Metric, Result, Sample, WorldSpec
+from perfsuite.store import baselines, formats
+from perfsuite import cli, suite
+from perfsuite.records.errors import LaunchError, RankFailure
+from perfsuite.store.formats import SuiteRun, WorldOutcome
+from perfsuite.records.model import Case, Metric, Result, Sample, WorldSpec
 
 MPI = [Case("allreduce", "mpi", 1, size_bytes=s) for s in (4, 1024)]
 RING = [Case("allreduce", "ring", 2, size_bytes=s) for s in (4, 1024)]

@@ -13,7 +13,7 @@ import pytest
 from conftest import perfsuite, said
 from perfsuite import bench, collectives, transports
 from perfsuite.collectives import as_type, rank_values, reduced
-from perfsuite.model import DTYPES, Case
+from perfsuite.records.model import DTYPES, Case
 
 NAMES = collectives.NAMES
 OTHERS = NAMES[1:]
@@ -208,7 +208,7 @@ def test_device_batches_rotate_through_copies_of_the_buffers(monkeypatch, no_lef
     from perfsuite.bench.allreduce import allreduce_cases
     from perfsuite.kernels.buffers import MAX_COPIES
     from perfsuite.launch.launchers import LaunchConfig
-    from perfsuite.rounds import RoundsPolicy
+    from perfsuite.verdicts.rounds import RoundsPolicy
 
     spec = transports.REGISTRY["mpi-staged"]
     monkeypatch.setitem(transports.REGISTRY, "mpi-staged", dataclasses.replace(spec, check=lambda: None))

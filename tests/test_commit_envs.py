@@ -18,7 +18,7 @@ import pytest
 from perfsuite.experiments import ab
 from perfsuite.experiments import bisect as b
 from perfsuite.launch import envs
-from perfsuite.model import Case, Metric, Sample, Tolerance, Verdict
+from perfsuite.records.model import Case, Metric, Sample, Tolerance, Verdict
 
 from userproj import GIT_ENV, commit, git  # noqa: F401 - one set of git helpers for the repositories tests make
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfsuite.errors import ConfigError
+from perfsuite.records.errors import ConfigError
 from perfsuite.experiments.ab import Arm
 from perfsuite.launch import containers
 from perfsuite.launch.containers import Container

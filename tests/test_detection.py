@@ -8,10 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from perfsuite import decision, formats
-from perfsuite.errors import ConfigError, RankFailure
+from perfsuite.verdicts import decision
+from perfsuite.store import formats
+from perfsuite.records.errors import ConfigError, RankFailure
 from perfsuite.experiments import canary, detection, windows
-from perfsuite.model import Metric, Sample
+from perfsuite.records.model import Metric, Sample
 
 WALL = 2.0  # seconds each fake world takes on the fake clock
 

@@ -154,10 +154,10 @@ def test_128_plus_n_interrupted(tmp_path, sig, monkeypatch, no_leftover_ranks):
 def test_the_pytest_summary_names_the_row():
     """Each finding of a run, as the one line pytest's summary ends with (``gate.finding``, from
     the status the gate gives both faces; tests/test_plugin.py sees it at the end of real sessions)."""
-    from perfsuite import gate
-    from perfsuite.errors import RankFailure
-    from perfsuite.formats import SuiteRun, WorldOutcome
-    from perfsuite.model import Verdict, WorldSpec
+    from perfsuite.verdicts import gate
+    from perfsuite.records.errors import RankFailure
+    from perfsuite.store.formats import SuiteRun, WorldOutcome
+    from perfsuite.records.model import Verdict, WorldSpec
 
     spec = WorldSpec("allreduce", "mpi", 2, ())
     ok = SuiteRun([WorldOutcome(spec)])
@@ -198,7 +198,7 @@ def nothing_lines(out: str) -> list[str]:
 def test_a_gate_with_no_baseline_says_so_and_strict_makes_it_unknown(tmp_path, no_leftover_ranks):
     """Every verdict new is no pass: one loud line names the missing baseline and the command that
     records it (exit 0, or 3 under --strict), and that command does record it."""
-    from perfsuite import baselines
+    from perfsuite.store import baselines
 
     system = baselines.system_for(None)
     r = perfsuite("run", *WORLD, "--compare", "--baseline-dir", "nob", cwd=tmp_path)

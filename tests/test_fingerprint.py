@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 
-from perfsuite import baselines, fingerprint
+from perfsuite.store import baselines, fingerprint
 
 X86 = """processor\t: 0
 vendor_id\t: AuthenticAMD

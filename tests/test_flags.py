@@ -192,7 +192,7 @@ def test_history_k_is_pytests_expression_over_the_entrys_words():
 @pytest.mark.parametrize("bad", ["inv_busbw\\('mpi'", "mpi and", "foo(x=1)"])
 def test_a_history_k_that_is_no_expression_is_one_line(bad):
     from perfsuite.cli.history import keyword_match
-    from perfsuite.errors import ConfigError
+    from perfsuite.records.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"is not a pytest -k expression .* -k \"inv_busbw and mpi"):
         keyword_match(bad)
@@ -213,7 +213,7 @@ def test_pytests_expression_is_the_one_history_uses():
 def judged(slowed_runs, tmp_path):
     """conftest's slowed_runs (a clean run and one 21x slower, real 1- and 2-rank worlds, 8 rounds
     a side) and three baseline folders: of the fast run, of the slow one, and none."""
-    from perfsuite import baselines, formats
+    from perfsuite.store import baselines, formats
 
     for name in ("fast", "slow"):
         run = formats.load_run(slowed_runs / f"{name}.json")
@@ -226,7 +226,8 @@ def statuses(monkeypatch, runs: Path, base: Path, ref: str, new: str, *flags: st
     """The exit status of each command that judges NEW (a results file) against REF: ``run
     --compare`` (replaying NEW in place of measuring), ``compare`` and ``report --compare``."""
     from conftest import SLOWED_WORLD
-    from perfsuite import formats, suite
+    from perfsuite.store import formats
+    from perfsuite import suite
 
     judge = ["--baseline-dir", str(base / ref), "--system", "box", "--max-canary-shift", "off", *flags]
     out = {}
@@ -272,7 +273,7 @@ def test_ab_exits_as_the_others_for_the_same_verdicts():
     from types import SimpleNamespace
 
     from perfsuite.cli.ab import ab_status
-    from perfsuite.model import Verdict
+    from perfsuite.records.model import Verdict
 
     def rep(*statuses: str):
         return SimpleNamespace(failures=[], invalid=[], verdicts=[Verdict("c", "latency_us", s, "us", False)
@@ -291,7 +292,7 @@ def test_ab_exits_as_the_others_for_the_same_verdicts():
 def test_compare_judges_its_cases_as_one_family_at_alpha(slowed_runs, monkeypatch, capsys):
     """compare's --alpha is run's: every case of NEW is one question of one family, judged by
     decision.judge (Holm) at --alpha, not an interval per case at 1 - alpha."""
-    from perfsuite import decision, regress
+    from perfsuite.verdicts import decision, regress
 
     seen = []
     real = decision.judge

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from perfsuite import formats, report
-from perfsuite.errors import ConfigError, FormatError, LaunchError, RankFailure
-from perfsuite.formats import SuiteRun, WorldOutcome
-from perfsuite.model import Case, Metric, Result, Sample, WorldSpec
+from perfsuite.store import formats
+from perfsuite.reading import report
+from perfsuite.records.errors import ConfigError, FormatError, LaunchError, RankFailure
+from perfsuite.store.formats import SuiteRun, WorldOutcome
+from perfsuite.records.model import Case, Metric, Result, Sample, WorldSpec
 
 
 def sample(case: Case, us: float) -> Sample:

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import formats, regress
+from perfsuite.store import formats
+from perfsuite.verdicts import regress
 
 pytestmark = pytest.mark.world
 

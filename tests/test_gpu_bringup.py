@@ -98,7 +98,7 @@ def test_with_the_mpich_wheel_carried_its_venv_runs_host_worlds(tmp_path, carrie
                           "--json", str(tmp_path / "r.json")],
                          capture_output=True, text=True, timeout=300, env={**os.environ, "PATH": BARE_PATH})
     assert run.returncode == 0, run.stdout + run.stderr
-    from perfsuite.formats import load_run
+    from perfsuite.store.formats import load_run
 
     result = load_run(tmp_path / "r.json")
     assert sorted((s.case.transport, s.case.size_bytes) for s in result.samples()) == [

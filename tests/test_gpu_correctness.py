@@ -20,14 +20,14 @@ import pytest
 
 from perfsuite import cli, suite, transports
 from perfsuite.bench.allreduce import allreduce_cases, table
-from perfsuite.errors import ConfigError, TransportUnavailable
+from perfsuite.records.errors import ConfigError, TransportUnavailable
 from perfsuite.kernels.allreduce import (MIN_BATCH_CALLS, MIN_ITERS, MIN_WARMUP, batched, busbw_factor,
                                         calls_per_sample, default_iters, summarize, timed_loop,
                                         zero_sum_pattern)
 from perfsuite.launch.launchers import OPENMPI_ROOT_ENV, LaunchConfig
 from perfsuite.launch.world import default_program, run_command
-from perfsuite.model import Case, Result
-from perfsuite.rounds import RoundsPolicy
+from perfsuite.records.model import Case, Result
+from perfsuite.verdicts.rounds import RoundsPolicy
 from perfsuite.transports import cuda_aware, gpu, nccl, placement
 from perfsuite.transports.base import AllreduceTransport
 from perfsuite.transports.tf import train as tf_train, train_gpu as tf_train_gpu
@@ -337,7 +337,7 @@ def test_ring_at_one_rank_reports_busbw_zero(tmp_path, capsys):
                      "--iters", "20", "--warmup", "2", "--json", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out
     assert "busbw is 0 at world size 1" in out
-    from perfsuite.formats import load_run
+    from perfsuite.store.formats import load_run
 
     run = load_run(str(tmp_path / "r.json"))
     assert all(s.info["busbw_GBps"] == 0.0 for s in run.samples())

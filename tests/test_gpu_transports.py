@@ -11,15 +11,17 @@ import types
 import numpy as np
 import pytest
 
-from perfsuite import fingerprint, report, suite, transports
+from perfsuite.store import fingerprint
+from perfsuite.reading import report
+from perfsuite import suite, transports
 from perfsuite.bench import allreduce as bench_allreduce
 from perfsuite.bench.allreduce import allreduce_cases
-from perfsuite.errors import ConfigError, TransportUnavailable
-from perfsuite.formats import SuiteRun
+from perfsuite.records.errors import ConfigError, TransportUnavailable
+from perfsuite.store.formats import SuiteRun
 from perfsuite.kernels.allreduce import summarize
 from perfsuite.launch.launchers import OPENMPI_ROOT_ENV, LaunchConfig
 from perfsuite.launch.world import default_program, run_command
-from perfsuite.model import Case, Result
+from perfsuite.records.model import Case, Result
 from perfsuite.transports import cuda_aware, gpu
 from perfsuite.transports.gpu_ring import choose_path
 

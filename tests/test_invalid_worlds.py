@@ -19,9 +19,10 @@ import sys
 import pytest
 
 from conftest import SWITCHES, perfsuite, said
-from perfsuite import formats, suite
+from perfsuite.store import formats
+from perfsuite import suite
 from perfsuite.cli import main
-from perfsuite.model import Case, Metric, Result, Sample
+from perfsuite.records.model import Case, Metric, Result, Sample
 
 WORLD = ["--transports", "mpi", "--world-sizes", "2", "--sizes", "4", "--iters", "20", "--warmup", "5"]
 CASE = "allreduce[mpi-n2-4B]"

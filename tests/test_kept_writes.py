@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite import formats, suite
+from perfsuite.store import formats
+from perfsuite import suite
 from perfsuite.cli import main
-from perfsuite.model import Metric, Result, Sample
+from perfsuite.records.model import Metric, Result, Sample
 
 EROFS = "Read-only file system"
 

@@ -9,8 +9,8 @@ import pytest
 
 from perfsuite.kernels import allreduce
 from perfsuite.kernels.context import RankContext
-from perfsuite.model import Case, Metric, Sample
-from perfsuite.rounds import pool_rounds
+from perfsuite.records.model import Case, Metric, Sample
+from perfsuite.verdicts.rounds import pool_rounds
 
 
 class FakeRequest:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfsuite.errors import ConfigError
+from perfsuite.records.errors import ConfigError
 from perfsuite.launch.launchers import LaunchConfig, build
 
 PY = "/usr/bin/python3"

@@ -8,14 +8,14 @@ import pytest
 
 from perfsuite import cli, options, suite
 from perfsuite.bench.allreduce import allreduce_cases
-from perfsuite.errors import ConfigError
+from perfsuite.records.errors import ConfigError
 from perfsuite.kernels.allreduce import (DEVICE_SAMPLES, MIN_BATCH_CALLS, MIN_ITERS, MIN_WARMUP, WARMUP_SHARE,
                                          budget_iters, default_iters, iters_floor, warm_up)
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
 from perfsuite.transports.base import AllreduceTransport
 from perfsuite.collectives import SIZE_MAX_TIME_S
-from perfsuite.userbench import DEFAULT_MAX_TIME_S
+from perfsuite.records.userbench import DEFAULT_MAX_TIME_S
 
 # --- the choice: a pure function ----------------------------------------------------------------
 

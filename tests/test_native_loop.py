@@ -11,13 +11,15 @@ import subprocess
 
 import pytest
 
-from perfsuite import formats, regress, suite
-from perfsuite import verdict_text as vt
+from perfsuite.store import formats
+from perfsuite.verdicts import regress
+from perfsuite import suite
+from perfsuite.reading import verdict_text as vt
 from perfsuite.bench.allreduce import allreduce_cases, table
 from perfsuite.launch import native
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
-from perfsuite.model import Baseline, Case, timing_of
+from perfsuite.records.model import Baseline, Case, timing_of
 
 FAST = {"iters": 20, "warmup": 2, "copy_bw": False, "canary": 0}
 BUILT = native.build()
@@ -218,7 +220,7 @@ def test_the_suite_prepares_the_native_loop_and_a_slowdown_acts_inside_it(monkey
 # --- verdicts and baselines across loops ----------------------------------------------------
 
 def _sample(timing: str, value: float = 1.0):
-    from perfsuite.model import Metric, Sample
+    from perfsuite.records.model import Metric, Sample
 
     case = Case("allreduce", "mpi", 2, size_bytes=4)
     m = Metric("latency_us", value, "us", False, (value,) * 5)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite.errors import ConfigError, TransportUnavailable
+from perfsuite.records.errors import ConfigError, TransportUnavailable
 from perfsuite.launch.launchers import OPENMPI_ROOT_ENV
 from perfsuite.launch.world import default_program, run_command
 from perfsuite.transports import gpu, nccl

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.errors import ConfigError, LaunchError
+from perfsuite.records.errors import ConfigError, LaunchError
 from perfsuite.launch import native_nccl as builder
 from perfsuite.launch.native import NativeBuild
 from perfsuite.transports import native_nccl

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from perfsuite.errors import ConfigError, LaunchError, RankFailure
+from perfsuite.records.errors import ConfigError, LaunchError, RankFailure
 from perfsuite.bench.allreduce import allreduce_wire_bytes
 from perfsuite.launch import netns
 from perfsuite.launch.launchers import LaunchConfig, build

@@ -12,10 +12,12 @@ import textwrap
 
 import pytest
 
-from perfsuite import baselines, bench, options, report, suite
+from perfsuite.store import baselines
+from perfsuite import bench, options, suite
+from perfsuite.reading import report
 from perfsuite.asv.project import RecordTarget
 from perfsuite.asv import record
-from perfsuite.model import Case, Result, time_sliced, time_sliced_label
+from perfsuite.records.model import Case, Result, time_sliced, time_sliced_label
 from perfsuite.transports import gpu
 
 from test_asv_history import make_project, stored

@@ -82,7 +82,7 @@ import time
 
 import pytest
 
-from perfsuite.model import Case, Sample
+from perfsuite.records.model import Case, Sample
 
 @pytest.mark.benchmark(group="parts", timer=time.process_time)
 def test_part(benchmark, perf_record):

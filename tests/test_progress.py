@@ -12,10 +12,10 @@ import sys
 import pytest
 from rich.console import Console
 
-from perfsuite.errors import RankFailure
-from perfsuite.model import Case, Result, Sample, WorldSpec
-from perfsuite.progress import SweepProgress, in_ci, wants_bar
-from perfsuite.formats import WorldOutcome
+from perfsuite.records.errors import RankFailure
+from perfsuite.records.model import Case, Result, Sample, WorldSpec
+from perfsuite.reading.progress import SweepProgress, in_ci, wants_bar
+from perfsuite.store.formats import WorldOutcome
 
 ANSI = re.compile(r"\x1b\[")
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

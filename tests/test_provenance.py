@@ -13,11 +13,11 @@ import pytest
 
 import perfsuite
 from perfsuite.cli import main
-from perfsuite.errors import ConfigError
+from perfsuite.records.errors import ConfigError
 from perfsuite.experiments import ab, provenance
-from perfsuite.fingerprint import IMPORTS_KEY, imported
+from perfsuite.store.fingerprint import IMPORTS_KEY, imported
 from perfsuite.launch import envs
-from perfsuite.model import Case, Metric, Sample
+from perfsuite.records.model import Case, Metric, Sample
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = Case("allreduce", "mpi", 2, size_bytes=4)

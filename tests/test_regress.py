@@ -12,10 +12,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from perfsuite import decision, regress, rounds as rounds_mod, stats
-from perfsuite import verdict_text as vt
-from perfsuite.errors import ConfigError
-from perfsuite.model import VERDICT_ORDER, Baseline, Case, Metric, Sample, Tolerance, Verdict, round_values
+from perfsuite.verdicts import decision, regress, rounds as rounds_mod, stats
+from perfsuite.reading import verdict_text as vt
+from perfsuite.records.errors import ConfigError
+from perfsuite.records.model import VERDICT_ORDER, Baseline, Case, Metric, Sample, Tolerance, Verdict, round_values
 
 LARGE = Case("allreduce", "mpi", 2, size_bytes=1 << 20)
 SMALL = Case("allreduce", "mpi", 2, size_bytes=4)
@@ -336,7 +336,7 @@ def test_rounds_policy_minimum_then_adaptive_until_precise_or_budget():
 
 
 def test_pool_results_keeps_rounds_and_sums_wall_time():
-    from perfsuite.model import Result
+    from perfsuite.records.model import Result
 
     rng = np.random.default_rng(2)
     res = [Result("allreduce", "mpi", 2, (one_round(LARGE, "busbw_GBps", 1.0 + 0.01 * k, rng),),
@@ -823,7 +823,7 @@ def test_an_unknown_no_number_of_rounds_could_decide_is_futile():
     v = regress.verdict(SMALL.name, "latency_us", _session(10.0, 2, k=3), one, looks=4, session_sd=0.10)
     assert v.status == "unknown" and v.facts.get("futile")
     # Two timing loops: no round can bring evidence; a contended round may be followed by calm ones.
-    from perfsuite.model import Verdict
+    from perfsuite.records.model import Verdict
     assert decision.decided(Verdict(SMALL.name, "latency_us", "unknown", reason="timing"))
     assert not decision.decided(Verdict(SMALL.name, "latency_us", "unknown", reason="contended"))
     # A/B: rank evidence has no floor, so more pairs can always decide

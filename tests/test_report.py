@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import cli, plots, report
-from perfsuite.errors import FormatError
-from perfsuite.formats import RUN as RUN_FORMAT
-from perfsuite.model import Case, Metric, Result, Sample, Tolerance, Verdict
+from perfsuite import cli
+from perfsuite.reading import plots, report
+from perfsuite.records.errors import FormatError
+from perfsuite.store.formats import RUN as RUN_FORMAT
+from perfsuite.records.model import Case, Metric, Result, Sample, Tolerance, Verdict
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -165,7 +166,7 @@ def test_an_injected_slowdown_shows_as_red_regressions_first(slowed_runs, tmp_pa
     the baselines lists regressions first and --compare exits 1. The two runs are
     conftest's ``slowed_runs`` (8 rounds a side of two worlds), the ones tests/test_exit_status.py
     judges: the report's plumbing is under test here, not the gate's rules."""
-    from perfsuite import baselines
+    from perfsuite.store import baselines
 
     fast, slow = slowed_runs / "fast.json", slowed_runs / "slow.json"
     runs = report.load_runs([fast])

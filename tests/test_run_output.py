@@ -12,11 +12,12 @@ import pytest
 from rich.console import Console
 
 from conftest import perfsuite, said
-from perfsuite import bench, cli, options, report, suite, transports
-from perfsuite.errors import RankFailure
-from perfsuite.formats import SuiteRun, WorldOutcome
-from perfsuite.model import Case, Result, Sample, WorldSpec
-from perfsuite.progress import SweepProgress
+from perfsuite import bench, cli, options, suite, transports
+from perfsuite.reading import report
+from perfsuite.records.errors import RankFailure
+from perfsuite.store.formats import SuiteRun, WorldOutcome
+from perfsuite.records.model import Case, Result, Sample, WorldSpec
+from perfsuite.reading.progress import SweepProgress
 
 TF1 = ("grpc+verbs", "grpc+mpi", "grpc+gdr")
 

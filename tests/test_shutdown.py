@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from conftest import default_sigint, reap, signalled
-from perfsuite import cli, formats, interrupts
-from perfsuite.errors import FormatError, Interrupted
+from perfsuite import cli, interrupts
+from perfsuite.store import formats
+from perfsuite.records.errors import FormatError, Interrupted
 from perfsuite.launch import proctree
-from perfsuite.model import Sample
+from perfsuite.records.model import Sample
 
 
 def left_behind(token: str) -> list[str]:

@@ -12,13 +12,14 @@ import subprocess
 import numpy as np
 import pytest
 
-from perfsuite import dataset, stalls
-from perfsuite.errors import ConfigError, FormatError
+from perfsuite import dataset
+from perfsuite.verdicts import stalls
+from perfsuite.records.errors import ConfigError, FormatError
 from perfsuite.experiments import stalls as stall_runs
 from perfsuite.experiments.stalls import StallConfig, run_stalls
-from perfsuite.formats import WorldOutcome
+from perfsuite.store.formats import WorldOutcome
 from perfsuite.kernels.input_files import input_options, shard
-from perfsuite.model import Case
+from perfsuite.records.model import Case
 
 RNG = np.random.default_rng(7)
 
@@ -163,7 +164,7 @@ def test_cli_rejects_bad_input():
 
 
 def test_breakdown_png(tmp_path):
-    from perfsuite import report
+    from perfsuite.reading import report
 
     bd = stalls.decompose({"T0": steps(100), "T1": steps(120)})
     path = report.write_stall_png(tmp_path / "s.png", bd, "small-cnn mpi n2")
@@ -198,7 +199,7 @@ def no_namespaces_left():
 def _epoch_ms(world_size: int, options: dict, network=None, model: str = "small-cnn",
               batch: int = 4) -> tuple[list[float], dict]:
     from perfsuite import suite
-    from perfsuite.model import WorldSpec
+    from perfsuite.records.model import WorldSpec
 
     case = Case("tf-epoch", "mpi", world_size, model=model, batch=batch)
     spec = WorldSpec("tf-epoch", "mpi", world_size, (case,), {**SMALL, **options})
@@ -313,7 +314,7 @@ def test_run_stalls_without_root_skips_cold_and_network(monkeypatch, tmp_path):
     """Orchestration with a fake world runner: the non-root path says why, and no page-cache
     drop or namespace is attempted."""
     from perfsuite import suite
-    from perfsuite.model import Metric, Result, Sample
+    from perfsuite.records.model import Metric, Result, Sample
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     ran = []

@@ -1,4 +1,4 @@
-"""The straggler rule (perfsuite.stragglers): its pieces, and its error rates by seeded
+"""The straggler rule (perfsuite.verdicts.stragglers): its pieces, and its error rates by seeded
 simulation through its own code. The unit of replication is a world: one simulated world is
 one judgement. Real worlds' rates come from scripts/straggler-rates.sh (docs/stragglers.md).
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfsuite import stragglers as st
+from perfsuite.verdicts import stragglers as st
 from perfsuite.kernels import ranks
 from perfsuite.kernels.p2p import partner_in, schedule
-from perfsuite.model import Case, Sample
+from perfsuite.records.model import Case, Sample
 
 SIMS = 200
 
@@ -219,7 +219,7 @@ def test_a_p2p_case_keeps_every_link_and_names_the_slow_node():
 def test_the_census_counts_worlds_per_named_node():
     from types import SimpleNamespace as SuiteRun  # census reads only .results
 
-    from perfsuite.model import Result
+    from perfsuite.records.model import Result
 
     late = st.Straggler(2, "node2", 1.3, 1.2, 1.4, "arrival", 0.99, 2).to_dict()
     a = Case("allreduce", "mpi", 4, size_bytes=4)

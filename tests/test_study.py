@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import formats, suite, transports
+from perfsuite.store import formats
+from perfsuite import suite, transports
 from perfsuite.cli import main
 from perfsuite.experiments import study, study_analysis, study_plan as sp
-from perfsuite.model import Metric, Result, Sample
+from perfsuite.records.model import Metric, Result, Sample
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -320,7 +321,7 @@ def test_efficiency_and_ratios_pair_the_rounds_and_contended_rounds_are_left_out
 
 
 def test_the_report_has_a_section_per_vector_the_headline_and_a_picture_each(tmp_path):
-    from perfsuite import study_report
+    from perfsuite.reading import study_report
 
     plan = parsed()
     p = plan.points
@@ -384,7 +385,7 @@ def test_the_time_left_comes_from_the_worlds_timed_and_scales_the_first_guess_of
 
     from rich.console import Console
 
-    from perfsuite.progress import StudyProgress
+    from perfsuite.reading.progress import StudyProgress
 
     out = io.StringIO()
     prog = StudyProgress([("a", 10.0), ("b", 20.0), ("a", 10.0), ("b", 20.0)],

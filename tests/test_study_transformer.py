@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import formats, stats, suite, transports
+from perfsuite.store import formats
+from perfsuite.verdicts import stats
+from perfsuite import suite, transports
 from perfsuite.cli import main
 from perfsuite.experiments import study, study_analysis, study_cost, study_plan as sp
-from perfsuite.model import Metric, Result, Sample
+from perfsuite.records.model import Metric, Result, Sample
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSFORMER = ROOT / "studies" / "transformer.toml"
@@ -193,7 +195,7 @@ def test_the_analysis_gives_fsdp_over_ddp_and_efficiency_paired_by_round_with_95
 
 
 def test_the_report_has_the_parallelism_section_its_table_and_picture(tmp_path):
-    from perfsuite import study_report
+    from perfsuite.reading import study_report
 
     plan = parsed(SMALL.replace("rounds = 2", "rounds = 3"))
     records = synthetic(plan)

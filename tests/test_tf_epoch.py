@@ -20,15 +20,15 @@ import pytest
 from perfsuite import cli, suite, transports
 from perfsuite.bench import Selection
 from perfsuite.bench.tf_epoch import parse_batches, tf_cases, transport_ratios
-from perfsuite.errors import ConfigError, PortInUse, RankFailure
+from perfsuite.records.errors import ConfigError, PortInUse, RankFailure
 from perfsuite.kernels.training import (epoch_options, plain_epoch, quiet_barrier, summarize,
                                        timed_epoch)
 from perfsuite.launch.environment import free_ports
 from perfsuite.kernels.tf_models import check_batch, check_image_size, model_spec
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
-from perfsuite.model import Case, WorldSpec
-from perfsuite.rounds import RoundsPolicy
+from perfsuite.records.model import Case, WorldSpec
+from perfsuite.verdicts.rounds import RoundsPolicy
 from perfsuite.transports.tf.support import (check_ports, listen_ports, multi_worker_strategy,
                                              port_is_free, set_tf_config)
 from perfsuite.transports.tf.train import aligned_empty, fusion_buckets, fusion_threshold
@@ -420,8 +420,8 @@ def test_tf_grpc_allreduce_sums_are_exact_after_a_port_taken_before_the_bind(mon
 
 
 def test_table_and_the_mpi_over_grpc_ratio():
-    from perfsuite import report
-    from perfsuite.model import Result
+    from perfsuite.reading import report
+    from perfsuite.records.model import Result
 
     def sample(transport, step_s):
         case = Case("tf-epoch", transport, 2, model="small-cnn", batch=32)
@@ -432,7 +432,7 @@ def test_table_and_the_mpi_over_grpc_ratio():
         "# img/s(mpi)/img/s(grpc) = 1.80 (no interval: 1 vs 1 rounds; use --rounds 3 or more)  "
         "(small-cnn, batch 32, 2 workers: 1280.0 vs 711.1 img/s)"]
     # Interleaved rounds: the ratio is the geometric mean of the pairs, with its t interval.
-    from perfsuite.rounds import pool_rounds
+    from perfsuite.verdicts.rounds import pool_rounds
 
     mpi3 = pool_rounds([sample("mpi", t) for t in (0.050, 0.052, 0.048)])
     grpc3 = pool_rounds([sample("grpc", t) for t in (0.090, 0.095, 0.088)])

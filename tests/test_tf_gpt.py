@@ -13,10 +13,10 @@ import pytest
 from perfsuite import cli, transports
 from perfsuite.bench import Selection, get as get_benchmark
 from perfsuite.bench.tf_epoch import cases as tf_epoch_cases
-from perfsuite.errors import ConfigError
+from perfsuite.records.errors import ConfigError
 from perfsuite.kernels import gpt, tf_gpt
 from perfsuite.kernels.tf_models import MODELS, workload
-from perfsuite.model import Case, WorldSpec
+from perfsuite.records.model import Case, WorldSpec
 
 from test_tf_epoch import measured
 

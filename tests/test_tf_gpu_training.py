@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from perfsuite import suite, transports
-from perfsuite.errors import TransportUnavailable
+from perfsuite.records.errors import TransportUnavailable
 from perfsuite.launch.launchers import LaunchConfig
-from perfsuite.model import Case, WorldSpec
+from perfsuite.records.model import Case, WorldSpec
 from perfsuite.transports import gpu, mpi_cuda
 from perfsuite.transports.tf import train_gpu as tf_train_gpu
 from perfsuite.transports.tf.train import FusionPlan, aligned_empty

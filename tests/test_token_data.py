@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from perfsuite import dataset, suite, transports
-from perfsuite.errors import ConfigError, FormatError
+from perfsuite.records.errors import ConfigError, FormatError
 from perfsuite.kernels.input_files import TOKEN_DTYPE, check_token_file, list_images, list_tokens, shard
 
 needs_torch = pytest.mark.skipif(not transports.has_module("torch"),
@@ -152,7 +152,7 @@ def test_gpt_tiny_trains_on_token_shards_through_a_dataloader(tmp_path, no_lefto
     still finite and falling (the epoch's own validity checks), as on its synthetic batch."""
     from perfsuite.bench.torch_epoch import torch_cases
     from perfsuite.launch.launchers import LaunchConfig
-    from perfsuite.rounds import RoundsPolicy
+    from perfsuite.verdicts.rounds import RoundsPolicy
 
     dataset.ensure_dataset(tmp_path / "tok", dataset.TokenSpec(count=2 * 8 * 8, seq_len=64, vocab=2048))
     (world,) = suite.plan(torch_cases(["torch-gloo"], [2], "gpt-tiny", "8"),
@@ -173,7 +173,7 @@ def test_gpt_tiny_trains_on_token_shards_through_a_dataloader(tmp_path, no_lefto
 def test_a_token_shard_of_another_length_fails_the_world_with_its_reason(tmp_path, no_leftover_ranks):
     from perfsuite.bench.torch_epoch import torch_cases
     from perfsuite.launch.launchers import LaunchConfig
-    from perfsuite.rounds import RoundsPolicy
+    from perfsuite.verdicts.rounds import RoundsPolicy
 
     dataset.ensure_dataset(tmp_path / "tok", dataset.TokenSpec(count=2 * 8 * 8, seq_len=32, vocab=2048))
     (world,) = suite.plan(torch_cases(["torch-gloo"], [2], "gpt-tiny", "8"),
@@ -190,7 +190,7 @@ def test_stalls_on_gpt_tiny_read_token_shards(tmp_path, monkeypatch, capsys, no_
     runs measured, the breakdown printed and written. The cold run's page-cache drop is
     replaced here (it would slow every process on the machine; the measured run in the docs
     drops it for real): this test is the plumbing, not the size of the fetch stall."""
-    from perfsuite import formats
+    from perfsuite.store import formats
     from perfsuite.cli import main
     from perfsuite.experiments import stalls as stall_runs
 

@@ -11,15 +11,16 @@ import sys
 import numpy as np
 import pytest
 
-from perfsuite import cli, formats, suite, transports
+from perfsuite import cli, suite, transports
+from perfsuite.store import formats
 from perfsuite.bench import get as get_benchmark
 from perfsuite.bench.allreduce import allreduce_cases
 from perfsuite.bench.torch_epoch import torch_cases
-from perfsuite.errors import ConfigError
+from perfsuite.records.errors import ConfigError
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_program
-from perfsuite.model import Case, WorldSpec
-from perfsuite.rounds import RoundsPolicy
+from perfsuite.records.model import Case, WorldSpec
+from perfsuite.verdicts.rounds import RoundsPolicy
 from perfsuite.transports.torch import support
 
 HAS_TORCH = transports.has_module("torch")
@@ -194,7 +195,7 @@ def test_the_plain_loops_run_alone_under_mpiexec():
 @pytest.mark.world
 def test_overhead_pairs_the_harness_with_a_plain_torch_loop_in_one_world(no_leftover_ranks):
     from perfsuite.experiments.overhead import plain_overhead
-    from perfsuite.report import plain_overhead_table
+    from perfsuite.reading.report import plain_overhead_table
 
     rep = plain_overhead(dataclasses.replace(ONE_WORLD, options={"iters": 40}), "torch-gloo", rounds=1)
     assert [r["size_bytes"] for r in rep.rows] == [4, 1 << 20]

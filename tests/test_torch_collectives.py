@@ -206,8 +206,8 @@ def test_overhead_pairs_each_collective_with_a_plain_torch_loop(no_leftover_rank
     result it left (out of place; broadcast on its one buffer)."""
     from perfsuite import suite
     from perfsuite.experiments.overhead import plain_overhead
-    from perfsuite.report import plain_overhead_table
-    from perfsuite.rounds import RoundsPolicy
+    from perfsuite.reading.report import plain_overhead_table
+    from perfsuite.verdicts.rounds import RoundsPolicy
 
     cfg = suite.SuiteConfig(launch=LaunchConfig(), timeout=120, options={"iters": 40},
                             rounds=RoundsPolicy(max_contention=None, retries=0))
@@ -236,8 +236,8 @@ def test_whose_wait_counts_is_the_transports_own():
 @pytest.mark.world
 def test_a_torch_gloo_world_records_its_process_wait_and_is_not_rerun_for_it(no_leftover_ranks):
     from perfsuite import suite
-    from perfsuite.model import Case
-    from perfsuite.rounds import RoundsPolicy, contention_of
+    from perfsuite.records.model import Case
+    from perfsuite.verdicts.rounds import RoundsPolicy, contention_of
 
     # the default policy: a contended round (thread scope, > 5% waiting) would be re-run 3 times
     cfg = suite.SuiteConfig(launch=LaunchConfig(), timeout=120, options={"iters": 30},

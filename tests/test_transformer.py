@@ -14,11 +14,11 @@ from conftest import perfsuite, said
 from perfsuite import suite
 from perfsuite.bench import get as get_benchmark
 from perfsuite.bench.torch_epoch import torch_cases
-from perfsuite.errors import ConfigError
+from perfsuite.records.errors import ConfigError
 from perfsuite.kernels import exposure, gpt, peaks
 from perfsuite.kernels.tf_models import MODELS, check_image_size, check_seq_len
 from perfsuite.kernels.training import loss_checks, parallel_amp, summarize, training_variant
-from perfsuite.model import Case
+from perfsuite.records.model import Case
 
 from test_torch import TINY, measured, needs_torch
 
@@ -183,7 +183,7 @@ def test_a_nan_in_one_rank_fails_the_world_with_exit_4(tmp_path, no_leftover_ran
 
 def test_fsdp_over_ddp_and_bf16_over_float32_are_paired_by_round():
     from perfsuite.bench.training import axis_lines
-    from perfsuite.model import ROUNDS_KEY
+    from perfsuite.records.model import ROUNDS_KEY
 
     def sample(variant: str, rounds: list[float]):
         case = Case("torch-epoch", "torch-gloo", 2, model="gpt-tiny", batch=8, variant=variant)

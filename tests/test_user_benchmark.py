@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite import bench, userbench
-from perfsuite.errors import ConfigError
+from perfsuite import bench
+from perfsuite.records import userbench
+from perfsuite.records.errors import ConfigError
 from perfsuite.kernels import user
-from perfsuite.model import Case
+from perfsuite.records.model import Case
 
 from conftest import SWITCHES, perfsuite, said
 

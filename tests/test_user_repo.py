@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import perfsuite
-from perfsuite.errors import ConfigError
+from perfsuite.records.errors import ConfigError
 from perfsuite.launch import envs
 
 from conftest import SWITCHES, said

@@ -17,9 +17,9 @@ import math
 
 import pytest
 
-from perfsuite import decision, stats
+from perfsuite.verdicts import decision, stats
 from perfsuite.experiments import ab, validity
-from perfsuite.model import Tolerance
+from perfsuite.records.model import Tolerance
 
 ZERO = Tolerance(0.0, 0.0)
 #: The clean checks' runs spread over this machine's cores (the count does not depend on how
@@ -118,7 +118,8 @@ def test_the_family_check_fails_when_each_case_spends_all_of_alpha(monkeypatch):
 
 
 def test_the_validity_command_prints_its_table_and_a_versioned_file(tmp_path, capsys):
-    from perfsuite import cli, formats
+    from perfsuite import cli
+    from perfsuite.store import formats
 
     path = tmp_path / "v.json"
     rc = cli.main(["validity", "--runs", "20", "--within", "0.02", "--lag1", "0.3", "--sessions", "0.05",

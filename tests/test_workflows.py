@@ -346,7 +346,7 @@ class StepRunner:
     fakes first on PATH."""
 
     def __init__(self, tmp_path: Path):
-        from perfsuite import formats
+        from perfsuite.store import formats
 
         self.work = tmp_path / "work"
         self.work.mkdir()

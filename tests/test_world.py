@@ -10,11 +10,11 @@ import pytest
 
 from perfsuite import suite
 from perfsuite.bench.allreduce import allreduce_cases
-from perfsuite.errors import LaunchError, RankFailure
+from perfsuite.records.errors import LaunchError, RankFailure
 from perfsuite.kernels.allreduce import expected_sum, pattern, summarize
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
-from perfsuite.model import Case
+from perfsuite.records.model import Case
 from perfsuite.transports.ring import chunk_bounds, ring_schedule
 
 pytestmark = pytest.mark.world
@@ -332,7 +332,7 @@ def test_ring_schedule_covers_every_chunk(n):
 # --- rounds: a fake world runner, so the policy is tested without MPI --------------------------
 
 def _fake_result(case, value_us, extra=None):
-    from perfsuite.model import Metric, Result, Sample
+    from perfsuite.records.model import Metric, Result, Sample
 
     m = Metric("latency_us", value_us, "us", False, (value_us,) * 5)
     return Result("allreduce", "mpi", 2, (Sample(case, {"latency_us": m}, True, (value_us * 1e-6,) * 5,
@@ -340,7 +340,7 @@ def _fake_result(case, value_us, extra=None):
 
 
 def test_a_later_round_failing_keeps_the_finished_rounds(monkeypatch):
-    from perfsuite.rounds import RoundsPolicy
+    from perfsuite.verdicts.rounds import RoundsPolicy
 
     (spec,) = suite.plan(allreduce_cases(["mpi"], [2], [4]))
     calls = []
@@ -360,7 +360,7 @@ def test_a_later_round_failing_keeps_the_finished_rounds(monkeypatch):
 
 
 def test_a_world_found_unavailable_is_not_rerun_every_round(monkeypatch):
-    from perfsuite.rounds import RoundsPolicy
+    from perfsuite.verdicts.rounds import RoundsPolicy
 
     (spec,) = suite.plan(allreduce_cases(["mpi"], [2], [4]))
     calls = []

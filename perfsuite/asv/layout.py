@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Case, Metric, Sample, round_values
+from ..records.model import Case, Metric, Sample, round_values
 
 _TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "seconds": 1.0}
 
@@ -79,7 +79,7 @@ class MeasuredAxis:
     choices: Callable[[Case], tuple]  # every value a case may take (asv's params before measuring)
 
 
-#: Whether the case's world named a straggler (``perfsuite.stragglers``): a point measured with
+#: Whether the case's world named a straggler (``perfsuite.verdicts.stragglers``): a point measured with
 #: one rank late is not the machine's level, so it draws a line of its own rather than a step.
 STRAGGLER_CHOICES = ("none", "named")
 

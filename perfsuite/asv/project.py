@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, LaunchError
+from ..records.errors import ConfigError, LaunchError
 
 DEFAULT_CONFIG = "asv.conf.json"
 DEFAULT_ENV_NAME = "perfsuite"  # results file <commit8>-perfsuite.json next to asv run's own

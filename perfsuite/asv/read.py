@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, FormatError
-from ..history import Point
-from ..model import Sample
+from ..records.errors import ConfigError, FormatError
+from ..verdicts.history import Point
+from ..records.model import Sample
 from .compat import ci_weight
 from .layout import AsvLayout, AsvMetric, LayoutOf, entry_name, metrics_for
 from .project import AsvProject, commit_order
@@ -116,7 +116,7 @@ def drift_history(to: Any, layout_of: LayoutOf, fp: dict | None = None) -> Calla
     the metric's own units, for verdicts to measure how a case's level moves from run to run.
     asv's value per commit is the median over that commit's rounds. Commits that changed the code
     are among them, so the spread can only err high. No history: no levels."""
-    from .. import fingerprint
+    from ..store import fingerprint
     from .project import load_project
 
     try:

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import fingerprint as _fingerprint
-from ..errors import ConfigError, FormatError, PerfsuiteError
-from ..formats import SuiteRun
-from ..model import Sample, time_sliced
+from ..store import fingerprint as _fingerprint
+from ..records.errors import ConfigError, FormatError, PerfsuiteError
+from ..store.formats import SuiteRun
+from ..records.model import Sample, time_sliced
 from .compat import relayout_result
 from .layout import AsvLayout, AsvMetric, AxisAdded, LayoutOf, metrics_for, round_samples
 from .project import LOCK_TIMEOUT_S, AsvProject, RecordTarget, commit_date_ms, load_project, resolve_commit

@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from .. import stragglers, userbench, verdict_text
+from ..verdicts import stragglers
+from ..records import userbench
+from ..reading import verdict_text
 from ..asv.layout import AsvLayout, generic_layout
-from ..errors import ConfigError
-from ..model import Case, Opt, Result, Sample, Tolerance, WorldSpec, time_sliced
+from ..records.errors import ConfigError
+from ..records.model import Case, Opt, Result, Sample, Tolerance, WorldSpec, time_sliced
 
 BUILTIN = ("perfsuite.bench.allreduce", "perfsuite.bench.collectives", "perfsuite.bench.tf_epoch", "perfsuite.bench.torch_epoch",
            "perfsuite.bench.stalls", "perfsuite.bench.p2p")

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from .. import collectives
 from ..asv.layout import STRAGGLER, AsvLayout, AsvMetric, AxisAdded, MeasuredAxis
 from ..collectives import Collective
-from ..errors import ConfigError
-from ..model import (DTYPES, Case, Opt, Result, Sample, Tolerance, format_size, parse_names, parse_size,
-                     split_list, timing_of)
+from ..records.errors import ConfigError
+from ..records.model import DTYPES, Case, Opt, Result, Sample, Tolerance, format_size, parse_names, parse_size, split_list, timing_of
 from . import BenchmarkSpec, Selection, heading, register
 
 DEFAULT_SIZES = "4:64MiB"

@@ -4,7 +4,7 @@ slow links themselves. ``perfsuite nodes`` runs it; ``perfsuite run --benchmarks
 """
 from __future__ import annotations
 
-from ..model import Case, Opt, Result, format_size, whole_number
+from ..records.model import Case, Opt, Result, format_size, whole_number
 from . import BenchmarkSpec, Selection, heading, register
 from .allreduce import parse_sizes
 

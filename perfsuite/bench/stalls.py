@@ -8,7 +8,7 @@ refuses the switch, naming that command), and lets the generic table and asv lay
 """
 from __future__ import annotations
 
-from ..model import Opt
+from ..records.model import Opt
 from . import BenchmarkSpec, register
 
 OPTIONS = (

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..model import Case, Opt, Result, Sample, parse_size
+from ..records.model import Case, Opt, Result, Sample, parse_size
 from . import BenchmarkSpec, Selection, register
 from .training import (DEFAULT_BATCHES, DEFAULT_MODELS, JUDGED, OPTIONS as TRAINING_OPTIONS,  # noqa: F401
                        SHORT_NAMES, check_model_inputs, loss_line, parse_batches, parse_models, ratio_comparisons,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import ConfigError
+from ..records.errors import ConfigError
 from ..kernels.training import AMP, PARALLEL, rate_of
-from ..model import Case, Opt, Result, Sample, parse_names, whole_number
+from ..records.model import Case, Opt, Result, Sample, parse_names, whole_number
 from ..transports.torch.train import FSDP_PREFETCH
 from . import BenchmarkSpec, Selection, register
 from .training import (DEFAULT_BATCHES, DEFAULT_MODELS, JUDGED, OPTIONS as TRAINING_OPTIONS, SHORT_NAMES,

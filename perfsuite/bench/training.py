@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from .. import stats
-from ..errors import ConfigError
+from ..verdicts import stats
+from ..records.errors import ConfigError
 from ..kernels.tf_models import MODELS, check_batch, check_image_size, check_seq_len, model_spec
 from ..kernels.training import AMP, PARALLEL, parallel_amp, rate_of, training_variant
-from ..model import Case, Opt, Result, Sample, parse_names, round_values, split_list, whole_number
+from ..records.model import Case, Opt, Result, Sample, parse_names, round_values, split_list, whole_number
 from . import heading
 from .allreduce import allreduce_wire_bytes
 

@@ -22,7 +22,7 @@ import signal
 import sys
 
 from .. import interrupts
-from ..errors import ConfigError, FormatError, PerfsuiteError
+from ..records.errors import ConfigError, FormatError, PerfsuiteError
 from . import (ab, asv_offline, baseline, bisect, compare, detection_power, history, nodes, overhead,
                report, run, stalls, study, transports, validity)
 from .common import (EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_USAGE, EXIT_WORLD,
@@ -78,7 +78,7 @@ OUTPUT_DIRS = ("report", "out")
 
 
 def check_outputs(args: argparse.Namespace) -> None:
-    from ..formats import check_output_dir, check_output_file
+    from ..store.formats import check_output_dir, check_output_file
 
     for name in OUTPUT_FILES:
         if getattr(args, name, None):

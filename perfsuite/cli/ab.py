@@ -5,12 +5,14 @@ import argparse
 import sys
 from dataclasses import replace
 
-from .. import bench, decision, formats, options, suite
-from ..errors import ConfigError
+from .. import bench, options, suite
+from ..verdicts import decision
+from ..store import formats
+from ..records.errors import ConfigError
 from ..launch import containers, envs
 from ..launch.launchers import parse_env
 from ..experiments.ab import DEFAULT_MAX_PAIRS
-from ..model import split_list, whole_number
+from ..records.model import split_list, whole_number
 from .common import (ALPHA_HELP, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, add_gating, exit_status,
                      one_value, say)
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from .. import formats
-from ..errors import ConfigError
-from ..gate import not_recorded
+from ..store import formats
+from ..records.errors import ConfigError
+from ..verdicts.gate import not_recorded
 from .common import EXIT_OK, say
 
 COMMANDS = {}
@@ -26,7 +26,7 @@ def add_baseline(p: argparse.ArgumentParser) -> None:
 
 
 def do_baseline(args: argparse.Namespace) -> int:
-    from .. import baselines
+    from ..store import baselines
 
     if args.action == "show":
         say(baselines.show(args.baseline_dir, args.system))

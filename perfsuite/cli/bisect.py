@@ -7,8 +7,8 @@ import time
 from dataclasses import replace
 
 from .. import bench, options
-from .. import verdict_text as vt
-from ..errors import ConfigError
+from ..reading import verdict_text as vt
+from ..records.errors import ConfigError
 from ..launch import envs
 from ..launch.launchers import parse_env
 from .ab import ab_config, shared, add_env_options, add_judging, one_benchmark

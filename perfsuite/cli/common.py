@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .. import decision, options
-from ..errors import ConfigError
-from ..status import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_USAGE, EXIT_WORLD, exit_status  # noqa: F401
+from ..verdicts import decision
+from .. import options
+from ..records.errors import ConfigError
+from ..records.status import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_USAGE, EXIT_WORLD, exit_status  # noqa: F401
 
 
 

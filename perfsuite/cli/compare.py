@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from .. import formats, gate, regress, suite
-from .. import verdict_text as vt
-from ..errors import ConfigError
+from ..store import formats
+from ..verdicts import gate, regress
+from .. import suite
+from ..reading import verdict_text as vt
+from ..records.errors import ConfigError
 from .common import (ALPHA_HELP, EXIT_OK, EXIT_WORLD, add_canary_shift, add_gating, canary_shift, exit_status,
                      gate_settings, say)
 

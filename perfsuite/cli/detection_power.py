@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import formats, options, suite, transports
-from ..model import parse_size, whole_number
+from ..store import formats
+from .. import options, suite, transports
+from ..records.model import parse_size, whole_number
 from .ab import write_kept
 from .common import ALPHA_HELP, EXIT_OK, EXIT_WORLD, exit_status, fraction, gate_settings, one_value, renamed, say
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from .. import bench
 from ..asv import project as asv_project
-from ..errors import ConfigError
+from ..records.errors import ConfigError
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, add_gating, exit_status, renamed, say
 
 COMMANDS = {}
@@ -62,7 +62,7 @@ def entry_words(entry: str) -> set[str]:
 
 
 def do_history(args: argparse.Namespace) -> int:
-    from .. import history
+    from ..verdicts import history
     from ..asv.read import read_history
 
     project = asv_project.load_project(args.asv_config)

@@ -7,10 +7,13 @@ import argparse
 import os
 import signal
 
-from .. import formats, interrupts, options, report, stragglers, suite
-from .. import verdict_text as vt
-from ..errors import ConfigError
-from ..model import whole_number
+from ..store import formats
+from .. import interrupts, options, suite
+from ..reading import report
+from ..verdicts import stragglers
+from ..reading import verdict_text as vt
+from ..records.errors import ConfigError
+from ..records.model import whole_number
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_WORLD, exit_status, renamed, say
 
 COMMANDS = {}

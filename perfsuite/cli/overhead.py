@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from .. import options, report
-from ..errors import ConfigError
+from .. import options
+from ..reading import report
+from ..records.errors import ConfigError
 from .common import EXIT_REGRESSION, EXIT_WORLD, exit_status, one_value, say
 
 COMMANDS = {}
@@ -29,7 +30,7 @@ def add_overhead(p: argparse.ArgumentParser) -> None:
 def do_overhead(args: argparse.Namespace) -> int:
     from .. import collectives
     from ..experiments.overhead import ROUNDS, SIZES, overhead
-    from ..model import parse_names, whole_number
+    from ..records.model import parse_names, whole_number
 
     from ..experiments.overhead import PLAIN_LOOPS, PLAIN_TARGET_SIZES, plain_overhead
 

@@ -6,10 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import regress, report, rounds, suite
-from .. import verdict_text as vt
-from ..errors import ConfigError
-from ..gate import verdict_status
+from ..verdicts import regress, rounds
+from ..reading import report
+from .. import suite
+from ..reading import verdict_text as vt
+from ..records.errors import ConfigError
+from ..verdicts.gate import verdict_status
 from .common import EXIT_OK, EXIT_UNKNOWN, add_canary_shift, add_gating, canary_shift, exit_status, renamed, say
 
 COMMANDS = {}
@@ -45,7 +47,7 @@ def add_report(p: argparse.ArgumentParser) -> None:
 def report_verdicts(runs: list, root: str, system: str | None,
                     shift: float | None = rounds.DEFAULT_CANARY_SHIFT) -> list:
     """Each results file against the baselines of the system it ran on."""
-    from .. import baselines
+    from ..store import baselines
 
     verdicts = []
     for run in runs:

@@ -7,9 +7,11 @@ import shlex
 from contextlib import nullcontext
 from dataclasses import replace
 
-from .. import bench, gate, interrupts, options, report, suite, transports
-from ..errors import ConfigError
-from ..model import split_list
+from .. import bench, interrupts, options, suite, transports
+from ..verdicts import gate
+from ..reading import report
+from ..records.errors import ConfigError
+from ..records.model import split_list
 from .common import say
 
 COMMANDS = {}
@@ -55,7 +57,7 @@ def run_cases_from_args(args: argparse.Namespace) -> tuple[list, suite.SuiteConf
 
 
 def do_run(args: argparse.Namespace) -> int:
-    from ..progress import SweepProgress
+    from ..reading.progress import SweepProgress
 
     cases, cfg = run_cases_from_args(args)  # main() has checked every output location
     values = vars(args)

@@ -7,10 +7,12 @@ import os
 import sys
 import tempfile
 
-from .. import formats, options, report, suite, transports
-from .. import verdict_text as vt
+from ..store import formats
+from .. import options, suite, transports
+from ..reading import report
+from ..reading import verdict_text as vt
 from ..launch.netns import SHAPING_FORMS
-from ..model import whole_number
+from ..records.model import whole_number
 from .common import EXIT_OK, EXIT_WORLD, one_value, renamed, say
 
 COMMANDS = {}
@@ -51,7 +53,8 @@ def add_stalls(p: argparse.ArgumentParser) -> None:
 
 
 def do_stalls(args: argparse.Namespace) -> int:
-    from .. import dataset, stalls
+    from .. import dataset
+    from ..verdicts import stalls
     from ..experiments.stalls import StallConfig, run_stalls, stall_benchmark
     from ..kernels.tf_models import check_image_size, check_seq_len, model_spec
     from ..launch import netns

@@ -9,8 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from .. import fingerprint, formats, options, suite
-from ..errors import ConfigError
+from ..store import fingerprint, formats
+from .. import options, suite
+from ..records.errors import ConfigError
 from .common import EXIT_OK, EXIT_WORLD, say
 
 COMMANDS = {}
@@ -72,9 +73,9 @@ def _skips(plan, cannot: dict[str, str]) -> list[str]:
 
 
 def do_study(args: argparse.Namespace) -> int:
-    from .. import study_report
+    from ..reading import study_report
     from ..experiments import study, study_analysis, study_cost, study_plan as sp
-    from ..progress import StudyProgress
+    from ..reading.progress import StudyProgress
 
     plan = sp.parse(formats.read_plan(args.plan), args.plan)
     base = _base(plan)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from .. import bench, transports
-from ..errors import ConfigError
+from ..records.errors import ConfigError
 from .common import EXIT_OK, one_value, renamed, say
 
 COMMANDS = {}

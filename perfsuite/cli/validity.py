@@ -7,8 +7,8 @@ import math
 import sys
 from dataclasses import replace
 
-from .. import formats
-from ..model import whole_number
+from ..store import formats
+from ..records.model import whole_number
 from .common import EXIT_OK, EXIT_REGRESSION, fraction, say
 
 COMMANDS = {}
@@ -43,7 +43,7 @@ def add_validity(p: argparse.ArgumentParser) -> None:
 
 
 def _floats(text: str, what: str) -> list[float]:
-    from ..model import split_list
+    from ..records.model import split_list
 
     return [fraction(x, what) for x in split_list(text, what, "0.01,0.02")]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import DTYPES, storage_dtype
+from ..records.model import DTYPES, storage_dtype
 
 PATTERN = 4
 #: Values a sum of which is exact: the ``avg`` of them is exact where n is a power of two

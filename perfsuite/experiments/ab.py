@@ -35,12 +35,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import decision, fingerprint, regress, rounds, stats, suite
-from ..errors import ConfigError, PerfsuiteError
+from ..verdicts import decision, regress, rounds, stats
+from ..store import fingerprint
+from .. import suite
+from ..records.errors import ConfigError, PerfsuiteError
 from ..launch import containers
 from ..launch.containers import Container
 from ..launch.launchers import LaunchConfig
-from ..model import MIRRORS, Case, Sample, Tolerance, Verdict, timing_of
+from ..records.model import MIRRORS, Case, Sample, Tolerance, Verdict, timing_of
 from . import provenance
 
 #: The change an A/B run is asked to resolve: with both arms measured side by side there is no
@@ -310,7 +312,7 @@ def _invalid(cfg: ABConfig, got: dict, pair: int) -> list[dict]:
 
 def invalid_lines(rep: ABReport) -> list[str]:
     """One line per sample that did not validate: the arm, the case, the ranks, the pair."""
-    from .. import verdict_text as vt
+    from ..reading import verdict_text as vt
 
     return [vt.invalid(x["case"], x.get("ranks"), x["arm"], at=f"pair {x['pair']}", why=x.get("reason"))
             for x in rep.invalid]
@@ -404,7 +406,7 @@ def judge_logs(logs: dict[str, PairLog], *, tolerance: Tolerance, alpha: float, 
 
 
 def format_report(rep: ABReport) -> str:
-    from .. import verdict_text as vt
+    from ..reading import verdict_text as vt
 
     c = rep.config
     lines = []

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import math
 
-from ..model import Tolerance, Verdict
+from ..records.model import Tolerance, Verdict
 
 #: A step's outcome.
 BAD, GOOD, UNDECIDED, FAILED = "bad", "good", "undecided", "failed"

@@ -36,11 +36,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import decision, rounds, suite
+from ..verdicts import decision, rounds
+from .. import suite
 from ..bench.allreduce import allreduce_cases
-from ..errors import ConfigError, PerfsuiteError
+from ..records.errors import ConfigError, PerfsuiteError
 from ..kernels.faults import MAX_SLOWDOWN, SLOWDOWN_ENV
-from ..model import Metric, Sample, Tolerance, WorldSpec
+from ..records.model import Metric, Sample, Tolerance, WorldSpec
 from . import ab
 
 #: Pair kinds: name -> which slowdown of the config the B world runs with.
@@ -257,7 +258,7 @@ class DetectionReport:
     def invalid_lines(self) -> list[str]:
         """One line per case of a world whose results were wrong: its arm (the pair's role),
         case, ranks and world."""
-        from .. import verdict_text as vt
+        from ..reading import verdict_text as vt
 
         return [vt.invalid_sample(s, w.role.upper(), at=f"world {w.index + 1} ({w.kind} pair)")
                 for w in self.worlds for s in w.samples if not s.valid]
@@ -333,8 +334,8 @@ TARGETS = {("A/B", "slowed"): ("flagged a regression", 0.95, ">="),
 
 def format_report(rep: DetectionReport) -> str:
     from . import canary
-    from .. import stats
-    from .. import verdict_text as vt
+    from ..verdicts import stats
+    from ..reading import verdict_text as vt
 
     cfg = rep.config
     usable = sum(w.usable(cfg.max_contention) for w in rep.worlds)
@@ -383,5 +384,5 @@ def _num(x: float, unit: str) -> str:
 
 
 def _short(metric: str) -> str:
-    from ..verdict_text import short
+    from ..reading.verdict_text import short
     return short(metric)

@@ -25,10 +25,10 @@ from typing import Any
 
 from .. import collectives, suite
 from ..bench.allreduce import allreduce_cases
-from ..errors import LaunchError, RankFailure
+from ..records.errors import LaunchError, RankFailure
 from ..kernels.allreduce import default_iters
 from ..launch.world import build_c_program, run_program
-from ..model import Result, timing_of
+from ..records.model import Result, timing_of
 
 SIZES = (4, 1 << 20, 64 << 20)
 LOOPS = ("c", "native", "python")
@@ -127,7 +127,7 @@ def _rows(out: str, benchmark: str = "allreduce", world_size: int | None = None)
 def check_valid(result: Result, at: str) -> None:
     """Raise the INVALID line (a failed world: 4) for the first sample of ``result`` whose
     results were wrong."""
-    from .. import verdict_text as vt
+    from ..reading import verdict_text as vt
 
     for s in result.samples:
         if not s.valid:

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
-from ..fingerprint import IMPORTS_KEY
-from ..model import Result, Sample
+from ..records.errors import ConfigError
+from ..store.fingerprint import IMPORTS_KEY
+from ..records.model import Result, Sample
 
 if TYPE_CHECKING:  # ab imports this module
     from .ab import Arm

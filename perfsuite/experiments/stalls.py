@@ -15,14 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import fingerprint, stalls, suite, transports
-from ..errors import ConfigError, LaunchError
-from ..formats import SuiteRun, WorldOutcome
+from ..store import fingerprint
+from ..verdicts import stalls
+from .. import suite, transports
+from ..records.errors import ConfigError, LaunchError
+from ..store.formats import SuiteRun, WorldOutcome
 from ..kernels.input_files import list_images, list_tokens
 from ..kernels.tf_models import model_spec
 from ..launch import netns
 from ..launch.world import run_command
-from ..model import Case, Result, Sample, WorldSpec
+from ..records.model import Case, Result, Sample, WorldSpec
 
 DROP_CACHES = ["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"]
 #: What each run's sample contributes to the breakdown's record.

@@ -12,7 +12,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from .. import formats, stats, stragglers
+from ..store import formats
+from ..verdicts import stats, stragglers
 
 #: What each kind of run should name: a node, or nobody (None).
 EXPECTED = {"link-allreduce": "node2", "link-nodes": "node2", "cpu-training": "node3",

@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import bench, formats, rounds, suite, transports
+from .. import bench, suite, transports
+from ..store import formats
+from ..verdicts import rounds
 from ..bench.allreduce import allreduce_cases
 from ..bench.training import training_cases
 from ..kernels.training import parallel_amp
@@ -147,7 +149,7 @@ def run_point(plan: Plan, point: Point, rnd: int, base: suite.SuiteConfig) -> di
 def invalid_lines(plan: Plan, rec: dict) -> list[str]:
     """One line per case of a world whose results were wrong: its MPI environment (where the
     point names one), case, ranks and round."""
-    from .. import verdict_text as vt
+    from ..reading import verdict_text as vt
 
     point = plan.points.get(rec["point"])
     arm = plan.arm_of(point).name if point is not None and point.arm else None

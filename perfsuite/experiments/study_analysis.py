@@ -18,10 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import formats, stats
+from ..store import formats
+from ..verdicts import stats
 from ..kernels.tf_models import model_spec
 from ..kernels.training import rate_of, training_variant
-from ..model import Result, Sample
+from ..records.model import Result, Sample
 from .study_plan import NO_GRPC_REFERENCE, PARALLELISM_BENCHMARK, Plan, Point, training
 
 #: The seed paper's headline, Horovod-MPI's img/s over native gRPC's on Piz Daint's GPUs: a

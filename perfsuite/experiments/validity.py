@@ -27,9 +27,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import baselines, decision, regress, stats, suite
-from ..model import Case, Metric, Sample, Tolerance
-from ..rounds import DEFAULT_CANARY_SHIFT, pool_by_case
+from ..store import baselines
+from ..verdicts import decision, regress, stats
+from .. import suite
+from ..records.model import Case, Metric, Sample, Tolerance
+from ..verdicts.rounds import DEFAULT_CANARY_SHIFT, pool_by_case
 from . import ab
 
 CASE = Case("allreduce", "mpi", 2, size_bytes=4)

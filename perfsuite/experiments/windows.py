@@ -9,8 +9,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import decision, regress, rounds, stats
-from ..model import Metric, Sample
+from ..verdicts import decision, regress, rounds, stats
+from ..records.model import Metric, Sample
 
 def raw(world, case: str, metric: str) -> float | None:
     return world.value(case, metric)

@@ -8,8 +8,8 @@ import re
 import shutil
 from collections.abc import Mapping
 
-from ..errors import ConfigError
-from ..formats import atomic_write
+from ..records.errors import ConfigError
+from ..store.formats import atomic_write
 
 
 #: asv's index.html loads jQuery, flot, bootstrap, ... from CDNs. On an air-gapped cluster (and

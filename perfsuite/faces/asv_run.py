@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import bench, options, suite
 from ..asv.layout import metrics_for, round_samples
-from ..model import Case
+from ..records.model import Case
 
 ENV_PREFIX = "PERFSUITE_ASV_"  # PERFSUITE_ASV_SIZES=4,1MiB narrows what `asv run` measures
 

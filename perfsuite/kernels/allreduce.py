@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import collectives
 from ..collectives import as_type
-from ..model import Case, Metric, Sample, time_sliced_label
+from ..records.model import Case, Metric, Sample, time_sliced_label
 from ..transports import load as load_transport
 from ..transports.base import Call
 from ..transports.hosts import node_name

@@ -9,8 +9,8 @@ import numpy as np
 
 from .. import collectives
 from ..collectives import Collective, as_type
-from ..errors import ConfigError, TransportUnavailable
-from ..model import DTYPES, Case
+from ..records.errors import ConfigError, TransportUnavailable
+from ..records.model import DTYPES, Case
 from ..transports.base import Call
 from .context import RankContext
 

@@ -5,7 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Case, whole_number
+from ..records.model import Case, whole_number
 
 
 @dataclass

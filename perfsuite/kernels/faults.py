@@ -11,8 +11,8 @@ import os
 import signal
 import time
 
-from ..errors import ConfigError
-from ..model import Case
+from ..records.errors import ConfigError
+from ..records.model import Case
 
 ENV = "PERFSUITE_TEST_FAULT"
 KINDS = ("raise", "kill", "hang", "corrupt")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import DTYPES
+from ..records.model import DTYPES
 from ..transports import load as load_transport
 from .allreduce import default_iters, injected_turns, pattern, summarize, timed_loop, world_max
 from .context import RankContext

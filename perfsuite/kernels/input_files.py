@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..records.errors import ConfigError
 from .context import whole_option
 
 DATA_SOURCES = ("synthetic", "files")

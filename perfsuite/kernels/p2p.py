@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from ..model import Case, Metric, Sample
+from ..records.model import Case, Metric, Sample
 from ..transports.hosts import node_name
 from .context import RankContext, whole_option
 

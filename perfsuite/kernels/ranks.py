@@ -1,4 +1,4 @@
-"""What a world keeps of its ranks' own times, for the straggler rule (``perfsuite.stragglers``,
+"""What a world keeps of its ranks' own times, for the straggler rule (``perfsuite.verdicts.stragglers``,
 which judges them on the analysing side: ranks measure, they never judge).
 
 Per call (or step), each rank's log ratio to the median of the other ranks in the same call,

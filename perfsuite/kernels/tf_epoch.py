@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..model import Case
+from ..records.errors import ConfigError
+from ..records.model import Case
 from ..transports import load as load_transport
 from ..transports.hosts import node_name
 from ..transports.tf.support import import_tf

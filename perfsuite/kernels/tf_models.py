@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..records.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import Case, Metric
+from ..records.model import Case, Metric
 from ..transports import load as load_transport
 from ..transports.hosts import node_name
 from ..transports.torch.support import import_torch

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..model import Case, Metric, Sample
+from ..records.errors import ConfigError
+from ..records.model import Case, Metric, Sample
 from .context import RankContext, whole_option
 from . import ranks
 from .contention import Probe

@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import userbench
-from ..errors import ConfigError
-from ..model import Case, Metric, Sample
+from ..records import userbench
+from ..records.errors import ConfigError
+from ..records.model import Case, Metric, Sample
 from . import contention, faults, ranks
 from .allreduce import canary_us
 from .context import whole_option

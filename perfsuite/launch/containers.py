@@ -24,7 +24,7 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import ConfigError, LaunchError
+from ..records.errors import ConfigError, LaunchError
 
 RUNTIMES = ("podman", "docker", "apptainer", "singularity")
 #: Variables the ranks must see inside a container, as they would outside: the suite's own

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..records.errors import ConfigError
 
 BLKIO_ROOT = "/sys/fs/cgroup/blkio"
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]?)(i?)b/s\s*$", re.I)
@@ -56,7 +56,7 @@ def device_of(path: str | os.PathLike) -> str:
 
 def unavailable_reason(is_root: bool | None = None) -> str | None:
     if is_root is None:
-        from ..fingerprint import is_root as root
+        from ..store.fingerprint import is_root as root
 
         is_root = root()
     if not is_root:

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import Unavailable
-from ..fingerprint import is_root
-from ..model import Result, Sample
+from ..records.errors import Unavailable
+from ..store.fingerprint import is_root
+from ..records.model import Result, Sample
 from ..transports.tf.support import listen_ports
 from .launchers import LaunchConfig
 

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from .. import formats
-from ..errors import ConfigError, FormatError, LaunchError
+from ..store import formats
+from ..records.errors import ConfigError, FormatError, LaunchError
 from .world import run_command
 
 ENV_DIR_ENV = "PERFSUITE_ENV_DIR"

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from ..records.errors import ConfigError
 
 LAUNCHERS = ("mpiexec", "srun")
 FLAVORS = ("auto", "mpich", "openmpi")

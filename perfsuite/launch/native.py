@@ -24,8 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import __version__, formats
-from ..errors import FormatError, LaunchError
+from .. import __version__
+from ..store import formats
+from ..records.errors import FormatError, LaunchError
 from .world import default_program, run_command
 
 CACHE_ENV = "PERFSUITE_CACHE"  # a folder; default $XDG_CACHE_HOME/perfsuite or ~/.cache/perfsuite

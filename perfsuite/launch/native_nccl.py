@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from .. import __version__
-from ..errors import ConfigError, LaunchError
+from ..records.errors import ConfigError, LaunchError
 from .native import NativeBuild, _cached, _one_line, _sha256, cache_root, compile_cached
 from .world import run_command
 

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import ConfigError, LaunchError
+from ..records.errors import ConfigError, LaunchError
 from .launchers import LaunchConfig
 from ..transports.hosts import NODE_IFACE_ENV, NODE_NAME_ENV  # what a rank learns of its node
 
@@ -396,7 +396,7 @@ def launch_config(net: EmulatedNetwork, base: LaunchConfig, world_size: int, hub
 def unavailable_reason(is_root: bool | None = None) -> str | None:
     """Why emulated nodes cannot be made here, or None."""
     if is_root is None:
-        from ..fingerprint import is_root as root
+        from ..store.fingerprint import is_root as root
 
         is_root = root()
     if not is_root:

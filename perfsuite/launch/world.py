@@ -21,10 +21,10 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from .. import formats
-from ..errors import ConfigError, FormatError, Interrupted, LaunchError, RankFailure
-from ..fingerprint import is_root
-from ..model import Result, Sample, WorldSpec
+from ..store import formats
+from ..records.errors import ConfigError, FormatError, Interrupted, LaunchError, RankFailure
+from ..store.fingerprint import is_root
+from ..records.model import Result, Sample, WorldSpec
 from . import containers, launchers, proctree
 from .deathwatch import DeathWatch
 from .launchers import LaunchConfig

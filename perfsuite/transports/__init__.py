@@ -11,7 +11,7 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError
+from ..records.errors import ConfigError
 
 TF1_ONLY = ("exists only in TensorFlow 1 (tf.contrib / the grpc+verbs, grpc+mpi and grpc+gdr "
             "server protocols were removed in TensorFlow 2)")

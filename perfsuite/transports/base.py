@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import storage_dtype
+from ..records.model import storage_dtype
 
 #: The collectives a kernel can ask for, nccl-tests' names (one record each in perfsuite/bench/).
 COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")

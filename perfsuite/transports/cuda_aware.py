@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from ..errors import ConfigError
+from ..records.errors import ConfigError
 
 #: Set to 1 or 0 (e.g. ``--env PERFSUITE_MPI_CUDA_AWARE=1``) where the MPI cannot say itself.
 CUDA_AWARE_ENV = "PERFSUITE_MPI_CUDA_AWARE"

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, TransportUnavailable
-from ..model import storage_dtype
+from ..records.errors import ConfigError, TransportUnavailable
+from ..records.model import storage_dtype
 from . import has_module, need_mpi4py
 from .base import TIMINGS, AllreduceTransport
 

@@ -16,7 +16,7 @@ Option ``ring_path``: ``auto`` (direct where MPI is CUDA-aware, else staged), ``
 """
 from __future__ import annotations
 
-from ..errors import ConfigError
+from ..records.errors import ConfigError
 from .cuda_aware import mpi_cuda_aware
 from .gpu import BufferCache, GpuTransport, agree
 from .ring import ring_allreduce

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import TransportUnavailable
+from ..records.errors import TransportUnavailable
 from . import native_nccl
 from .base import COLLECTIVES, OPS, Call
 from .gpu import GpuTransport, agree

@@ -18,7 +18,7 @@ import socket
 from importlib import metadata
 from typing import Any
 
-from ...errors import ConfigError, PortInUse, TransportUnavailable
+from ...records.errors import ConfigError, PortInUse, TransportUnavailable
 from ..hosts import LOOPBACK, NODE_IFACE_ENV, node_address  # noqa: F401 (NODE_IFACE_ENV: tests read it here)
 
 TF_INSTALL = "TensorFlow is not installed (pip install 'perfsuite[tf]')"

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ConfigError, TransportUnavailable
-from ...model import parse_size
+from ...records.errors import ConfigError, TransportUnavailable
+from ...records.model import parse_size
 from .support import cluster_addresses, multi_worker_strategy, need_horovod, set_tf_config
 
 #: Horovod's long-standing default fusion threshold (HOROVOD_FUSION_THRESHOLD), 64 MiB.

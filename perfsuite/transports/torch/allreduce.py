@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from ...errors import ConfigError
+from ...records.errors import ConfigError
 from ..base import AllreduceTransport, Call
 from ..gpu import COPY_BYTES, COPY_REPEATS, device_timing
 from .support import cuda_device, import_torch, start_group, stop_group

@@ -19,7 +19,7 @@ from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
 
-from ...errors import TransportUnavailable
+from ...records.errors import TransportUnavailable
 from ..hosts import LOOPBACK, NODE_IFACE_ENV, node_address
 
 TORCH_INSTALL = "PyTorch is not installed (pip install 'perfsuite[torch]')"

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import ConfigError
+from ...records.errors import ConfigError
 from .support import cuda_device, import_torch, start_group, stop_group
 
 DEFAULT_BUCKET_CAP_MB = 25  # torch.nn.parallel.DistributedDataParallel's own default

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import bench, formats, stragglers
+from .. import bench
+from ..store import formats
+from ..verdicts import stragglers
 from . import verdict_text as vt
-from .errors import ConfigError
-from .formats import SuiteRun
-from .model import Result, Verdict, time_sliced
+from ..records.errors import ConfigError
+from ..store.formats import SuiteRun
+from ..records.model import Result, Verdict, time_sliced
 
 def result_table(result: Result) -> str:
     """One world's table, as its benchmark's record lays it out."""

@@ -30,14 +30,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import baselines, bench, fingerprint, formats, options, regress, suite
-from . import verdict_text as vt
+from ..store import baselines, fingerprint, formats
+from .. import bench, options, suite
+from . import regress
+from ..reading import verdict_text as vt
 from .decision import DEFAULT_ALPHA, parse_alpha, parse_tolerance
-from .errors import ConfigError, PerfsuiteError
-from .launch.launchers import LaunchConfig, local_ranks
-from .model import Case, Sample, Tolerance, Verdict, whole_number
+from ..records.errors import ConfigError, PerfsuiteError
+from ..launch.launchers import LaunchConfig, local_ranks
+from ..records.model import Case, Sample, Tolerance, Verdict, whole_number
 from .rounds import DEFAULT_CANARY_SHIFT, RoundsPolicy
-from .status import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, exit_status
+from ..records.status import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, exit_status
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,7 @@ class Gate:
     def history(self) -> Any:
         """The asv history's levels per case, from which verdicts measure the drift between runs."""
         if self.plan.asv is not None and self.plan.compare and self._history is None:
-            from .asv.read import drift_history
+            from ..asv.read import drift_history
 
             self._history = drift_history(self.plan.asv, bench.asv_layout)
         return self._history
@@ -294,7 +296,7 @@ class Gate:
             lines.append((f"# results written to {where}" + (f" because {why}" if why else ""), why is not None))
             ok, results_kept = why is None, True
         if keep.report:
-            from . import report
+            from ..reading import report
 
             try:
                 report.write_report(keep.report, [report.ReportRun.from_suite_run(run, keep.source)],
@@ -304,7 +306,7 @@ class Gate:
                 ok = False
                 lines.append((f"# report not written to {keep.report}: {_why(exc)}", True))
         if record and record_asv and self.plan.asv is not None and run.samples():
-            from .asv.record import record_run
+            from ..asv.record import record_run
 
             try:
                 lines.append((record_run(run, self.plan.asv, bench.asv_layout).line(), False))

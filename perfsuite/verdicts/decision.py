@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 
 from . import stats
 from .stats import LazyModule
-from .errors import ConfigError
-from .model import Tolerance, Verdict
+from ..records.errors import ConfigError
+from ..records.model import Tolerance, Verdict
 
 _special = LazyModule("scipy.special")
 

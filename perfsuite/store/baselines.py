@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from . import fingerprint as _fingerprint
-from . import formats, regress
-from .errors import BaselineFormatError, ConfigError
-from .model import Baseline, Sample, Tolerance, round_values, time_sliced, timing_of
+from . import formats
+from ..verdicts import regress
+from ..records.errors import BaselineFormatError, ConfigError
+from ..records.model import Baseline, Sample, Tolerance, round_values, time_sliced, timing_of
 
 _SYSTEM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
 _NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][-0-9.eE+,\s]*?)\s*\]")

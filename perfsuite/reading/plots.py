@@ -25,9 +25,9 @@ matplotlib.use("Agg")  # before pyplot: never try to open a display (CI, ssh, Sl
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
-from . import bench, collectives  # noqa: E402
-from .formats import atomic_write  # noqa: E402
-from .model import Result, Sample, format_size  # noqa: E402
+from .. import bench, collectives  # noqa: E402
+from ..store.formats import atomic_write  # noqa: E402
+from ..records.model import Result, Sample, format_size  # noqa: E402
 
 #: A result and the tag of the run it came from ('' when the report has a single run).
 Tagged = tuple[str, Result]

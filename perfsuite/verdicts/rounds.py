@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from . import stats, stragglers
-from .errors import ConfigError
-from .model import ROUNDS_KEY, Metric, Result, Sample, round_values  # noqa: F401
+from ..records.errors import ConfigError
+from ..records.model import ROUNDS_KEY, Metric, Result, Sample, round_values  # noqa: F401
 
 #: Run-queue wait over wall time above which a round is contended: quiet worlds here wait 0-3%
 #: of their timed loop, worlds sharing a core with another process 7-68% (docs/measurements.md).

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from . import stats
-from .model import Case, Metric, Sample
+from ..records.model import Case, Metric, Sample
 
 BENCHMARK = "stalls"
 STALLS: dict[str, tuple[str, str]] = {  # name -> (run with the stall, its reference run)

@@ -62,10 +62,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import bench, stats
+from .. import bench
+from . import stats
 from .decision import DEFAULT_ALPHA, DEFAULT_TOLERANCE, Question, band_evidence, either, judge, normal_evidence, rank_evidence
-from .errors import ConfigError
-from .model import MIRRORS, Baseline, Sample, Tolerance, Verdict, round_values, timing_of
+from ..records.errors import ConfigError
+from ..records.model import MIRRORS, Baseline, Sample, Tolerance, Verdict, round_values, timing_of
 from .rounds import DEFAULT_CANARY_SHIFT, modal_canary, round_canaries, same_mode
 
 #: Raw per-iteration samples kept in a baseline (evenly spaced order statistics beyond this).

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .formats import atomic_write
+from ..store.formats import atomic_write
 from .plots import _save  # Agg backend, one PNG written whole
 from .report import _html_table, _md_table
-from .model import format_size
+from ..records.model import format_size
 
 import matplotlib.pyplot as plt  # noqa: E402
 

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .model import MIRRORS, VERDICT_ORDER, Tolerance, Verdict
+from ..records.model import MIRRORS, VERDICT_ORDER, Tolerance, Verdict
 
 UNBOUNDED = "unbounded"
 

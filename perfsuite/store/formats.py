@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, FormatError, LaunchError, PerfsuiteError, RankFailure
-from .model import Case, Result, Sample, WorldSpec
+from ..records.errors import ConfigError, FormatError, LaunchError, PerfsuiteError, RankFailure
+from ..records.model import Case, Result, Sample, WorldSpec
 
 AB = "perfsuite-ab"
 DETECTION = "perfsuite-detection"

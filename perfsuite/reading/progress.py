@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                            TimeElapsedColumn)
 
-from .model import WorldSpec
+from ..records.model import WorldSpec
 
 _TRUE = ("1", "true", "yes", "on")
 
