@@ -263,6 +263,19 @@ def test_ceiling_lines_come_from_every_copy_bandwidth(tmp_path):
     assert "no measured copy ceiling" in plots.busbw_plot([("", r2)], tmp_path / "c.png").caption
 
 
+def test_a_one_rank_world_has_no_busbw_to_draw(tmp_path):
+    """busbw is 0 at world size 1 (nccl-tests' factor): the plot says so instead of a log axis
+    over nothing raising ValueError (``perfsuite report`` of a --world-sizes 1 run crashed)."""
+    cases = [Case("allreduce", "mpi", 1, size_bytes=s) for s in (4, 1024)]
+    one = Result("allreduce", "mpi", 1, tuple(_sample(c, latency_us=(1.0, "us"), busbw_GBps=(0.0, "GB/s"))
+                                           for c in cases))
+    p = plots.busbw_plot([("", one)], tmp_path / "b.png")
+    assert p.file is None and "busbw is 0 in every result" in p.skipped
+    two = Result("allreduce", "mpi", 2, (_sample(Case("allreduce", "mpi", 2, size_bytes=4),
+                                                 latency_us=(1.0, "us"), busbw_GBps=(0.1, "GB/s")),))
+    assert plots.busbw_plot([("", one), ("", two)], tmp_path / "c.png").file is not None
+
+
 def test_verdict_rows_put_regressions_first():
     tol = Tolerance(-0.03, 0.03)
 

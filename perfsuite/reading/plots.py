@@ -139,6 +139,10 @@ def busbw_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
     title = _by_size_title("bus bandwidth", rows)
     if not rows:
         return Plot("busbw", title, skipped=_no_sized_results())
+    # One rank moves nothing over a bus: busbw is 0 there (nccl-tests' factor), no line to draw.
+    rows = [(tag, r) for tag, r in rows if any(v > 0 for _, v in _points(r, "busbw_GBps"))]
+    if not rows:
+        return Plot("busbw", title, skipped="busbw is 0 in every result (one rank a world moves nothing over a bus)")
     by_transport: dict[str, list[Tagged]] = defaultdict(list)
     for tag, r in rows:
         by_transport[r.transport].append((tag, r))
