@@ -26,7 +26,7 @@ from perfsuite.transports.base import AllreduceTransport
 from perfsuite.transports.gpu import GpuTransport
 
 ROOT = Path(__file__).resolve().parents[1] / "perfsuite"
-GENERIC = ("report.py", "plots.py", "cli/report.py", "regress.py")
+GENERIC = ("reading/report.py", "reading/plots.py", "cli/report.py", "verdicts/regress.py")
 
 
 @pytest.fixture

@@ -105,7 +105,7 @@ def test_a_ref_whose_tree_is_no_python_project_is_one_line_and_exit_2(tmp_path):
 def test_ab_runs_one_benchmark_and_says_so_in_one_line(tmp_path):
     repo = new_repo(tmp_path / "r", {"README.md": "x\n"})
     got = cli(sys.executable, "ab", "--benchmarks", "allreduce,broadcast", "--a-ref", "HEAD", cwd=repo)
-    assert got.returncode == 2 and "names 2 benchmarks (allreduce, broadcast); ab runs one" in got.stderr, said(got)
+    assert got.returncode == 2 and "names 2 benchmarks (allreduce, broadcast); perfsuite ab takes one value" in got.stderr, said(got)
     got = cli(sys.executable, "bisect", "--benchmarks", "no-such", "--good", "HEAD", "--bad", "HEAD", cwd=repo)
     assert got.returncode == 2 and "benchmark 'no-such' is unknown" in got.stderr, said(got)
 
