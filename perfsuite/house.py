@@ -56,7 +56,7 @@ ROOMS = (
     Room("perfsuite.launch", 3, "running", "the one room that starts processes: `launchers.py` builds argv (pure); "
          "`world.py` runs a world and short helper commands; `environment.py` wraps a launch in emulated nodes "
          "(`netns.py`) or a throttled disk (`diskio.py`); `deathwatch.py` names the rank that died first; "
-         "`containers.py` runs a launch inside an image or under a prefix; `envs.py` builds a commit's environment and "
+         "`containers.py` runs a launch inside an image or under a prefix; `envs.py` builds a commit's environment (`commits.py` reads the repository) and "
          "probes an arm's Python; `pool.py` gives the rules' simulations their processes"),
     Room("perfsuite.asv.project", 3, "store", "asv.conf.json, its git, the `RecordTarget`"),
     Room("perfsuite.asv.record", 3, "store", "recording results into asv's history (and migrating older versions)"),
@@ -86,6 +86,7 @@ ROOMS = (
          "one gate for both faces"),
     Room("perfsuite.plugin", 8, "faces", "the pytest face (`pytest11` entry point)"),
     Room("perfsuite.cli", 8, "faces", "`perfsuite COMMAND`, one module per command"),
+    Room("perfsuite.__main__", 8, "faces", "`python -m perfsuite`: the same command line, run as `perfsuite.cli`"),
     Room("perfsuite.faces", 8, "faces", "`asv run`'s classes and the offline asv site"),
     Room("perfsuite.asv", 2, "store", "the asv store's package"),
     Room("perfsuite", 0, "records", "the package and its subpackages' `__init__` modules"),

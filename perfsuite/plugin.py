@@ -78,6 +78,11 @@ class PerfState:
         if key not in self.outcomes:
             cases = self.selected.get(key) or [case]
             spec = suite.plan(cases, self.suite_config.options)[0]
+            broken = next((o for o in self.outcomes.values() if suite.launcher_broken(o.failure)), None)
+            if broken is not None:  # every later world would fail as that one did: one failure, then skips
+                self.outcomes[key] = formats.WorldOutcome(
+                    spec, skipped=f"not started: the launcher did not start {broken.world}'s ranks")
+                return self.outcomes[key]
             try:  # pytest owns Ctrl-C; SIGTERM must unwind the same way, killing the world
                 with interrupts.handled(("SIGTERM", "SIGHUP")):
                     self.outcomes[key] = suite.run_one(spec, self.judging())
@@ -148,6 +153,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "perf_benchmark(name): the perfsuite benchmark a test measures")
     if _REGISTRY_ERROR:
         raise pytest.UsageError(_REGISTRY_ERROR)
+    # An installed benchmark module that does not import fails only the tests that name its
+    # benchmarks (pytest_generate_tests); every other session is warned once and runs.
+    for line in bench.BROKEN.values():
+        config.issue_config_time_warning(pytest.PytestConfigWarning(f"perfsuite: {line}"), stacklevel=2)
     if _under_xdist(config) and _benchmark_run(config):
         raise pytest.UsageError(XDIST_REFUSED)
     try:
@@ -160,7 +169,10 @@ def pytest_configure(config: pytest.Config) -> None:
         for o in options.all_options():
             options.parsed(o, values)
         for name in bench.names():
-            suite.select_cases(state.selection(name))
+            try:
+                suite.select_cases(state.selection(name))
+            except bench.NothingSelected:  # one --perf-transports list serves every benchmark
+                pass
         to = options.prepare_asv(options.asv_target(vars(config.option), prefix="perf-"))
         if to is not None:  # --perf-asv: the gate records the session there when it ends
             from .asv.record import check_store
@@ -198,8 +210,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = _state(metafunc.config)
     extra = dict(marker.kwargs) if marker else {}
     try:
-        cases = suite.select_cases(state.selection(benchmark, **extra))
         kind = bench.get(benchmark).transports
+        cases = suite.select_cases(state.selection(benchmark, **extra))
+    except bench.NothingSelected as exc:  # this benchmark has none on the session's transports
+        metafunc.parametrize("perf_case", [pytest.param(None, id="nothing-selected",
+                                                        marks=pytest.mark.skip(reason=str(exc)))])
+        return
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     params = []

@@ -31,6 +31,7 @@ DEFAULT_TIMEOUT_S = 300.0
 class SuiteConfig:
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     timeout: float = DEFAULT_TIMEOUT_S
+    start_timeout: float | None = None  # seconds for a world's ranks to check in (None: world.start_timeout)
     options: dict[str, Any] = field(default_factory=dict)  # kernel knobs: iters, warmup, inplace
     workdir: str | None = None
     keep_worlds: bool = False
@@ -49,7 +50,10 @@ def select_cases(sel: Selection) -> list[Case]:
         transports.spec(t, spec.transports)  # names the bad transport
     if sel.transports is None:
         sel = replace(sel, transports=tuple(transports.default_names(spec.transports)))
-    return spec.cases(sel)
+    cases = spec.cases(sel)
+    if not cases:  # nothing selected is never a pass: run, ab and bisect all come through here
+        raise bench.NothingSelected(bench.nothing_selected(sel))
+    return cases
 
 
 def plan(cases: Iterable[Case], options: dict[str, Any] | None = None) -> list[WorldSpec]:
@@ -195,7 +199,7 @@ class Rounds:
                               disk=self.cfg.disk,
                               wire_bytes=record.wire_bytes if record else (lambda s: 0)) as env:
                     result = run_world(world, env.launch, self.cfg.timeout, self.cfg.workdir,
-                                       keep=self.cfg.keep_worlds)
+                                       keep=self.cfg.keep_worlds, start=self.cfg.start_timeout)
                     return env.check(result)
             except RankFailure as exc:
                 if (PortInUse.__name__ in str(exc) and not exc.partial and world is not self.spec
@@ -251,6 +255,14 @@ def run(cases: Sequence[Case], cfg: SuiteConfig,
                     run_.outcomes.append(outcome)
                     if on_world:
                         on_world("done", r.given, outcome)
+                if launcher_broken(r.failure):  # every later world would fail the same way
+                    for other in pending:
+                        run_.outcomes.append(other.outcome() if other.results else WorldOutcome(
+                            other.given, skipped=f"not started: the launcher did not start {r.given.label}'s ranks"))
+                        if on_world:
+                            on_world("done", other.given, run_.outcomes[-1])
+                    pending.clear()
+                    break
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through interrupts.handled
         run_.interrupted = getattr(exc, "name", "SIGINT")
         run_.outcomes += [_stopped(r, run_.interrupted, getattr(exc, "partial", []), r is current)
@@ -258,6 +270,12 @@ def run(cases: Sequence[Case], cfg: SuiteConfig,
     order = {spec.label: i for i, spec in enumerate(specs)}
     run_.outcomes.sort(key=lambda o: order.get(o.spec.label, len(order)))
     return run_
+
+
+def launcher_broken(failure: BaseException | None) -> bool:
+    """A failure that every later world of the same launch would repeat: its ranks never started
+    (the launcher, its proxy or the ranks' Python cannot start), or the launcher is missing."""
+    return isinstance(failure, LaunchError) or getattr(failure, "kind", None) == "start"
 
 
 def _stopped(r: Rounds, signal_name: str, partial: list, running: bool) -> WorldOutcome:

@@ -223,4 +223,5 @@ def test_transports_the_step_was_not_declared_for_are_one_line_not_a_silent_empt
     (tmp_path / "mine.py").write_text(USER_FILE)
     r = perfsuite("run", "--benchmarks", "mine.py", "--transports", "torch-gloo", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "perfsuite run: error: checked_sum has no case on the transports 'torch-gloo'; it runs over mpi"], said(r)
+        "perfsuite run: error: checked_sum has no case on the transports torch-gloo: it declares mpi "
+        "(@perfsuite.benchmark(transports=...)); name one of them, e.g. --transports mpi"], said(r)

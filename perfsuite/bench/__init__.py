@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -27,6 +28,7 @@ from ..reading import verdict_text
 from ..asv.layout import AsvLayout, generic_layout
 from ..records.errors import ConfigError
 from ..records.model import Case, Opt, Result, Sample, Tolerance, WorldSpec, time_sliced
+from .. import transports as transport_registry
 
 BUILTIN = ("perfsuite.bench.allreduce", "perfsuite.bench.collectives", "perfsuite.bench.tf_epoch", "perfsuite.bench.torch_epoch",
            "perfsuite.bench.stalls", "perfsuite.bench.p2p")
@@ -99,6 +101,15 @@ class BenchmarkSpec:
 
 REGISTRY: dict[str, BenchmarkSpec] = {}
 _loaded = False
+#: Entry-point modules that could not be imported: entry point name -> the one line that says
+#: where and why. An entry point is installed in the venv, not asked for by this command, so its
+#: failure fails only what names its benchmarks (``unknown``), never the rest.
+BROKEN: dict[str, str] = {}
+
+
+class NothingSelected(ConfigError):
+    """A selection that holds no case: bad input (nothing measured is never a pass), which a
+    pytest session that runs several benchmarks on one --transports list skips instead."""
 
 
 def register(spec: BenchmarkSpec) -> BenchmarkSpec:
@@ -140,7 +151,11 @@ def _check_shared(first: BenchmarkSpec, second: BenchmarkSpec) -> None:
 def _load() -> None:
     """Import the built-in benchmarks, then the ones named in PERFSUITE_BENCHMARKS and the
     entry-point group; each registers itself on import. Then (every time: a pytest module may
-    declare one after the registry loaded) the user benchmarks declared so far."""
+    declare one after the registry loaded) the user benchmarks declared so far.
+
+    A PERFSUITE_BENCHMARKS module that does not import is one line that stops the command (the
+    user named it for this shell, as an option); an entry-point module is only installed in the
+    environment, so its failure is kept in ``BROKEN`` and said by what names its benchmarks."""
     global _loaded
     if not _loaded:
         for module in BUILTIN:
@@ -148,8 +163,13 @@ def _load() -> None:
         for source in (m.strip() for m in os.environ.get(ENV, "").split(",")):
             if source:
                 import_source(source, ENV)
+        BROKEN.clear()
         for ep in metadata.entry_points(group=ENTRY_POINTS):
-            ep.load()
+            try:
+                ep.load()
+            except Exception as exc:  # the user's module, whatever it raises: kept, said where it matters
+                BROKEN[ep.name] = (f"the {ENTRY_POINTS} entry point {ep.name!r} ({ep.value}) cannot be "
+                                   f"imported: {import_failure(exc)}")
         _loaded = True
     for declared in list(userbench.DECLARED.values()):
         if declared.name not in _users or _users[declared.name] is not declared:
@@ -185,20 +205,22 @@ def user_table(result: Result) -> str:
     """A user benchmark's world: each case's step time (median and p99 of the slowest rank per
     step), how many steps, and each rank's own median (who is slow, at a glance)."""
     facts = (result.extra or {}).get("transport_facts") or {}
+    params = ["-".join(f"{k}={v}" for k, v in (s.info.get("params") or {}).items()) or "-" for s in result.samples]
+    wide = max([24] + [len(p) for p in params])  # a long combination widens the column, never shifts a row
     lines = [heading(result, f"step {facts.get('user_benchmark', '')}", f"on {facts.get('device', 'cpu')}"),
-             f"#{'params':>23} {'step p50':>11} {'p99':>11} {'iters':>7}  per rank (median, us)"]
-    for s in result.samples:
+             f"#{'params':>{wide - 1}} {'step p50':>11} {'p99':>11} {'iters':>7}  per rank (median, us)"]
+    for s, combination in zip(result.samples, params):
         i, step = s.info, s.metrics.get(userbench.METRIC)
-        params = "-".join(f"{k}={v}" for k, v in (i.get("params") or {}).items()) or "-"
         ranks = " ".join(f"{v:.4g}" for v in i.get("rank_median_us") or [])
-        lines.append(f"{params:>24} {step.value if step else float('nan'):>8.4g} us {i.get('p99_us', float('nan')):>8.4g} us "
-                     f"{int(i.get('iters') or 0):>7}  {ranks}")
+        lines.append(f"{combination:>{wide}} {step.value if step else float('nan'):>8.4g} us "
+                     f"{i.get('p99_us', float('nan')):>8.4g} us {int(i.get('iters') or 0):>7}  {ranks}")
     return "\n".join(lines)
 
 
 def import_source(source: str, where: str = "--benchmarks") -> list[str]:
     """Import a module of benchmarks, named by its dotted name or its ``.py`` file; returns the
-    benchmarks it registered or declared. One line where it cannot be imported."""
+    benchmarks it registered or declared. One line where it cannot be imported: a module or file
+    that is not there, or one that raises (a syntax error, an import of its own) at FILE:LINE."""
     before = set(REGISTRY) | set(userbench.DECLARED)
     try:
         if source.endswith(".py"):
@@ -207,12 +229,64 @@ def import_source(source: str, where: str = "--benchmarks") -> list[str]:
             userbench.import_file(source)
         else:
             importlib.import_module(source)
-    except ImportError as exc:
-        raise ConfigError(f"{where} names {source!r}, which cannot be imported ({exc}); name importable "
-                          "modules or .py files, comma separated") from None
+    except Exception as exc:  # the user's module: whatever it raises is one line, not a traceback
+        failure = import_failure(exc)
+        if failure == str(exc):  # nothing of the user's ran: the module or file is not there
+            raise ConfigError(f"{where} names {source!r}, which cannot be imported ({exc}); name importable "
+                              "modules or .py files, comma separated") from None
+        raise ConfigError(f"{where} names {source!r}, which cannot be imported: {failure}") from None
     if _loaded:
         _load()
     return sorted((set(REGISTRY) | set(userbench.DECLARED)) - before)
+
+
+#: Frames that are not the user's: perfsuite's own and importlib's machinery.
+_MACHINERY = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+              os.path.dirname(os.path.abspath(importlib.__file__)) + os.sep, "<frozen ")
+
+
+def import_failure(exc: BaseException) -> str:
+    """'FILE:LINE: Kind: message' for an exception raised while a user's module was imported:
+    where the parser stopped (a syntax error), else the deepest line of the user's own code on
+    the way (the import that failed, the decorator that refused). Just the message where none of
+    the user's code ran (the module itself is missing)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}"
+    own = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_MACHINERY)]
+    if not own:
+        return str(exc)
+    return f"{own[-1].filename}:{own[-1].lineno}: {type(exc).__name__}: {exc}"
+
+
+def unknown(name: str) -> ConfigError:
+    """The one line for a benchmark name nothing registered: the ones to choose from, and any
+    entry-point module that did not import (the benchmark may be one of its)."""
+    why = "".join(f"; {line}" for line in BROKEN.values())
+    return ConfigError(f"benchmark {name!r} is unknown; choose from {', '.join(names())}{why}")
+
+
+def nothing_selected(sel: Selection) -> str:
+    """Why ``sel`` holds no case: the transports asked for, and those the benchmark declares
+    (a user benchmark's ``@perfsuite.benchmark(transports=...)``) or runs over."""
+    spec = REGISTRY[sel.benchmark]
+    asked = ", ".join(sel.transports or ()) or "none"
+    declared = _users.get(sel.benchmark)
+    if declared is not None:
+        runs = declared.transports
+        what = f"it declares {', '.join(runs)} (@perfsuite.benchmark(transports=...))"
+    else:
+        runs = tuple(transport_registry.default_names(spec.transports))
+        what = f"it runs over {', '.join(runs)}"
+    return (f"{sel.benchmark} has no case on the transports {asked}: {what}; "
+            f"name one of them, e.g. --transports {runs[0] if runs else 'mpi'}")
+
+
+def default_transport(name: str) -> str:
+    """The one transport a command that takes one (``ab``, ``bisect``) runs when none is named:
+    the first a user benchmark declares, else mpi."""
+    _load()
+    declared = _users.get(name)
+    return declared.transports[0] if declared is not None else "mpi"
 
 
 def is_source(item: str) -> bool:
@@ -227,6 +301,8 @@ def selected(items: Iterable[str]) -> list[str]:
     out = []
     for item in items:
         if not is_source(item):
+            if find(item) is None:
+                raise unknown(item)
             out.append(item)
             continue
         new = import_source(item)
@@ -254,7 +330,7 @@ def names(runnable: bool = True) -> list[str]:
 def get(name: str) -> BenchmarkSpec:
     _load()
     if name not in REGISTRY:
-        raise ConfigError(f"benchmark {name!r} is unknown; choose from {', '.join(names())}")
+        raise unknown(name)
     return REGISTRY[name]
 
 

@@ -21,7 +21,8 @@ def runs_on(name: str) -> str:
     record = bench.find(name)
     if record is None:
         known = ", ".join(s.name for s in bench.all_specs())
-        raise ConfigError(f"--benchmarks {name!r} is no benchmark; choose from {known}")
+        broken = "".join(f"; {line}" for line in bench.BROKEN.values())  # it may be one of theirs
+        raise ConfigError(f"--benchmarks {name!r} is no benchmark; choose from {known}{broken}")
     return record.transports
 
 

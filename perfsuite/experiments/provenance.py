@@ -9,13 +9,17 @@ measures the machine's noise while the user reads it as the change between versi
 """
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..records.errors import ConfigError
+from ..launch import envs
+from ..records.errors import ConfigError, FormatError
 from ..store.fingerprint import IMPORTS_KEY
+from ..store.formats import COMMIT_ENV, read_stamp
 from ..records.model import Result, Sample
 
 if TYPE_CHECKING:  # ab imports this module
@@ -30,7 +34,76 @@ def stamped(result: Result) -> list[Sample]:
     imports = result.extra.get(IMPORTS_KEY)
     if not imports:
         return list(result.samples)
+    imports = versioned(imports)
     return [replace(s, info={**s.info, IMPORTS_KEY: imports}) for s in result.samples]
+
+
+#: What a package that has neither a version nor a commit is called.
+UNVERSIONED = "unversioned"
+
+
+def versioned(imports: Mapping[str, dict]) -> dict:
+    """The imports, each package with a version to read: one without ``__version__`` (a user's
+    own package, most often) by the commit it was loaded from ("commit 1a2b3c4d5e": the git
+    repository its file is in, or the commit environment it was built into), else
+    "unversioned"; never "None", which says nothing of which code ran."""
+    out = {}
+    for name, entry in imports.items():
+        entry = dict(entry or {})
+        if name != "mpi" and entry.get("version") is None and entry.get("file"):
+            commit = commit_of(entry["file"])
+            entry["version"] = f"commit {commit}" if commit else UNVERSIONED
+        out[name] = entry
+    return out
+
+
+def commit_of(path: str) -> str | None:
+    """The short sha of the commit ``path`` comes from: the commit environment (``launch.envs``)
+    it lies in, else HEAD of the git repository it lies in (read from ``.git``, starting no
+    process); None where it is in neither."""
+    here = os.path.dirname(os.path.abspath(path))
+    while True:
+        if os.path.isfile(os.path.join(here, envs.STAMP)):
+            try:
+                commit = read_stamp(os.path.join(here, envs.STAMP), COMMIT_ENV).get("commit")
+            except (OSError, FormatError):
+                commit = None
+            return str(commit)[:10] if commit else None
+        if os.path.exists(os.path.join(here, ".git")):
+            return _git_head(os.path.join(here, ".git"))
+        up = os.path.dirname(here)
+        if up == here:
+            return None
+        here = up
+
+
+def _git_head(dot_git: str) -> str | None:
+    """HEAD's sha from a ``.git`` folder (or a worktree's ``.git`` file): a detached HEAD, a
+    loose ref, or a packed one."""
+    def text(*parts: str) -> str:
+        return Path(*parts).read_text().strip()
+
+    try:
+        if os.path.isfile(dot_git):  # a worktree or submodule: "gitdir: PATH"
+            dot_git = os.path.join(os.path.dirname(dot_git), text(dot_git).removeprefix("gitdir:").strip())
+        head = text(dot_git, "HEAD")
+        if not head.startswith("ref:"):
+            return head[:10] or None
+        ref = head.removeprefix("ref:").strip()
+        common = dot_git
+        if os.path.isfile(os.path.join(dot_git, "commondir")):
+            common = os.path.join(dot_git, text(dot_git, "commondir"))
+        for where in (dot_git, common):
+            if os.path.isfile(os.path.join(where, ref)):
+                return text(where, ref)[:10] or None
+        if os.path.isfile(os.path.join(common, "packed-refs")):
+            for line in text(common, "packed-refs").splitlines():
+                sha, _, name = line.partition(" ")
+                if name == ref:
+                    return sha[:10]
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None  # a repository with no commit yet
 
 
 def imports_of(samples: Iterable[Sample]) -> dict:

@@ -118,7 +118,7 @@ def run(ctx) -> dict:
         canaries.append(canary_us())
         mine = {**probe.stop(), "canary_us": float(np.median(canaries))}
         times = np.concatenate(parts)
-        wrong = _checked(check, ctx, case)
+        wrong = _checked(check, ctx, case, declared.qualname)
         gathered = ctx.comm.gather((times, mine, world.node, wrong), root=0)
         reordered = _second_order(ctx, declared, world, values, clock, gathered, iters)
         if ctx.is_root:
@@ -223,10 +223,12 @@ def _step(declared, world: World, values: dict):
     return step, check
 
 
-def _checked(check, ctx, case: Case) -> str | None:
+def _checked(check, ctx, case: Case, owner: str = "the step") -> str | None:
     """Why this rank's result is wrong after the timed steps (the user's check returned False
-    or raised AssertionError), or None. ``PERFSUITE_TEST_FAULT=corrupt@R`` makes rank R's
-    result wrong, so the suite's tests prove a wrong result fails the world."""
+    or raised AssertionError), or None; in words that name the user's own check (``owner``:
+    the function that returned it), which is what the INVALID line quotes.
+    ``PERFSUITE_TEST_FAULT=corrupt@R`` makes rank R's result wrong, so the suite's tests prove a
+    wrong result fails the world."""
     if getattr(ctx.fault, "corrupts", lambda c: False)(case):
         return "injected corrupt result (PERFSUITE_TEST_FAULT)"
     if check is None:
@@ -234,8 +236,8 @@ def _checked(check, ctx, case: Case) -> str | None:
     try:
         ok = check()
     except AssertionError as exc:
-        return f"the check failed: {exc}" if str(exc) else "the check failed"
-    return None if ok is None or ok else "the check returned False"
+        return f"{owner}'s check failed: {exc}" if str(exc) else f"{owner}'s check failed"
+    return None if ok is None or ok else f"{owner}'s check returned False"
 
 
 def _warm_up(ctx, step, clock, budget_s: float) -> tuple[int, float]:

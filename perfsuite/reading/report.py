@@ -356,7 +356,7 @@ def _problems(runs: Sequence[ReportRun]) -> list[tuple[str, str, str, str, dict[
                         f.get("logs") or {}))
         bad = [s.case.name for r in run.results for s in r.samples if not s.valid]
         if bad:
-            out.append(("FAILED", "validation", "wrong sum in " + ", ".join(bad), "", {}))
+            out.append(("FAILED", "validation", "wrong results in " + ", ".join(bad), "", {}))  # any check's
     return out
 
 

@@ -90,7 +90,8 @@ def line(v: Verdict) -> str:
     if v.reason == "missing":
         return f"{name}: baseline on {v.system or 'this system'} but no result (case not run, skipped or failed)"
     if v.reason == "invalid":
-        return f"{name}: result failed validation (wrong sum), so its timing means nothing"
+        # every benchmark's check, not only a collective's sum (a user's step has its own)
+        return f"{name}: result failed its check (wrong results), so its timing means nothing"
     if v.reason == "new":
         return f"{name} {number(v.value)} {v.unit}: new, no baseline on {v.system or 'this system'}"
     if v.reason == "timing":
@@ -179,23 +180,40 @@ def family(verdicts: Sequence[Verdict]) -> str:
             f"is at most {alpha:.2g} ({split}; each split over up to {looks} look(s))")
 
 
+#: The verdict table's columns: (heading, least width, left-aligned).
+TABLE_COLUMNS = (("status", 12, True), ("case", 34, True), ("metric", 16, True), ("value", 10, False),
+                 ("ref", 10, False), ("change", 8, False), ("interval", 22, False), ("tol", 11, False),
+                 ("rounds", 8, False))
+
+
+def fitted(columns: Sequence[tuple[str, int, bool]], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A heading and ``rows`` as fixed-width lines, each column as wide as its least width or its
+    longest cell and a gap (two spaces after a left-aligned cell, one before a right-aligned
+    one): a long cell (a user's case id) widens its column instead of running into the next."""
+    widths = [max([least] + [len(r[i]) + (2 if left else 1) for r in rows])
+              for i, (_, least, left) in enumerate(columns)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "".join(f"{c:<{w}}" if left else f"{c:>{w}}" for c, w, (_, _, left) in zip(cells, widths, columns))
+
+    return [line([name for name, _, _ in columns]), *(line(r) for r in rows)]
+
+
 def table(verdicts: Sequence[Verdict]) -> str:
     """Every verdict as a terminal table, failures first, then a count per status, the
     family's guarantee and what the marks mean."""
     order = {s: i for i, s in enumerate(VERDICT_ORDER)}
     rows = sorted(verdicts, key=lambda v: (order.get(v.status, 9), v.case, v.metric))
-    head = (f"{'status':<12}{'case':<34}{'metric':<16}{'value':>10}{'ref':>10}{'change':>8}"
-            f"{'interval':>22}{'tol':>11}{'rounds':>8}")
-    lines = [head]
+    texts = []
     for v in rows:
         status = v.status.upper() if v.is_failure and not v.xfail else v.status
         if v.xfail and v.is_failure:
             status += "(x)"
         metric = short(v.metric) + (f"|{short(v.mirror)}" if v.mirror else "")
         rounds = f"{v.rounds}" + (f"-{v.dropped}" if v.dropped else "") if v.rounds else ""
-        lines.append(f"{status:<12}{v.case:<34}{metric:<16}{number(v.value):>10}"
-                     f"{number(v.baseline):>10}{'' if v.change is None else percent(v.change):>8}"
-                     f"{interval(v):>22}{tolerance(v.tolerance):>11}{rounds:>8}")
+        texts.append((status, v.case, metric, number(v.value), number(v.baseline),
+                      "" if v.change is None else percent(v.change), interval(v), tolerance(v.tolerance), rounds))
+    lines = fitted(TABLE_COLUMNS, texts)
     counts: dict[str, int] = {}
     for v in verdicts:
         counts[v.status] = counts.get(v.status, 0) + 1
@@ -261,15 +279,16 @@ def invalid(case: str, ranks: Sequence[int] | None = None, arm: str | None = Non
     """The one line for a case whose results were wrong (its world failed, whatever it timed):
     which arm (A/B), which case, on which rank(s) where the kernel could tell, and where in the
     command's worlds (``at``: "pair 3", "round 2"); ``why`` when the check was not of the sums
-    (an emulated network the traffic did not cross)."""
+    (an emulated network the traffic did not cross, a user's own check that returned False):
+    then it is the check named, never the exact expected values a built-in collective has."""
     on = (f" on rank{'s' if len(ranks) > 1 else ''} {', '.join(str(r) for r in ranks)}" if ranks
           else "")
     where = f" in {at}" if at else ""
     who = f"arm {arm}: " if arm else ""
     if why and not ranks:
         return f"INVALID: {who}{case}{where} did not measure what it claims ({why}): a failed world, not a measurement"
-    return (f"INVALID: {who}{case} returned wrong results{on}{where} (checked against the exact expected "
-            f"values{'; ' + why if why else ''}): a failed world, not a measurement")
+    checked = why or "checked against the exact expected values"
+    return f"INVALID: {who}{case} returned wrong results{on}{where} ({checked}): a failed world, not a measurement"
 
 
 def invalid_sample(sample: Any, arm: str | None = None, *, at: str | None = None) -> str:

@@ -407,5 +407,5 @@ def not_recorded(run: formats.SuiteRun, allow_partial: bool) -> list[str]:
         lines.append(f"# not recorded: {o.world} was skipped: {o.skipped}")
     for s in run.samples():
         if not s.valid:
-            lines.append(f"# not recorded: {s.case.name} did not validate (wrong sum)")
+            lines.append(f"# not recorded: {s.case.name} did not validate (wrong results)")
     return lines
