@@ -30,6 +30,7 @@ from .verdicts.decision import parse_alpha, parse_tolerance
 from .verdicts.regress import DEFAULT_MODE_SPAN, MIN_SESSIONS
 from .verdicts.rounds import RoundsPolicy
 from .launch.netns import SHAPING_FORMS
+from .launch.world import START_TIMEOUT_S, START_TIMEOUT_SLOW_S
 from .suite import COMPARE_MAX_ROUNDS, DEFAULT_TIMEOUT_S, SuiteConfig
 
 
@@ -93,6 +94,10 @@ COMMON: list[Opt] = [
         "starts a one-host world of more than 8 ranks per core, which is refused otherwise", metavar="WHEN"),
     Opt("env", [], "NAME=VALUE passed to every rank (repeatable), e.g. NCCL_DEBUG=INFO", kind="list", metavar="NAME=VALUE"),
     Opt("timeout", str(int(DEFAULT_TIMEOUT_S)), "seconds one world may take before it is killed", metavar="S", parse=seconds),
+    Opt("start-timeout", None, "seconds a world's ranks have to start (each checks in after MPI_Init): a launcher "
+        "that cannot start them fails its world then, quoting its own error, and the run's later worlds are not "
+        f"started [default: {START_TIMEOUT_S:g}; {START_TIMEOUT_SLOW_S:g} in a container or under srun]",
+        metavar="S", parse=lambda v: seconds(v, "start timeout")),
     Opt("iters", None, "timed iterations per size, exactly (default: by size, OMB-like, cut by --max-time)",
         metavar="N", parse=_whole("iterations"), knob="iters"),
     Opt("max-time", None, "seconds of timed calls per size of a collective (pytest-benchmark's max_time): "
@@ -323,7 +328,9 @@ def suite_config(values: Mapping[str, Any]) -> SuiteConfig:
         from .launch.netns import parse_shaping
 
         network = parse_shaping(v["emulated_network"])
+    start = v.get("start_timeout")
     return SuiteConfig(launch=launch, timeout=seconds(v["timeout"]), options=knobs,
+                       start_timeout=None if start in (None, "") else seconds(start, "start timeout"),
                        workdir=v["workdir"], network=network, rounds=rounds_policy(v))
 
 

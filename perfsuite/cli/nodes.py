@@ -19,7 +19,7 @@ from .common import EXIT_OK, EXIT_REGRESSION, EXIT_WORLD, exit_status, renamed, 
 COMMANDS = {}
 
 NODES_OPTIONS = ("launcher", "launcher-program", "launcher-args", "mpi-flavor", "hostfile", "hosts", "env",
-                 "timeout", "workdir", "iters", "link-sizes", "repeats", "emulated-network")
+                 "timeout", "start-timeout", "workdir", "iters", "link-sizes", "repeats", "emulated-network")
 
 
 def add_nodes(p: argparse.ArgumentParser) -> None:

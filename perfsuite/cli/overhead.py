@@ -13,7 +13,7 @@ COMMANDS = {}
 
 
 OVERHEAD_OPTIONS = ("transports", "world-sizes", "sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor",
-                    "hostfile", "hosts", "ppn", "oversubscribe", "env", "timeout", "iters", "warmup", "workdir",
+                    "hostfile", "hosts", "ppn", "oversubscribe", "env", "timeout", "start-timeout", "iters", "warmup", "workdir",
                     "rounds", "root")
 
 

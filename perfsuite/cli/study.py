@@ -133,6 +133,9 @@ def do_study(args: argparse.Namespace) -> int:
     def on(event, point, rnd, rec):
         if event == "start":
             progress("start", point.key, rnd)
+        elif event == "stopped":  # a failure that repeats: its point's later rounds are not run
+            progress.drop(point.key)
+            say(f"# stopped {rec['why']}")
         else:
             what = rec.get("skipped") and f"skipped ({rec['skipped']})" or rec.get("failure") and "FAILED" or "done"
             progress("done", point.key, rnd, rec["wall_s"], what)

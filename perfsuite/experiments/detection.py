@@ -123,6 +123,7 @@ class World:
     role: str  # "a" (clean) or "b"
     samples: list[Sample] = field(default_factory=list)
     failure: str | None = None
+    stopped: str | None = None  # the stream stopped at this world: its failure repeats
 
     def sample(self, case: str) -> Sample | None:
         return next((s for s in self.samples if s.case.name == case), None)
@@ -148,7 +149,7 @@ class World:
 
     def to_dict(self) -> dict:
         return {"index": self.index, "t": self.t, "wall_s": self.wall_s, "slowdown": self.slowdown,
-                "kind": self.kind, "pair": self.pair, "role": self.role, "failure": self.failure,
+                "kind": self.kind, "pair": self.pair, "role": self.role, "failure": self.failure, "stopped": self.stopped,
                 "cases": {s.case.name: {"valid": s.valid,
                                         "metrics": {k: m.value for k, m in s.metrics.items()},
                                         **{k: s.info.get(k) for k in WORLD_INFO}}
@@ -160,9 +161,12 @@ def measure(cfg: DetectionConfig, runner: Runner, progress: Callable[[str], None
     """The stream: ``cfg.blocks`` blocks of one pair per kind, kinds and roles in random order
     (``blocks`` 0: until ``cfg.stream_s`` has passed). A world whose results were wrong ends it:
     every world runs the same stack, so the ones after it would be wasted (it is kept, marked)."""
+    from .repeats import Repeats
+
     rng = np.random.default_rng(cfg.seed)
     spec = cfg.spec()
     worlds: list[World] = []
+    repeats = Repeats()  # every world runs one stack: one stream, so twice in a row stops it
     t0 = clock()
     pair = 0
     block = 0
@@ -175,10 +179,16 @@ def measure(cfg: DetectionConfig, runner: Runner, progress: Callable[[str], None
                 w = World(len(worlds), start - t0, 0.0, slow, str(kind), pair, role)
                 try:
                     w.samples = runner(spec, slow)
+                    repeats.seen("the stream", None)
                 except PerfsuiteError as exc:  # a failed world fails its pair, and is reported
                     w.failure = str(exc)
+                    w.stopped = repeats.seen("the stream", exc, f"world {len(worlds) + 1}")
                 w.wall_s = clock() - start
                 worlds.append(w)
+                if w.stopped:
+                    if progress:
+                        progress(f"stopping the stream at world {len(worlds)}: a failure repeats")
+                    return worlds
                 if not w.valid:
                     if progress:
                         progress(f"world {len(worlds)} returned wrong results: stopping the stream")
@@ -255,6 +265,10 @@ class DetectionReport:
     def failures(self) -> list[str]:
         return [f"world {w.index + 1} ({w.kind} {w.role}): {w.failure}" for w in self.worlds if w.failure]
 
+    @property
+    def stopped(self) -> str | None:
+        return next((w.stopped for w in self.worlds if w.stopped), None)
+
     def invalid_lines(self) -> list[str]:
         """One line per case of a world whose results were wrong: its arm (the pair's role),
         case, ranks and world."""
@@ -298,7 +312,8 @@ def from_dict(d: dict, **overrides) -> tuple[DetectionConfig, list[World]]:
             samples.append(Sample(cases[name], metrics, bool(e.get("valid", True)),
                                   info={k: e.get(k) for k in WORLD_INFO if e.get(k) is not None}))
         worlds.append(World(int(w["index"]), float(w["t"]), float(w["wall_s"]), float(w["slowdown"]),
-                            str(w["kind"]), int(w["pair"]), str(w["role"]), samples, w.get("failure")))
+                            str(w["kind"]), int(w["pair"]), str(w["role"]), samples, w.get("failure"),
+                            w.get("stopped")))
     return cfg, worlds
 
 
@@ -374,7 +389,9 @@ def format_report(rep: DetectionReport) -> str:
     if not any(r.n for r in rep.stored_rows):
         lines.append(f"# stored mode judged nothing: no calm clean world ran {cfg.gap_s:.0f} s after "
                      "a baseline; run more --blocks or give a shorter --gap")
-    lines += [f"# FAILED {f}" for f in rep.failures]
+    from .ab import failure_lines
+
+    lines += failure_lines(rep.failures, rep.stopped, f"after {len(rep.worlds)} world(s)")
     lines += rep.invalid_lines()
     return "\n".join(lines)
 

@@ -137,6 +137,8 @@ def run_point(plan: Plan, point: Point, rnd: int, base: suite.SuiteConfig) -> di
         rec["skipped"] = out.skipped
     elif out.failure is not None:
         rec["failure"] = str(out.failure)
+        if suite.launcher_broken(out.failure):
+            rec["start_failed"] = True
     else:
         rec["result"] = formats.dump_result(out.result)
         wrong = [{"case": s.case.name, "ranks": s.info.get("invalid_ranks"), "reason": s.info.get("invalid_reason")}
@@ -181,10 +183,16 @@ def run(plan: Plan, base: suite.SuiteConfig, records: list[dict], keep: Callable
     if new:
         records.extend(new)
         keep(records)
+    from .repeats import Repeats
+
+    repeats, stopped, broken = Repeats(), set(), {}  # points that failed the same way twice; arms whose launch cannot start
     for rnd, key in worlds(plan, records, cannot):
         if any(r["point"] == key and r.get("skipped") for r in records):
             continue  # found unable to run in an earlier round of this run
         point = plan.points[key]
+        arm = plan.arm_of(point).name
+        if key in stopped or arm in broken:
+            continue
         if progress:
             progress("start", point, rnd, None)
         rec = run_point(plan, point, rnd, base)
@@ -192,4 +200,11 @@ def run(plan: Plan, base: suite.SuiteConfig, records: list[dict], keep: Callable
         keep(records)
         if progress:
             progress("done", point, rnd, rec)
+        why = repeats.seen(key, rec.get("failure"), f"round {rnd + 1}")
+        if why is None and rec.get("start_failed"):  # its ranks never started: nor would any of this arm's
+            broken[arm] = why = f"{key}'s ranks never started (round {rnd + 1}): no more worlds of MPI environment {arm}"
+        if why:
+            stopped.add(key)
+            if progress:
+                progress("stopped", point, rnd, {"why": why})
     return records

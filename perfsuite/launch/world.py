@@ -31,6 +31,22 @@ from .launchers import LaunchConfig
 
 STACK_DUMP_WAIT_S = 0.5
 TAIL_LINES = 12
+#: How long a world's ranks have to check in (each writes ``rank-<r>.pid`` right after MPI_Init)
+#: unless told: a launcher that cannot start them (a missing proxy, a Python that cannot load
+#: MPI) must not cost the whole world timeout. Containers and Slurm steps start slower (an
+#: image to mount, an allocation to wait for).
+START_TIMEOUT_S = 30.0
+START_TIMEOUT_SLOW_S = 180.0
+START_POLL_S = 0.2  # how often the check-ins are counted until every rank is in
+#: A launcher line that means its ranks will never start (Hydra, Open MPI/PRRTE, srun); once one
+#: is written and no rank has checked in within FATAL_GRACE_S, the world fails at once.
+_LAUNCHER_FATAL = re.compile(r"execvp error|HYDU_create_process|HYD_spawn|unable to (?:launch|start|run)"
+                             r"|was unable to|could not execute|srun: error: Unable"
+                             r"|ORTE_ERROR_LOG|PRTE_ERROR_LOG", re.IGNORECASE)
+#: A Python exception line on the launcher's stderr: a rank that died before MPI_Init said why there.
+_PY_ERROR = re.compile(r"^\s*(?:\w+\.)*\w*(?:Error|Exception)\b:?")
+FATAL_GRACE_S = 2.0
+_ERRORISH = re.compile(r"error|unrecognized|unable|cannot|invalid|not found|denied", re.IGNORECASE)
 TERM_GRACE_S = 5.0  # a launcher's time to take its world down after SIGTERM
 LOG_LINES = 200  # per rank, kept with a failure for the report and pytest's failure section
 # How launchers report a rank that died (MPICH Hydra; Open MPI / PRRTE).
@@ -366,6 +382,9 @@ def _diagnose(spec: WorldSpec, folder: Path, rc: int | None, timed_out: bool, ti
                            + ("; ".join(where) or "no rank started"), case=label,
                            stderr_tail=launcher_err.strip(), partial=partial, kind="timeout")
     tail = launcher_err.strip()
+    if not _rank_pids(folder):  # nobody reached MPI_Init's end: the launch itself failed
+        return RankFailure(f"{label}: no rank started: the launcher exited with status {rc}: "
+                           f"{telling_line(tail)}", case=label, partial=partial, kind="start")
     # The last line that says something: Open MPI frames its messages in rows of dashes.
     said = [line.strip() for line in tail.splitlines() if line.strip(" -=\t")]
     return RankFailure(f"{label}: world exited with status {rc} and wrote no result{done}: "
@@ -373,23 +392,74 @@ def _diagnose(spec: WorldSpec, folder: Path, rc: int | None, timed_out: bool, ti
                        stderr_tail=tail, partial=partial, kind="crash")
 
 
+def telling_line(text: str) -> str:
+    """The launcher's own line that says why no rank started: a Python exception a rank printed
+    before MPI_Init, else the launcher's fatal line, else its last line that says something."""
+    said = [line.strip() for line in text.splitlines() if line.strip(" -=\t")]
+    # Hydra writes a chain of "[mpiexec@host] func (file:line): ..." lines, cause first.
+    for pattern in (_PY_ERROR, _LAUNCHER_FATAL, _ERRORISH):
+        hits = [line for line in said if pattern.search(line)]
+        if hits:
+            return hits[-1] if pattern is _PY_ERROR else hits[0]
+    return said[-1] if said else "it wrote nothing"
+
+
+def start_timeout(cfg: LaunchConfig, given: float | None = None) -> float:
+    """The start deadline of a world launched by ``cfg``: ``given``, else START_TIMEOUT_S, or
+    START_TIMEOUT_SLOW_S for a world in a container or under srun."""
+    if given is not None:
+        return given
+    return START_TIMEOUT_SLOW_S if cfg.container is not None or cfg.launcher == "srun" else START_TIMEOUT_S
+
+
+def _start_failure(spec: WorldSpec, folder: Path, deadline: float, fatal: bool) -> RankFailure:
+    started, text = len(_rank_pids(folder)), _tail(folder / "launcher.err", 40) + "\n" + _tail(folder / "launcher.out", 40)
+    when = ("and the launcher wrote a fatal error" if fatal
+            else f"within the {deadline:g} s start deadline (--start-timeout); the launcher said")
+    return RankFailure(f"{spec.label}: {started} of {spec.world_size} ranks started {when}: {telling_line(text)}",
+                       case=spec.label, kind="start")  # the whole logs stay in .logs
+
+
 def run_world(spec: WorldSpec, cfg: LaunchConfig, timeout: float, workdir: str | None = None,
-              keep: bool = False) -> Result:
+              keep: bool = False, start: float | None = None) -> Result:
     """Start the world for ``spec``, wait at most ``timeout`` seconds, return its Result.
 
-    Raises RankFailure (with the partial samples) when a rank fails, LaunchError when the world
-    cannot be started at all.
+    Raises RankFailure (with the partial samples) when a rank fails, of kind "start" when its
+    ranks did not all check in within the start deadline (``start``, else ``start_timeout``),
+    LaunchError when the world cannot be started at all.
     """
     cfg = resolve(cfg)
     folder = Path(tempfile.mkdtemp(prefix="perfsuite-world-", dir=workdir))
     try:
-        return _run(spec, cfg, timeout, folder)
+        return _run(spec, cfg, timeout, folder, min(timeout, start_timeout(cfg, start)))
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Result:
+def _wait_for_start(proc: subprocess.Popen, spec: WorldSpec, folder: Path, deadline_s: float) -> tuple[int | None, str]:
+    """Wait until every rank has checked in, the launcher exits, or the start deadline passes:
+    (the launcher's exit status or None, "" or why the start failed: "deadline", "fatal"). Polled, as the check-ins are
+    files: a world that starts costs a few glob calls."""
+    t0 = time.monotonic()
+    fatal_at = None
+    while True:
+        try:
+            return proc.wait(timeout=START_POLL_S), ""
+        except subprocess.TimeoutExpired:
+            pass
+        if len(_rank_pids(folder)) >= spec.world_size:
+            return None, ""
+        now = time.monotonic()
+        if fatal_at is None and _LAUNCHER_FATAL.search(_tail(folder / "launcher.err", 40)):
+            fatal_at = now
+        if now - t0 >= deadline_s:
+            return None, "deadline"
+        if fatal_at is not None and now - fatal_at >= FATAL_GRACE_S:
+            return None, "fatal"
+
+
+def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path, start_s: float) -> Result:
     job_path, out_path = folder / "job.json", folder / "result.json"
     launch = launchers.build(cfg, spec.world_size, str(job_path), cpu_count=os.cpu_count() or 1,
                              is_root=is_root())
@@ -413,8 +483,13 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
             raise LaunchError(f"MPI launcher {launch.argv[0]!r} not found; install an MPI "
                               "(pip install mpich) or name one with --perf-launcher") from None
         killing_at = None  # deaths from here on are ours, not the failure's
+        t0, start_failed = time.monotonic(), ""
         try:
-            rc = proc.wait(timeout=timeout)
+            rc, start_failed = _wait_for_start(proc, spec, folder, start_s)
+            if start_failed:
+                killing_at = time.monotonic()
+            elif rc is None:
+                rc = proc.wait(timeout=max(0.0, timeout - (time.monotonic() - t0)))
         except subprocess.TimeoutExpired:
             timed_out, rc, killing_at = True, None, time.monotonic()
             before_kill = _sizes(folder, ("launcher.err", "launcher.out"))
@@ -433,6 +508,11 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path) -> Re
             _kill_group(proc, folder, token)
             containers.remove(cfg.container, box)
             containers.reap(str(folder))
+    if start_failed:
+        _remove_orphan_shm(shm_before, _local_pids(folder).values())
+        failure = _start_failure(spec, folder, start_s, fatal=start_failed == "fatal")
+        failure.logs = _world_logs(folder)
+        raise failure
     partial = _partial(folder)
     if not timed_out and rc == 0 and out_path.exists():
         # Invalid samples come back as such: the suite fails those cases, not the world.

@@ -34,7 +34,7 @@ class RankFailure(PerfsuiteError):
         self.case = case
         self.stderr_tail = stderr_tail
         self.partial = partial
-        self.kind = kind  # crash | signal | timeout | invalid
+        self.kind = kind  # crash | signal | timeout | invalid | start (the ranks never all checked in)
         self.logs = dict(logs or {})
 
 
