@@ -66,6 +66,37 @@ def slow_down(repo: Path) -> str:
     return sha
 
 
+#: A benchmark a user adds in a pull request: a file of their repository's benchmarks/ folder,
+#: declared as docs/your-code.md shows, timing tinyproj's code for each number of rows.
+MINE = "benchmarks/test_mine.py"
+MINE_TEXT = '''import numpy as np
+
+import perfsuite
+from tinyproj.work import normalise
+
+
+@perfsuite.benchmark(world_sizes=[2], params={{"rows": {rows}}}, max_time=0.1)
+def mine(world, rows):
+    x = np.random.default_rng(world.rank).random((rows, 64))
+    return lambda: normalise(x)
+'''
+
+
+def mine_case(rows: int) -> str:
+    return f"mine[mpi-n2-rows={rows}]"
+
+
+def write_mine(repo: Path, rows: list[int], message: str | None = None) -> str | None:
+    """benchmarks/test_mine.py declaring ``rows``; committed (its sha) where ``message`` is given."""
+    (repo / "benchmarks").mkdir(exist_ok=True)
+    (repo / MINE).write_text(MINE_TEXT.format(rows=rows))
+    if message is None:
+        return None
+    git(repo, "add", MINE)
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
 def user_env(venv: Path, repo: Path) -> str:
     """The user's environment: a venv over this one (``perfsuite.launch.envs overlay``, as the
     bring-up script makes one) with tinyproj installed editable from ``repo`` (offline: no

@@ -18,7 +18,7 @@ from .common import (ALPHA_HELP, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WO
 
 COMMANDS = {}
 LAUNCH = ("transports", "world-sizes", "launcher", "launcher-program", "mpi-flavor", "hostfile", "hosts", "ppn",
-          "oversubscribe", "env", "emulated-network", "timeout", "iters", "warmup", "max-time", "workdir",
+          "oversubscribe", "env", "emulated-network", "timeout", "start-timeout", "iters", "warmup", "max-time", "workdir",
           "max-contention", "max-canary-shift")
 
 
@@ -36,7 +36,8 @@ def add_ab(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default="allreduce", metavar="NAME",
                    help=f"the benchmark both arms run: {', '.join(bench.names())}, or the module or .py file "
                    "that declares yours (@perfsuite.benchmark) [default: allreduce]")
-    options.add_options(p.add_argument, names=shared())
+    add_transport(p, "both arms run")
+    options.add_options(p.add_argument, names=[n for n in shared() if n != "transports"])
     for arm in ("a", "b"):
         up = arm.upper()
         p.add_argument(f"--{arm}-transport", metavar="NAME", help=f"arm {up}'s transport [default: --transports]")
@@ -65,26 +66,84 @@ def add_ab(p: argparse.ArgumentParser) -> None:
     add_env_options(p)
 
 
+def add_transport(p: argparse.ArgumentParser, who: str) -> None:
+    """One transport, not run's list: a comparison is of one transport (an arm names another)."""
+    p.add_argument("--transports", metavar="NAME", help=f"the one transport {who} [default: the first a "
+                   "user benchmark declares (@perfsuite.benchmark(transports=...)), else mpi]")
+
+
 def add_env_options(p: argparse.ArgumentParser) -> None:
     """Where commits' environments are built, and with what: ab's refs and bisect's steps."""
     p.add_argument("--env-dir", metavar="DIR", help=f"where commits' environments are built and kept "
-                   f"[default: ${envs.ENV_DIR_ENV}, else .perfsuite/envs in the repository]")
+                   f"[default: ${envs.ENV_DIR_ENV}, else $XDG_CACHE_HOME/perfsuite/envs (~/.cache/perfsuite/envs), "
+                   "a folder per repository]")
     p.add_argument("--extras", metavar="LIST", help="extras of the repository's project (its pyproject.toml's "
                    "[project] name; test,tf for perfsuite) installed from each commit [default: those of it "
                    "installed here]")
+    p.add_argument("--project-dir", metavar="DIR", help="the folder of the repository that holds the project "
+                   "each commit installs (a monorepo's train/) [default: the nearest folder from here up to the "
+                   "repository's top with a pyproject.toml, setup.cfg or setup.py]")
 
 
-def commit_envs(args: argparse.Namespace, refs: dict[str, str]) -> dict[str, envs.CommitEnv]:
-    """Each ref's environment, built (or found built) before anything is measured."""
+def note(message: str) -> None:
+    print(f"# {message}", file=sys.stderr, flush=True)
+
+
+def user_source(name: str) -> dict | None:
+    """Where a user benchmark's ranks find it (its worlds' ``user_benchmark`` option: module,
+    function, file and that file's path in the repository), or None for a built-in one."""
+    return (bench.get(name).world_options or {}).get("user_benchmark")
+
+
+def declares(env: envs.CommitEnv, source: dict | None):
+    """Whether ``env``'s commit declares a case of the user benchmark ``source``: read in that
+    environment, as its ranks read it (every case where it cannot tell, or for a built-in)."""
+    found = envs.declared_at(env, source) if source is not None else {}
+    if "missing" in found:
+        note(f"{env.describe()}: declares no benchmark {source.get('name')!r} ({found['missing']})")
+        return lambda case: False
+    if not found:
+        return lambda case: True
+    transports, variants = set(found["transports"]), set(found["variants"])
+    return lambda case: case.transport in transports and case.variant in variants
+
+
+def commit_arms(args: argparse.Namespace, cfg, name: str, refs: dict[str, str]):
+    """``cfg`` with the arms that run commits (``refs``: "A"/"B" -> ref) ready before the first
+    pair: every ref resolved first (a bad one is exit 2 before anything is built), the
+    benchmark's file looked up in each ref's tree (git, no build: a tree without it builds
+    nothing), each commit built once, and what each built tree declares of the benchmark read
+    there; a case only B's tree declares is new, one only A's is missing (``ab.split_declared``).
+    One line (exit 2) where neither ref's tree holds the benchmark's file."""
+    from ..experiments import ab
+
     if not refs:
-        return {}
+        return cfg
     extras = envs.check_extras(args.extras)
     repo = envs.repo_root()
-    built = {}
-    for name, ref in refs.items():
-        built[name] = envs.build(repo, ref, extras=extras, env_dir=args.env_dir,
-                                 progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
-    return built
+    project = envs.project_dir(repo, args.project_dir)
+    commits = {arm: envs.resolve(repo, ref) for arm, ref in refs.items()}
+    source = user_source(name)
+    relfile = (source or {}).get("relfile")
+    lacking = [arm for arm, commit in commits.items() if relfile and not envs.tree_has(repo, commit, relfile)]
+    if len(lacking) == 2:
+        raise ConfigError(f"benchmark {name!r}: neither --a-ref {refs['A']} ({commits['A'][:10]}) nor --b-ref "
+                          f"{refs['B']} ({commits['B'][:10]}) has {relfile} in its tree; commit the file, or name "
+                          "a ref whose tree has it")
+    arms, at = {"A": cfg.a, "B": cfg.b}, {}
+    for arm, ref in refs.items():
+        if arm in lacking:
+            note(f"{ref} ({commits[arm][:10]}): its tree has no {relfile}: benchmark {name!r} is "
+                 + ("new in B (measured, not compared)" if arm == "A" else "missing in B (not measured)"))
+            arms[arm], at[arm] = replace(arms[arm], ref=f"{ref} ({commits[arm][:10]})"), (lambda case: False)
+            continue
+        env = envs.build(repo, ref, extras=extras, env_dir=args.env_dir, progress=note, project=project)
+        arms[arm], at[arm] = arms[arm].from_commit(env), declares(env, source)
+    cfg = replace(cfg, a=arms["A"], b=arms["B"])
+    if source is None:
+        return cfg
+    return ab.split_declared(cfg, at.get("A", lambda case: True), at.get("B", lambda case: True),
+                             f" (benchmark {name!r} at {', '.join(f'{r} ({commits[a][:10]})' for a, r in refs.items())})")
 
 
 def one_benchmark(text: str, command: str) -> str:
@@ -108,10 +167,11 @@ def do_ab(args: argparse.Namespace) -> int:
     values = vars(args)
     name = one_benchmark(args.benchmarks, "ab")
     arms = []
+    default = bench.default_transport(name)  # a user benchmark's own, as run's default is
     for arm in ("a", "b"):
         given = values[f"{arm}_transport"]
-        transport = (one_value(given, f"--{arm}-transport", "ab", "mpi") if given
-                     else one_value(args.transports or "mpi", "--transports", "ab", "mpi"))
+        transport = (one_value(given, f"--{arm}-transport", "ab", default) if given
+                     else one_value(args.transports or default, "--transports", "ab", default))
         python = values[f"{arm}_python"]
         if python and values[f"{arm}_ref"]:
             raise ConfigError(f"--{arm}-python {python} and --{arm}-ref {values[f'{arm}_ref']} both name "
@@ -127,13 +187,14 @@ def do_ab(args: argparse.Namespace) -> int:
         values = {**values, "host_timing": "python"}
         say("# host timing: python for both arms (an arm runs in a container, where the native loop built here is not)")
     cfg, suite_cfg = ab_config(values, name, arms[0], arms[1])
-    built = commit_envs(args, {a.name: values[f"{a.name.lower()}_ref"] for a in arms if values[f"{a.name.lower()}_ref"]})
-    if built:
-        cfg = replace(cfg, **{a.name.lower(): a.from_commit(built[a.name]) for a in arms if a.name in built})
+    cfg = commit_arms(args, cfg, name, {a.name: values[f"{a.name.lower()}_ref"] for a in arms
+                                        if values[f"{a.name.lower()}_ref"]})
     cfg = replace(cfg, **{a.name.lower(): replace(a, stack=containers.probe(
         a.container, a.python or (containers.PYTHON if a.container.image else sys.executable)))
         for a in (cfg.a, cfg.b) if a.container is not None})
-    say(f"# A/B: {len(cfg.cases_a)} case(s), up to {cfg.max_pairs} pairs ...")
+    one_armed = "".join(f", {len(x)} {word} (only {arm}'s tree declares them)"
+                        for x, word, arm in ((cfg.new, "new", "B"), (cfg.missing, "missing", "A")) if x)
+    say(f"# A/B: {len(cfg.cases_a)} case(s){one_armed}, up to {cfg.max_pairs} pairs ...")
     rep = ab.run(cfg, ab.world_runner(replace(suite_cfg, rounds=None)),
                  progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
     say(ab.format_report(rep))
@@ -207,12 +268,14 @@ def add_judging(p: argparse.ArgumentParser) -> None:
 def ab_status(rep, strict: bool) -> int:
     """A failed world or a wrong result first (its pairs are missing or no evidence: the
     comparison is not to be trusted), then a regression, then, under --strict, a case left
-    UNKNOWN, or nothing judged (stopped before the first look). An improvement is no failure."""
+    UNKNOWN, nothing judged (stopped before the first look), or a case only one arm's tree
+    declares (new or missing: not compared). An improvement is no failure."""
     if rep.failures or rep.invalid:
         return EXIT_WORLD
     if any(v.is_failure for v in rep.verdicts):
         return EXIT_REGRESSION
-    if strict and (not rep.verdicts or any(v.kind == "UNKNOWN" for v in rep.verdicts)):
+    if strict and (not rep.verdicts or any(v.kind == "UNKNOWN" for v in rep.verdicts)
+                   or rep.config.new or rep.config.missing):
         return EXIT_UNKNOWN
     return EXIT_OK
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import replace
 
@@ -11,7 +10,7 @@ from ..reading import verdict_text as vt
 from ..records.errors import ConfigError
 from ..launch import envs
 from ..launch.launchers import parse_env
-from .ab import ab_config, shared, add_env_options, add_judging, one_benchmark
+from .ab import ab_config, shared, add_env_options, add_transport, add_judging, declares, note, one_benchmark, user_source
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, one_value, say
 
 COMMANDS = {}
@@ -23,7 +22,8 @@ def add_bisect(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default="allreduce", metavar="NAME",
                    help=f"the benchmark each step runs: {', '.join(bench.names())}, or the module or .py file "
                    "that declares yours (@perfsuite.benchmark) [default: allreduce]")
-    options.add_options(p.add_argument, names=shared())
+    add_transport(p, "each step runs")
+    options.add_options(p.add_argument, names=[n for n in shared() if n != "transports"])
     add_judging(p)
     add_env_options(p)
 
@@ -34,7 +34,8 @@ def do_bisect(args: argparse.Namespace) -> int:
 
     values = vars(args)
     name = one_benchmark(args.benchmarks, "bisect")
-    transport = one_value(args.transports or "mpi", "--transports", "bisect", "mpi")
+    default = bench.default_transport(name)  # a user benchmark's own, as ab's and run's default is
+    transport = one_value(args.transports or default, "--transports", "bisect", default)
     arm = ab.Arm("A", transport, tuple(parse_env(values["env"] or []).items()))
     cfg, suite_cfg = ab_config(values, name, arm, replace(arm, name="B"))
     # A step is bad once one case is a DIFFERENT regression: its other cases cannot change that.
@@ -45,9 +46,24 @@ def do_bisect(args: argparse.Namespace) -> int:
     commits = envs.commits_between(repo, good, bad)
     if not commits:
         raise ConfigError(f"--good {args.good} and --bad {args.bad} are the same commit; give an older --good")
-    note = lambda m: print(f"# {m}", file=sys.stderr, flush=True)  # noqa: E731
-    build = lambda ref: envs.build(repo, ref, extras=extras, env_dir=args.env_dir, progress=note)  # noqa: E731
-    a = cfg.a.from_commit(build(good))
+    source = user_source(name)
+    if relfile := (source or {}).get("relfile"):
+        held(repo, relfile, name, [(f"--good {args.good}", good), *(("commit", c) for c in commits[:-1]),
+                                   (f"--bad {args.bad}", bad)])
+    project = envs.project_dir(repo, args.project_dir)
+    build = lambda ref: envs.build(repo, ref, extras=extras, env_dir=args.env_dir, progress=note,  # noqa: E731
+                                   project=project)
+    good_env = build(good)
+    a = cfg.a.from_commit(good_env)
+    if source is not None:
+        # Only the cases both ends declare are searched (the bad end is built here, once, for
+        # its first step): a case one end lacks fails every world of that end.
+        at_good, at_bad = declares(good_env, source), declares(build(bad), source)
+        keep = [i for i, c in enumerate(cfg.cases_a) if at_good(c) and at_bad(c)]
+        if not keep:
+            raise ConfigError(f"benchmark {name!r}: none of its {len(cfg.cases_a)} selected case(s) is declared "
+                              f"both at --good {args.good} ({good[:10]}) and at --bad {args.bad} ({bad[:10]})")
+        cfg = replace(cfg, cases_a=tuple(cfg.cases_a[i] for i in keep), cases_b=tuple(cfg.cases_b[i] for i in keep))
     runner = ab.world_runner(replace(suite_cfg, rounds=None))
     started = time.monotonic()
     say(f"# bisect: {len(commits)} commits after {good[:10]} up to {bad[:10]}, {len(cfg.cases_a)} case(s), "
@@ -67,6 +83,20 @@ def do_bisect(args: argparse.Namespace) -> int:
     found = b.search(commits, probe, progress=note, least=None if args.tolerance else cfg.tolerance)
     say(format_bisection(found, repo, cfg.alpha, time.monotonic() - started))
     return bisect_status(found)
+
+
+def held(repo, relfile: str, name: str, points) -> None:
+    """One line (exit 2) where a commit bisect would measure (``points``: (what, commit), in
+    history's order, the bad end last) has no ``relfile``: the first such, and where it came in."""
+    for what, commit in points:
+        if envs.tree_has(repo, commit, relfile):
+            continue
+        bad_end = commit == points[-1][1]
+        added = None if bad_end else envs.added_by(repo, points[-1][1], relfile)
+        since = (": name a --bad whose tree has it" if bad_end else
+                 f": give a --good at or after {added[:10]}, the commit that added it" if added else "")
+        raise ConfigError(f"{what} ({commit[:10]}) has no {relfile} in its tree (benchmark {name!r}); "
+                          f"bisect measures it at every step{since}")
 
 
 def _subject(repo, commit: str) -> str:
@@ -92,7 +122,9 @@ def format_bisection(found, repo, alpha: float, seconds: float) -> str:
                      "(every case SAME or better)")
     else:
         # A wrong result is named once, by the INVALID line in the step's report above.
-        failed = stop.failures + (["wrong results: the INVALID line above"] if stop.invalid else [])
+        from ..experiments.repeats import collapse
+
+        failed = collapse(stop.failures) + (["wrong results: the INVALID line above"] if stop.invalid else [])
         why = "; ".join(failed) or ", ".join(
             f"{v.case} {v.kind}" for v in stop.verdicts if v.kind != "SAME") or "no case was judged"
         lines.append(f"could not decide at {stop.commit[:10]} ({why}); the first bad commit is one of: "

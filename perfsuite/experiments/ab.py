@@ -44,6 +44,7 @@ from ..launch.containers import Container
 from ..launch.launchers import LaunchConfig
 from ..records.model import MIRRORS, Case, Sample, Tolerance, Verdict, timing_of
 from . import provenance
+from .repeats import Repeats, collapse, signature
 
 #: The change an A/B run is asked to resolve: with both arms measured side by side there is no
 #: drift to allow for, so the tolerance is what matters, not what the machine wanders by.
@@ -125,14 +126,24 @@ class ABConfig:
     # Stop at the first look where a case is a DIFFERENT regression: the outcome (exit 1, a bad
     # bisect step) is settled, and the cases still UNKNOWN there stay so.
     stop_on_regression: bool = False
+    # The cases only A's tree declares (B's commit removed them): shown, never measured, since
+    # B, the code under test, has nothing to set beside them. (Those only B's declares are
+    # ``new``: cases_b's tail.)
+    missing: tuple[Case, ...] = ()
 
     def __post_init__(self):
         if self.max_pairs < 2:
             raise ConfigError(f"max pairs {self.max_pairs} must be >= 2")
         if self.budget_s is not None and not self.budget_s > 0:
             raise ConfigError(f"budget {self.budget_s!r} must be a number of seconds > 0")
-        if len(self.cases_a) != len(self.cases_b):
+        if len(self.cases_a) > len(self.cases_b):
             raise ConfigError("the two arms select different numbers of cases")
+
+    @property
+    def new(self) -> tuple[Case, ...]:
+        """The cases only B's tree declares (the first pull request that adds a benchmark): they
+        ride in B's worlds after the compared ones, measured and shown, never compared."""
+        return self.cases_b[len(self.cases_a):]
 
     @property
     def identical(self) -> bool:
@@ -154,6 +165,34 @@ def key(a: Case, b: Case) -> str:
     return a.name if a.transport == b.transport else f"{a.name} vs {b.transport}"
 
 
+#: Worlds of B that measure new cases when no case is compared: B's value is their median, and
+#: no look can stop the pairs earlier (nothing is judged), so they are few.
+NEW_ONLY_PAIRS = 3
+
+
+def split_declared(cfg: ABConfig, at_a: Callable[[Case], bool], at_b: Callable[[Case], bool],
+                   what: str = "") -> ABConfig:
+    """``cfg`` with each case compared where both arms' trees declare it (``at_a``, ``at_b``);
+    one only B's declares is new (measured in B's worlds, shown, never compared), one only A's
+    declares is missing (shown, not measured). With nothing to compare, B's worlds run
+    NEW_ONLY_PAIRS times at most. One line (ConfigError) where neither declares any case;
+    ``what`` says where both arms looked."""
+    both_a, both_b, new, missing = [], [], [], []
+    for ca, cb in zip(cfg.cases_a, cfg.cases_b):
+        in_a, in_b = at_a(ca), at_b(cb)
+        if in_a and in_b:
+            both_a.append(ca)
+            both_b.append(cb)
+        elif in_b:
+            new.append(cb)
+        elif in_a:
+            missing.append(ca)
+    if not (both_a or new or missing) and cfg.cases_a:
+        raise ConfigError(f"neither arm declares any of the {len(cfg.cases_a)} case(s) selected{what}")
+    out = replace(cfg, cases_a=tuple(both_a), cases_b=tuple(both_b + new), missing=tuple(missing))
+    return out if both_a else replace(out, max_pairs=min(out.max_pairs, NEW_ONLY_PAIRS))
+
+
 @dataclass
 class ABReport:
     config: ABConfig
@@ -167,6 +206,7 @@ class ABReport:
     imports: dict = field(default_factory=dict)  # "a"/"b" -> what its ranks imported (provenance)
     # each sample that did not validate: {"pair", "arm", "case", "ranks", "reason"}
     invalid: list[dict] = field(default_factory=list)
+    stopped: str | None = None  # why the pairs stopped early: a failure that repeats (experiments.repeats)
 
     def to_dict(self) -> dict:
         c = self.config
@@ -177,8 +217,9 @@ class ABReport:
                 "tolerance": c.tolerance.to_dict(), "alpha": c.alpha, "looks": list(c.looks),
                 "max_pairs": c.max_pairs, "stop_on_regression": c.stop_on_regression,
                 "canary_shift": c.canary_shift, "pairs": self.pairs, "wall_s": self.wall_s,
-                "failures": self.failures, "invalid": self.invalid,
+                "failures": self.failures, "invalid": self.invalid, "stopped": self.stopped,
                 "verdicts": [v.to_dict() for v in self.verdicts],
+                "new": [x.name for x in c.new], "missing": [x.name for x in c.missing],
                 "values": self.values, **provenance.section(self.imports)}
 
 
@@ -222,6 +263,19 @@ class PairLog:
     judged: list[int] = field(default_factory=list)  # indices in a, b of the pairs in ratios
     contended: list[int] = field(default_factory=list)
     invalid: list[int] = field(default_factory=list)
+    new: bool = False  # a case only B's tree declares: B's values alone, never judged
+
+    def add_b(self, b: float, *, contended: bool = False, invalid: bool = False) -> None:
+        """One B world's value of a new case: no A beside it, so no ratio."""
+        i = len(self.b)
+        self.b.append(b)
+        if invalid:
+            self.invalid.append(i)
+        elif contended:
+            self.dropped += 1
+            self.contended.append(i)
+        else:
+            self.judged.append(i)
 
     def add(self, a: float, b: float, canaries: tuple[float | None, float | None] = (None, None), *,
             contended: bool = False, invalid: bool = False) -> None:
@@ -258,17 +312,26 @@ def run(cfg: ABConfig, runner: Runner, progress: Callable[[str], None] | None = 
     imports: dict = {}
     invalid: list[dict] = []
     looks = cfg.looks
-    while pairs < cfg.max_pairs:
+    repeats, stopped = Repeats(), None
+    while pairs < cfg.max_pairs and stopped is None:
         got = {}
         for side in ("ab" if rng.random() < 0.5 else "ba"):  # each pair's own coin
             arm, cases = (cfg.a, cfg.cases_a) if side == "a" else (cfg.b, cfg.cases_b)
             try:
                 got[side] = {s.case: s for s in runner(arm, cases)}
+                repeats.seen(f"arm {arm.name}", None)
             except ConfigError:
                 raise
-            except PerfsuiteError as exc:  # a failed world fails its pair only
+            except PerfsuiteError as exc:  # a failed world fails its pair only, unless it repeats
                 failures.append(f"pair {pairs + 1}, arm {arm.name}: {exc}")
+                stopped = repeats.seen(f"arm {arm.name}", exc, f"pair {pairs + 1}")
+                if stopped:
+                    break
         pairs += 1
+        if stopped:
+            if progress:
+                progress(f"stopping after pair {pairs}: a failure repeats (below)")
+            break
         wrong = _invalid(cfg, got, pairs)
         if len(got) == 2:
             # Wrong sums are said as such, not refused for what code the arms ran (still recorded).
@@ -292,7 +355,18 @@ def run(cfg: ABConfig, runner: Runner, progress: Callable[[str], None] | None = 
             if progress:
                 progress("a regression is decided: stopping (--stop-on-regression)")
             break
-    return ABReport(cfg, verdicts, pairs, failures, time.monotonic() - t0, _values(logs), imports, invalid)
+    return ABReport(cfg, verdicts, pairs, failures, time.monotonic() - t0, _values(logs), imports, invalid,
+                    stopped)
+
+
+def failure_lines(failures: list[str], stopped: str | None, when: str) -> list[str]:
+    """One line per distinct failure; the one that stopped the run (the last) says so instead."""
+    def what(line: str) -> str:  # the failure, without where it happened ("pair 3, arm A: ")
+        return signature(line.split(": ", 1)[-1])
+
+    last = what(failures[-1]) if stopped and failures else None
+    lines = [f"# FAILED {f}" for f in collapse([f for f in failures if what(f) != last])]
+    return lines + ([f"# FAILED, stopped {when}: {stopped}"] if stopped else [])
 
 
 def _values(logs: dict[str, PairLog]) -> dict:
@@ -339,6 +413,14 @@ def _add_pair(cfg: ABConfig, names, got, logs: dict[str, PairLog]) -> None:
         # A contended world measured the machine, not its arm: the pair is no evidence.
         log.add(ma.value, mb.value, (rounds.canary_of(sa), rounds.canary_of(sb)), invalid=wrong,
                 contended=rounds.is_contended(sa, cfg.max_contention) or rounds.is_contended(sb, cfg.max_contention))
+    for cb in cfg.new:
+        sb = got["b"].get(cb)
+        judged = [m for m in regress.judged_metrics(sb, cfg.judged) if sb.metrics[m].value > 0] if sb else []
+        if not judged:
+            continue
+        mb = sb.metrics[judged[0]]
+        logs.setdefault(cb.name, PairLog(judged[0], mb.unit, mb.higher_is_better, new=True)).add_b(
+            mb.value, invalid=not sb.valid, contended=rounds.is_contended(sb, cfg.max_contention))
 
 
 def _check_comparable(cfg: ABConfig, name: str, ca: Case, cb: Case, sa: Sample, sb: Sample) -> None:
@@ -395,6 +477,8 @@ def judge_logs(logs: dict[str, PairLog], *, tolerance: Tolerance, alpha: float, 
     spending ``share`` of alpha. ``detection-power`` judges its windows through this too."""
     questions = []
     for name, log in logs.items():
+        if log.new:  # nothing at A to compare with
+            continue
         strata, facts = mode_strata(log, canary_shift, alpha)
         if log.mirror:
             facts["mirror"] = log.mirror
@@ -403,6 +487,28 @@ def judge_logs(logs: dict[str, PairLog], *, tolerance: Tolerance, alpha: float, 
             name, log.metric, strata, unit=log.unit, higher_is_better=log.higher_is_better,
             tolerance=tolerance, share=share, dropped=log.dropped, a=a, b=b, facts=facts))
     return decision.judge(questions, alpha)
+
+
+def one_armed_rows(rep: ABReport, wide: int) -> list[str]:
+    """The table's rows of the cases one arm's tree declares: a new one with B's median over its
+    calm, valid worlds (and how many), a missing one with nothing measured."""
+    from ..reading import verdict_text as vt
+
+    rows = []
+    for case in rep.config.new:
+        for metric, entry in (rep.values.get(case.name) or {}).items():
+            left_out = set(entry.get("contended") or ()) | set(entry.get("invalid") or ())
+            kept = [x for i, x in enumerate(entry["b"]) if i not in left_out]
+            b = stats.median(kept) if kept else None
+            rows.append(f"{case.name:<{wide}}{vt.short(metric):<16}{'-':>10}{vt.number(b):>10}{'':>30}"
+                        f"{len(entry['b']):>7}{len(entry['b']) - len(kept):>6}  new (only B's tree declares it: "
+                        "measured, not compared)")
+        if case.name not in rep.values:
+            rows.append(f"{case.name:<{wide}}{'':<16}{'-':>10}{'-':>10}{'':>30}{0:>7}{0:>6}  new (not measured: "
+                        "no B world finished)")
+    rows += [f"{case.name:<{wide}}{'':<16}{'-':>10}{'-':>10}{'':>30}{0:>7}{0:>6}  missing (only A's tree "
+             "declares it: not measured)" for case in rep.config.missing]
+    return rows
 
 
 def format_report(rep: ABReport) -> str:
@@ -422,7 +528,8 @@ def format_report(rep: ABReport) -> str:
         lines.append("# the arms are identical: this is an A/A calibration run (expect SAME or UNKNOWN)")
     lines.append(f"# {rep.pairs} pairs, each in random order, {rep.wall_s:.0f} s; tolerance "
                  f"{vt.tolerance(c.tolerance)}; looks at {', '.join(map(str, c.looks))} pairs")
-    wide = max([36] + [len(v.case) + 2 for v in rep.verdicts])  # a long case name keeps its gap
+    wide = max([36] + [len(v.case) + 2 for v in rep.verdicts]  # a long case name keeps its gap
+               + [len(x.name) + 2 for x in c.new + c.missing])
     head = (f"{'case':<{wide}}{'metric':<16}{'A':>10}{'B':>10}{'B/A':>8}{'interval':>22}{'pairs':>7}"
             f"{'drop':>6}  verdict")
     lines.append(head)
@@ -431,9 +538,10 @@ def format_report(rep: ABReport) -> str:
         lines.append(f"{v.case:<{wide}}{metric:<16}{vt.number(v.baseline):>10}{vt.number(v.value):>10}"
                      f"{vt.ratio(v.change):>8}{vt.interval(v, as_ratio=True):>22}{v.rounds:>7}"
                      f"{v.dropped:>6}  {v.kind}" + (f" ({v.status})" if v.kind == "DIFFERENT" else ""))
+    lines += one_armed_rows(rep, wide)
     lines += [f"# {vt.canary(v)}" for v in sorted(rep.verdicts, key=lambda v: v.case) if vt.canary(v)]
     if fam := vt.family(rep.verdicts):
         lines.append(fam)
-    lines += [f"# FAILED {f}" for f in rep.failures]
+    lines += failure_lines(rep.failures, rep.stopped, f"after {rep.pairs} pair(s)")
     lines += invalid_lines(rep)
     return "\n".join(lines)

@@ -9,19 +9,23 @@ after its own (``overlay``: a .pth of ``site.addsitedir`` lines, so their own .p
 editable installs and path hooks, are read too) and the commit's tree is ``pip install``ed into
 it with the extras named (default: those of that distribution installed here). What the commit
 requires and the running environment already has is satisfied without a download, so a build
-takes seconds and works offline; what the commit changed (its own package, a requirement it
-raised) is installed into the venv and comes first on its ``sys.path``, which the build checks:
-the distribution resolves inside the venv, and perfsuite imports there (the commit's own where
-the repository is perfsuite, else the running one's through the overlay). The venv is keyed by
+takes seconds and works offline (built without isolation where this environment holds the
+build backend the tree asks for; else isolated, pip fetching it, as the user's own pip install
+did: a plain ``python3 -m venv`` has no ``wheel``); what the commit changed (its own package, a
+requirement it raised) is installed into the venv and comes first on its ``sys.path``, which
+the build checks: the distribution resolves inside the venv, and perfsuite imports there (the
+commit's own where the repository is perfsuite, else the running one's through the overlay).
+The venv is keyed by
 the commit, the extras and the environment it stands on (prefix, Python, the distributions it
 holds): a change to any of them builds a new one (the commit fixes the distribution's name). A
 stamp written last says a build is complete; a folder without one (a build interrupted) is
-rebuilt.
+rebuilt. Environments live in the user's cache (``default_env_dir``), never in the working tree.
+Before an environment is used its mpi4py must load an MPI library (the one this Python loaded,
+handed on wherever it lives): else one line names it. The repository itself is read by
+``commits`` (git: refs, the project's folder and name, a file in a commit's tree).
 """
 from __future__ import annotations
 
-import ast
-import configparser
 import contextlib
 import fcntl
 import hashlib
@@ -33,7 +37,6 @@ import re
 import sys
 import tarfile
 import time
-import tomllib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -42,6 +45,9 @@ from pathlib import Path
 from ..store import formats
 from ..records.errors import ConfigError, FormatError, LaunchError
 from .world import run_command
+# Reading the repository lives in commits.py; its names stay reachable here, as callers know them.
+from .commits import (PROJECT_FILES, _git, added_by, commit_subject, commits_between, project_dir,  # noqa: F401
+                      project_name, repo_root, resolve, tree_has)
 
 ENV_DIR_ENV = "PERFSUITE_ENV_DIR"
 STAMP = "perfsuite-env.json"
@@ -68,92 +74,16 @@ class CommitEnv:
         return f"{self.ref} ({self.commit[:10]})"
 
 
-def _git(repo: str | os.PathLike, *args: str, what: str) -> str:
-    try:
-        return run_command(["git", "-C", str(repo), *args], timeout=60).stdout.strip()
-    except LaunchError as exc:
-        raise ConfigError(f"{what}: {exc}") from None
-
-
-def repo_root(where: str | os.PathLike = ".") -> Path:
-    """The git repository ``where`` lies in: refs are commits of it."""
-    return Path(_git(where, "rev-parse", "--show-toplevel",
-                     what=f"{os.path.abspath(where)} is not inside a git repository (a ref names a commit "
-                          "of the repository perfsuite runs in: run it in a clone)"))
-
-
-def resolve(repo: str | os.PathLike, ref: str) -> str:
-    """The full commit ``ref`` names, or one line saying it names none."""
-    if not ref or ref.startswith("-"):
-        raise ConfigError(f"ref {ref!r} is not a git ref; give a commit, branch or tag (HEAD~1, main, v1.2)")
-    found = run_command(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options",
-                         f"{ref}^{{commit}}"], timeout=60, check=False)
-    if found.returncode != 0 or not found.stdout.strip():
-        raise ConfigError(f"ref {ref!r} names no commit of {repo}; give a commit, branch or tag "
-                          "(git log --oneline lists them)")
-    return found.stdout.strip()
-
-
-def commits_between(repo: str | os.PathLike, good: str, bad: str) -> list[str]:
-    """The commits after ``good`` up to and including ``bad``, oldest first, on the path between
-    them (git bisect's candidates for a first-parent-free history)."""
-    if _git(repo, "merge-base", good, bad, what="merge-base") != good:
-        raise ConfigError(f"good commit {good[:10]} is not an ancestor of bad commit {bad[:10]}; "
-                          "give --good an older commit on the bad one's history")
-    out = _git(repo, "rev-list", "--reverse", "--ancestry-path", f"{good}..{bad}", what="rev-list")
-    return out.split()
-
-
-def commit_subject(repo: str | os.PathLike, commit: str) -> str:
-    return _git(repo, "log", "-1", "--format=%s", commit, what="git log")
-
-
 def default_env_dir(repo: str | os.PathLike) -> Path:
-    return Path(os.environ.get(ENV_DIR_ENV) or Path(repo) / ".perfsuite" / "envs")
+    """``$PERFSUITE_ENV_DIR``, else the user's cache (``$XDG_CACHE_HOME/perfsuite/envs``, default
+    ``~/.cache``): never the working tree, where a build would show as untracked files. A folder
+    per repository (its name and a hash of its path), so two repositories never share one."""
+    if os.environ.get(ENV_DIR_ENV):
+        return Path(os.environ[ENV_DIR_ENV])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    top = Path(repo).resolve()
+    return cache / "perfsuite" / "envs" / f"{top.name}-{hashlib.sha256(str(top).encode()).hexdigest()[:8]}"
 
-
-def project_name(repo: str | os.PathLike, commit: str, ref: str | None = None) -> str:
-    """The distribution ``commit``'s tree installs: ``[project] name`` of its pyproject.toml (or
-    ``[tool.poetry] name``), else ``[metadata] name`` of its setup.cfg, else a literal ``name=``
-    in its setup.py's ``setup()`` call. One line (ConfigError) where its tree is no project."""
-    what = f"ref {ref or commit[:10]!r} ({commit[:10]})"
-    top = set(_git(repo, "ls-tree", "--name-only", commit, what=f"{what}: git ls-tree").splitlines())
-    if not top & {"pyproject.toml", "setup.cfg", "setup.py"}:
-        raise ConfigError(f"{what} is not a Python project: its tree has no pyproject.toml, setup.cfg or "
-                          "setup.py at the repository's top (a commit's environment pip-installs it)")
-
-    def show(name: str) -> str:
-        return _git(repo, "show", f"{commit}:{name}", what=f"{what}: git show {name}")
-
-    if "pyproject.toml" in top:
-        try:
-            data = tomllib.loads(show("pyproject.toml"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{what} does not install: its pyproject.toml is not TOML ({exc})") from None
-        for table in (data.get("project"), data.get("tool", {}).get("poetry")):
-            if isinstance(table, dict) and isinstance(table.get("name"), str) and table["name"].strip():
-                return table["name"].strip()
-    if "setup.cfg" in top:
-        cfg = configparser.ConfigParser(interpolation=None)
-        try:
-            cfg.read_string(show("setup.cfg"))
-        except configparser.Error:
-            pass
-        else:
-            if cfg.get("metadata", "name", fallback="").strip():
-                return cfg.get("metadata", "name").strip()
-    if "setup.py" in top:
-        try:
-            tree = ast.parse(show("setup.py"))
-        except SyntaxError:
-            tree = ast.Module(body=[], type_ignores=[])
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "setup":
-                for kw in node.keywords:
-                    if kw.arg == "name" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
-                        return kw.value.value.strip()
-    raise ConfigError(f"{what} names no distribution: give its pyproject.toml a [project] name "
-                      "(or setup.cfg's [metadata] name, or a literal setup(name=...) in setup.py)")
 
 
 def installed_extras(dist: str = "perfsuite") -> tuple[str, ...]:
@@ -204,9 +134,11 @@ def site_dirs() -> list[str]:
     return [d for d in dict.fromkeys(os.path.realpath(d) for d in dirs) if os.path.isdir(d)]
 
 
-def _key(commit: str, extras: Iterable[str]) -> str:
+def _key(commit: str, extras: Iterable[str], project: str = "") -> str:
     dists = sorted(n for d in site_dirs() for n in os.listdir(d) if n.endswith((".dist-info", ".egg-info")))
-    basis = json.dumps([commit, sorted(extras), os.path.realpath(sys.prefix), sys.version, dists])
+    # a project at the top keeps the key it had before --project-dir (environments built stay found)
+    basis = json.dumps([commit, sorted(extras), os.path.realpath(sys.prefix), sys.version, dists]
+                       + ([project] if project else []))
     return f"{commit[:12]}-{hashlib.sha256(basis.encode()).hexdigest()[:8]}"
 
 
@@ -237,7 +169,10 @@ def overlay(venv: str | os.PathLike) -> list[str]:
     lines += [f"import site; site.addsitedir({d!r})" for d in theirs]
     said = [f"sees the packages of {', '.join(theirs)} after its own in {ours}"]
     libmpi = loaded_libmpi()
-    if libmpi and Path(libmpi).resolve().is_relative_to(Path(sys.prefix).resolve()):
+    if libmpi:
+        # Wherever it lives: mpi4py searches the venv's own prefix first, so a library this
+        # environment reached there (an MPI wheel, or a symlink to a system MPI) or anywhere the
+        # venv's search does not look is lost unless named (MPI4PY_LIBMPI: mpi4py's own setting).
         lines.append(f"import os; os.environ.setdefault('MPI4PY_LIBMPI', {libmpi!r})")
         for name in LAUNCHER_PROGRAMS:
             program, wrapper = Path(sys.executable).parent / name, venv / "bin" / name
@@ -269,28 +204,43 @@ def _complete(folder: Path, commit: str) -> bool:
     return stamp.get("commit") == commit and (folder / "bin" / "python").exists()
 
 
-def _pip_error(exc: LaunchError) -> str:
-    """The line of pip's output that says what went wrong."""
-    text = str(exc)
-    errors = [p.strip() for p in text.split(" | ") if p.strip().startswith("ERROR")]
-    return errors[-1] if errors else text.split(" | ")[-1].strip()
+#: pip's own codes ("error: subprocess-exited-with-error", "error: metadata-generation-failed"):
+#: they say that a build failed, not why.
+_PIP_CODE = re.compile(r"error: [a-z]+(?:-[a-z]+)+")
+_RAISED = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception): ")
+
+
+def _pip_error(output: str) -> str:
+    """The line of pip's output that says what went wrong: the build's own ``error: ...`` line
+    (setuptools' ``error: invalid command 'bdist_wheel'``), else the exception a build raised,
+    else pip's last ``ERROR:`` line, never its closing hint ("See above for details")."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    own = [line for line in lines if line.startswith("error: ") and not _PIP_CODE.fullmatch(line)]
+    raised = [line for line in lines if _RAISED.match(line)]
+    pips = [line for line in lines if line.startswith("ERROR:")]
+    said = (own or raised or pips or lines or ["pip failed and said nothing"])[-1]
+    return said if len(said) <= 300 else said[:297] + "..."
 
 
 def build(repo: str | os.PathLike, ref: str, *, extras: Iterable[str] | None = (),
-          env_dir: str | os.PathLike | None = None, progress: Callable[[str], None] | None = None) -> CommitEnv:
+          env_dir: str | os.PathLike | None = None, progress: Callable[[str], None] | None = None,
+          project: str = "") -> CommitEnv:
     """The environment that runs ``ref`` of ``repo``, built now or found built; ``extras``: the
-    extras of the commit's distribution to install (None: those installed here). A ref that
-    names no commit, whose tree is no Python project, or does not install, is one line
-    (ConfigError: bad input)."""
+    extras of the commit's distribution to install (None: those installed here); ``project``:
+    the folder of the tree that holds it (``project_dir``). A ref that names no commit, whose
+    tree is no Python project, does not install, or whose environment cannot load an MPI
+    library, is one line (ConfigError: bad input)."""
     say = progress or (lambda m: None)
     commit = resolve(repo, ref)
-    dist = project_name(repo, commit, ref)
+    dist = project_name(repo, commit, ref, project)
     extras = tuple(sorted(installed_extras(dist) if extras is None else extras))
-    folder = Path(env_dir or default_env_dir(repo)).resolve() / _key(commit, extras)
+    folder = Path(env_dir or default_env_dir(repo)).resolve() / _key(commit, extras, project)
     started = time.monotonic()
     with _locked(folder.parent / f".{folder.name}.lock"):
         if _complete(folder, commit):
             say(f"{ref} ({commit[:10]}): environment {folder} (built before)")
+            # asked every time, not only at the build: the library may have moved since
+            check_mpi(str(folder / "bin" / "python"), f"ref {ref!r} ({commit[:10]})")
             return CommitEnv(ref, commit, str(folder), True, time.monotonic() - started)
         installs = f"{dist}[{','.join(extras)}]" if extras else dist
         say(f"{ref} ({commit[:10]}): building its environment ({installs}) in {folder} ...")
@@ -298,13 +248,14 @@ def build(repo: str | os.PathLike, ref: str, *, extras: Iterable[str] | None = (
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         try:
-            _build_into(folder, repo, ref, commit, dist, extras)
+            _build_into(folder, repo, ref, commit, dist, extras, project, say)
+            check_mpi(str(folder / "bin" / "python"), f"ref {ref!r} ({commit[:10]})")
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         seconds = time.monotonic() - started
         formats.write_json(folder / STAMP, formats.stamp(formats.COMMIT_ENV, {
-            "ref": ref, "commit": commit, "dist": dist, "extras": list(extras),
+            "ref": ref, "commit": commit, "dist": dist, "extras": list(extras), "project": project,
             "base_prefix": os.path.realpath(sys.prefix), "python": sys.version.split()[0],
             "built_s": round(seconds, 1)}))
         say(f"{ref} ({commit[:10]}): built in {seconds:.0f} s")
@@ -332,7 +283,72 @@ print(json.dumps(out))
 """
 
 
-def _build_into(folder: Path, repo, ref: str, commit: str, dist: str, extras: tuple[str, ...]) -> None:
+#: Run by the built environment's Python in the project's folder: the build requirements of the
+#: tree (PEP 518's ``requires``, then PEP 517's ``get_requires_for_build_wheel`` of its backend)
+#: that this environment lacks, as JSON. setuptools before 70.1 asks for ``wheel`` there, which a
+#: venv made by ``python3 -m venv`` (setuptools 65.5) does not have.
+_UNMET = r"""
+import contextlib, importlib, json, os, re, sys, tomllib
+from importlib import metadata
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    Requirement = None
+
+def unmet(texts):
+    out = []
+    for text in texts:
+        try:
+            req = Requirement(text) if Requirement else None
+        except Exception:
+            out.append(text)
+            continue
+        name = req.name if req else re.split(r"[\s<>=!~;\[(]", text.strip())[0]
+        if req and req.marker and not req.marker.evaluate():
+            continue
+        try:
+            version = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out.append(text)
+            continue
+        if req and req.specifier and not req.specifier.contains(version, prereleases=True):
+            out.append(text)
+    return out
+
+os.chdir(sys.argv[1])
+try:
+    with open("pyproject.toml", "rb") as f:
+        system = tomllib.load(f).get("build-system", {})
+except FileNotFoundError:
+    system = {}
+missing = unmet(system.get("requires", ["setuptools>=40.8.0"]))
+if not missing:
+    module, _, attr = system.get("build-backend", "setuptools.build_meta:__legacy__").partition(":")
+    sys.path[:0] = [os.path.abspath(p) for p in system.get("backend-path", [])]
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            backend = importlib.import_module(module)
+            for part in filter(None, attr.split(".")):
+                backend = getattr(backend, part)
+            hook = getattr(backend, "get_requires_for_build_wheel", None)
+            missing = unmet(hook() if hook else [])
+    except Exception:  # noqa: BLE001 - a tree that fails here fails pip's build too, which says why
+        missing = []
+print(json.dumps(missing))
+"""
+
+
+def unmet_build_requirements(python: str, project: Path) -> list[str]:
+    """What the tree at ``project`` needs to build that ``python``'s environment lacks."""
+    out = run_command([python, "-P", "-c", _UNMET, str(project)], timeout=120, check=False)
+    try:
+        return list(json.loads(out.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        return []  # the probe itself failed: pip's build without isolation says why
+
+
+def _build_into(folder: Path, repo, ref: str, commit: str, dist: str, extras: tuple[str, ...],
+                project: str = "", say: Callable[[str], None] = lambda m: None) -> None:
     tar = folder / "src.tar"
     _git(repo, "archive", "--format=tar", "-o", str(tar), commit, what=f"ref {ref!r}: git archive")
     src = folder / "src"
@@ -343,14 +359,27 @@ def _build_into(folder: Path, repo, ref: str, commit: str, dist: str, extras: tu
     # The overlay is this environment's view, computed where it is: in this environment's Python.
     run_command([sys.executable, "-P", "-m", "perfsuite.launch.envs", "overlay", str(folder)], timeout=120)
     python = str(folder / "bin" / "python")
-    target = f"{src}[{','.join(extras)}]" if extras else str(src)
+    tree = src / project if project else src
+    target = f"{tree}[{','.join(extras)}]" if extras else str(tree)
+    # pip is the running environment's, seen through the overlay. Without build isolation where
+    # this environment has what the tree's build asks for: that backend builds it without an
+    # index, in seconds. Else pip builds it isolated, fetching the backend as the user's own
+    # pip install did.
+    unmet = unmet_build_requirements(python, tree)
+    isolation = [] if unmet else ["--no-build-isolation"]
+    if unmet:
+        say(f"{ref} ({commit[:10]}): its build asks for {', '.join(unmet)}, which this environment lacks: "
+            "built in isolation (pip fetches them)")
     try:
-        # pip is the running environment's, seen through the overlay; no build isolation: the
-        # build backend it already has builds the tree without an index.
-        run_command([python, "-P", "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-                     "--no-build-isolation", "--no-warn-script-location", target], timeout=PIP_TIMEOUT_S)
-    except LaunchError as exc:
-        raise ConfigError(f"ref {ref!r} ({commit[:10]}) does not install: {_pip_error(exc)}") from None
+        out = run_command([python, "-P", "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+                           *isolation, "--no-warn-script-location", target], timeout=PIP_TIMEOUT_S, check=False)
+    except LaunchError as exc:  # pip did not finish in time
+        raise ConfigError(f"ref {ref!r} ({commit[:10]}) does not install: {exc}") from None
+    if out.returncode != 0:
+        why = _pip_error(f"{out.stdout}\n{out.stderr}")
+        if unmet:
+            why += f" (its build asks for {', '.join(unmet)}: install them here, or give pip an index)"
+        raise ConfigError(f"ref {ref!r} ({commit[:10]}) does not install: {why}")
     _check_own(folder, python, ref, commit, dist)
 
 
@@ -381,6 +410,87 @@ def _check_own(folder: Path, python: str, ref: str, commit: str, dist: str) -> N
     elif found["perfsuite"] is None:
         raise ConfigError(f"{what} finds no perfsuite (the running environment's, which its overlay should "
                           "show it)")
+
+
+#: Run by a commit environment's Python: whether its mpi4py loads an MPI library, as its ranks
+#: will (without MPI_Init), and which one it was handed (MPI4PY_LIBMPI, set by the overlay).
+_MPI = r"""
+import json, os, sys
+out = {"libmpi": os.environ.get("MPI4PY_LIBMPI"), "error": None}
+try:
+    import mpi4py
+    mpi4py.rc.initialize = False
+    from mpi4py import MPI  # noqa: F401
+except Exception as exc:
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    out["error"] = f"{type(exc).__name__}: {lines[0] if lines else ''}" + (f" ({lines[1]})" if len(lines) > 1 else "")
+print(json.dumps(out))
+"""
+
+
+def check_mpi(python: str, what: str) -> None:
+    """One line, before the first world, where ``python`` (a commit's environment) cannot load
+    the MPI library its ranks need: which library, and the setting that names another."""
+    out = run_command([python, "-P", "-c", _MPI], timeout=120, check=False)
+    try:
+        found = json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise ConfigError(f"{what}: its environment's Python does not start: "
+                          f"{(out.stderr.strip().splitlines() or ['no output'])[-1]}") from None
+    if found["error"]:
+        lib = found["libmpi"] or "the one its mpi4py searches for (none was handed on: this Python loads none)"
+        raise ConfigError(f"{what}: its environment cannot load the MPI library {lib}: {found['error']}; "
+                          "name the library its ranks should load with MPI4PY_LIBMPI=/path/to/libmpi.so")
+
+
+#: Run by a commit environment's Python: what its tree declares of a user benchmark (found as its
+#: ranks find it, ``kernels.user.find``): transports and case variants; "missing" where the tree
+#: does not declare it; "broken" (file:line and the error) where its module does not import.
+_DECLARED = r"""
+import json, os, sys, traceback
+source = json.loads(sys.argv[1])
+try:
+    from perfsuite.kernels.user import find
+    from perfsuite.records.errors import ConfigError
+except ImportError as exc:  # a perfsuite without user benchmarks: nothing to tell
+    print(json.dumps({"unknown": str(exc)}))
+    sys.exit(0)
+src = os.path.join(sys.prefix, "src") + os.sep
+def where(path, line):
+    return f"{path.removeprefix(src)}:{line}" if path else "?"
+try:
+    declared = find(source)
+except (ConfigError, AttributeError) as exc:
+    out = {"missing": str(exc).splitlines()[0]}
+except SyntaxError as exc:
+    out = {"broken": f"{where(exc.filename, exc.lineno)}: SyntaxError: {exc.msg}"}
+except Exception as exc:
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    out = {"broken": f"{where(frame.filename, frame.lineno)}: {type(exc).__name__}: {exc}".splitlines()[0]}
+else:
+    if not hasattr(declared, "combinations"):
+        out = {"missing": f"{source.get('qualname')} is not declared with @perfsuite.benchmark there"}
+    else:
+        out = {"transports": list(declared.transports),
+               "variants": [declared.variant(v) for v in declared.combinations()]}
+print(json.dumps(out))
+"""
+
+
+def declared_at(env: CommitEnv, source: dict) -> dict:
+    """What ``env``'s commit declares of the user benchmark ``source`` (its job options'
+    ``user_benchmark``): ``{"transports": [...], "variants": [...]}``, ``{"missing": why}``, or
+    ``{}`` where its perfsuite cannot tell. One line (ConfigError) where its module is broken."""
+    out = run_command([env.python, "-P", "-c", _DECLARED, json.dumps(source)], timeout=300, check=False)
+    try:
+        found = json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise ConfigError(f"ref {env.describe()}: its environment cannot read benchmark {source.get('name')!r}: "
+                          f"{(out.stderr.strip().splitlines() or ['no output'])[-1]}") from None
+    if "broken" in found:
+        raise ConfigError(f"ref {env.describe()}: benchmark {source.get('name')!r} does not import there: "
+                          f"{found['broken']}")
+    return {} if "unknown" in found else found
 
 
 def main(argv: list[str]) -> int:

@@ -20,7 +20,8 @@ register a migration in ``MIGRATIONS`` when the old one can still be read):
 - ``perfsuite-ab`` v1: ``perfsuite ab --json``: arms, tolerance, looks, verdicts, per-arm values.
 - ``perfsuite-commit-env`` v1: the stamp of a commit's environment (``launch/envs``), written last.
   ``dist`` (optional, informative: no reader needs it, so no new version): the distribution the
-  commit's tree installed (its pyproject's ``[project] name``); older stamps lack it.
+  commit's tree installed (its pyproject's ``[project] name``); older stamps lack it. ``project``
+  (optional, informative too): the folder of the tree it was installed from ("" for the top).
 - ``perfsuite-detection`` v1: ``perfsuite detection-power --json``: the config, every world of
   the stream in time order (per case: metrics, canary, contention, pressure), the canary study
   and every window's verdicts.
@@ -65,6 +66,8 @@ JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "per
 #: case UNKNOWN there may only have been cut short.
 #: AB 5: "invalid" lists the samples that did not validate (the run stops at their pair), and each
 #: case's "values" mark by index the pairs left out of B/A ("contended", "invalid").
+#: AB 6: "new" lists the cases only B's tree declares (measured in B's worlds: their "values"
+#: have an empty "a", and no verdict), "missing" those only A's declares (not measured).
 #: RESULT 2: an allreduce sample's info["latency_us"] is the judged statistic (per call the
 #: slowest rank's time, p50 over calls: its metric, and the table's time, algbw and busbw); v1's
 #: latency_us/latency_min_us/latency_max_us (OMB's avg/min/max of per-rank means) are
@@ -74,7 +77,7 @@ JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "per
 #: RUN 2: its samples' info as RESULT 2, the partial samples' too.
 #: DATASET 2: "kind" says what the folder holds, "jpeg" or "tokens" (a language model's
 #: shards); version 1 held JPEGs only.
-VERSIONS = {JOB: 1, RESULT: 2, RUN: 2, BASELINE: 3, DATASET: 2, AB: 5, DETECTION: 1, NATIVE: 1, COMMIT_ENV: 1,
+VERSIONS = {JOB: 1, RESULT: 2, RUN: 2, BASELINE: 3, DATASET: 2, AB: 6, DETECTION: 1, NATIVE: 1, COMMIT_ENV: 1,
             STUDY_PLAN: 1, STUDY: 1, VALIDITY: 1}
 
 #: Allreduce transports timed on the host: before BASELINE 2 every one ran the mpi4py loop.
@@ -135,6 +138,13 @@ def _ab_4_to_5(d: dict) -> dict:
     return d
 
 
+def _ab_5_to_6(d: dict) -> dict:
+    """Before version 6 both arms ran every case: none was new or missing."""
+    d.setdefault("new", [])
+    d.setdefault("missing", [])
+    return d
+
+
 #: v1's names of OMB's avg/min/max of per-rank means -> v2's (RESULT 2, RUN 2).
 _OMB_V1 = {"latency_us": "omb_avg_us", "latency_min_us": "omb_min_us", "latency_max_us": "omb_max_us"}
 
@@ -174,7 +184,7 @@ def _dataset_1_to_2(d: dict) -> dict:
 #: (format, old version) -> function turning such a dict into the next version's.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {
     (BASELINE, 1): _baseline_1_to_2, (BASELINE, 2): _baseline_2_to_3, (AB, 1): _ab_1_to_2, (AB, 2): _ab_2_to_3,
-    (AB, 3): _ab_3_to_4, (AB, 4): _ab_4_to_5,
+    (AB, 3): _ab_3_to_4, (AB, 4): _ab_4_to_5, (AB, 5): _ab_5_to_6,
     (RESULT, 1): _result_1_to_2, (RUN, 1): _run_1_to_2, (DATASET, 1): _dataset_1_to_2}
 
 RERUN = "re-run the suite with this perfsuite to regenerate it"

@@ -34,17 +34,29 @@ rm -f "$PERF_RESULTS/ab.json" "$PERF_RESULTS/ab.txt"  # an earlier run's file ne
 # perf_judge STATUS TITLE [HINT]: exits with ab's status (STATUS), but where the A/B file holds no
 # verdicts, 3 for a 0 (a gate that compared nothing has not passed) and 4 for a 1 (no regression
 # without a verdict: what started ab failed). Writes the A/B table to $GITHUB_STEP_SUMMARY where
-# it is set, with HINT on a regression or an undecided case.
+# it is set, with HINT on a regression or an undecided case. A 3 whose only cause is new cases (a
+# pull request that adds a benchmark) is a 0: they are measured and shown, with nothing to fail.
 perf_judge() {
-  local status=$1 title=$2 hint=${3:-} says
-  if ! python3 -c 'import json, sys; sys.exit(not json.load(open(sys.argv[1])).get("verdicts"))' \
-      "$PERF_RESULTS/ab.json" 2>/dev/null; then
+  local status=$1 title=$2 hint=${3:-} says new
+  # "nothing": no verdict and no new case; N: N new cases (only B's tree declares them: a pull
+  # request that adds a benchmark), no missing one and no verdict UNKNOWN, so ab's 3 under
+  # --strict is theirs alone; empty otherwise
+  new=$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); v, new = d.get("verdicts") or [], d.get("new") or []
+ok = new and not d.get("missing") and all(x.get("kind") != "UNKNOWN" for x in v)
+print("nothing" if not (v or new) else len(new) if ok else "")' "$PERF_RESULTS/ab.json" 2>/dev/null || echo nothing)
+  if [ "$new" = nothing ]; then
     echo "::error::nothing was compared ($PERF_RESULTS/ab.json holds no verdicts): a gate that compared nothing has not passed"
     if [ "$status" -eq 0 ]; then status=3; fi
     if [ "$status" -eq 1 ]; then status=4; fi
+    new=""
+  elif [ -n "$new" ] && [ "$status" -eq 3 ]; then
+    status=0
+  else
+    new=""
   fi
   case $status in
-    0) says="no regression" ;;
+    0) says="no regression${new:+; $new new case(s) measured at B only (nothing at A to compare them with)}" ;;
     1) says="REGRESSION: B is slower than A beyond the tolerance (DIFFERENT)" ;;
     2) says="bad input: an option, an image, or a commit that does not install" ;;
     3) says="UNKNOWN: not every case was decided (raise PERF_BUDGET or PERF_MAX_PAIRS, or re-run)" ;;

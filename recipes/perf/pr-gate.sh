@@ -9,7 +9,10 @@
 #
 #   PERF_BASE     (required) the base branch's commit: github.event.pull_request.base.sha
 #   PERF_HEAD     the pull request's head [HEAD]
-#   PERF_ENV_DIR  where commits' environments are kept between runs [~/.cache/perfsuite/envs]
+#   PERF_ENV_DIR  where commits' environments are kept between runs [perfsuite's: ~/.cache/perfsuite/envs]
+# A pull request that adds a benchmark passes: the cases only its head declares are measured
+# and reported "new" (nothing at the branch point to compare them with); a case it removes
+# ("missing") leaves the gate UNKNOWN (3), for a reviewer to see.
 #   and PERF_BENCHMARKS, PERF_ARGS, PERF_BUDGET, PERF_MAX_PAIRS, PERF_RESULTS: lib.sh
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -20,7 +23,9 @@ a=$(git merge-base "$PERF_BASE" "$head") \
   || perf_bad "no merge-base of PERF_BASE=$PERF_BASE and $head here (is the checkout's history whole? fetch-depth: 0)"
 echo "A: $a (where the head left $PERF_BASE); B: $head (the head)"
 status=0
+env_dir=()
+[ -z "${PERF_ENV_DIR:-}" ] || env_dir=(--env-dir "$PERF_ENV_DIR")
 perfsuite ab --a-ref "$a" --b-ref "$head" --benchmarks "$PERF_BENCHMARKS" --strict \
-  --max-pairs "$PERF_MAX_PAIRS" --budget "$PERF_BUDGET" --env-dir "${PERF_ENV_DIR:-$HOME/.cache/perfsuite/envs}" \
+  --max-pairs "$PERF_MAX_PAIRS" --budget "$PERF_BUDGET" "${env_dir[@]}" \
   "${perf_args[@]}" --json "$PERF_RESULTS/ab.json" 2>&1 | tee "$PERF_RESULTS/ab.txt" || status=$?
 perf_judge "$status" "perfsuite ab: A ${a:0:10} (branch point) vs B ${head:0:10} (head)"
