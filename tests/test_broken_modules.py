@@ -228,7 +228,7 @@ def test_a_check_that_returns_false_is_one_invalid_line_naming_the_users_check_e
 
 def test_ab_on_a_transport_the_step_does_not_declare_is_one_line_before_any_world(tmp_path):
     (tmp_path / "test_tm.py").write_text(TORCH_ONLY)
-    for command in (["ab", "--transports", "mpi"], ["bisect", "--good", "HEAD~1", "--bad", "HEAD"]):
+    for command in (["ab", "--transports", "mpi"], ["bisect", "--transports", "mpi", "--good", "HEAD~1", "--bad", "HEAD"]):
         r, seconds = run(["-m", "perfsuite", *command, "--benchmarks", "test_tm.py"], tmp_path)
         assert r.returncode == 2 and seconds < QUICK_S, said(r)
         assert one_error_line(r) == (

@@ -276,8 +276,8 @@ def test_ab_exits_as_the_others_for_the_same_verdicts():
     from perfsuite.records.model import Verdict
 
     def rep(*statuses: str):
-        return SimpleNamespace(failures=[], invalid=[], verdicts=[Verdict("c", "latency_us", s, "us", False)
-                                                                   for s in statuses])
+        return SimpleNamespace(failures=[], invalid=[], config=SimpleNamespace(new=(), missing=()),
+                               verdicts=[Verdict("c", "latency_us", s, "us", False) for s in statuses])
 
     assert ab_status(rep("regression", "unknown"), strict=True) == cli.EXIT_REGRESSION
     assert ab_status(rep("unknown", "same"), strict=False) == cli.EXIT_OK
