@@ -61,6 +61,18 @@ def test_two_pythons_that_loaded_the_same_files_are_refused_and_real_differences
     assert provenance.same_code(a, b, {}, same) is None  # a perfsuite that records nothing
 
 
+def test_two_commits_that_ran_the_same_files_are_told_to_name_the_users_benchmark():
+    """ab --a-ref/--b-ref in a user's repository without --benchmarks ran perfsuite's allreduce,
+    which imports nothing of the user's: the line says to name their benchmark, not to reinstall."""
+    a = ab.Arm("A", "mpi", python="/e1/bin/python", ref="HEAD~1 (abc1234567)")
+    b = ab.Arm("B", "mpi", python="/e2/bin/python", ref="HEAD (def7654321)")
+    same = files("/venv/perfsuite/__init__.py")
+    why = provenance.same_code(a, b, same, same)
+    assert why.startswith("arms A (commit HEAD~1 (abc1234567)) and B (commit HEAD (def7654321)) loaded the same files")
+    assert why.endswith("name your benchmark with --benchmarks (its name, module or .py file)")
+    assert "pip install -e" not in why
+
+
 def runner_loading(by_arm: dict):
     def runner(arm, cases):
         value = 3.0 if arm.name == "A" else 3.3

@@ -127,6 +127,10 @@ def same_code(a: Arm, b: Arm, imports_a: Mapping[str, dict], imports_b: Mapping[
     shared = imports_a["perfsuite"].get("file")
     others = sorted(_NAMES.get(n, n) for n in imports_a if n != "perfsuite")
     also = f", and the same {', '.join(others)}" if others else ""
+    if a.ref and b.ref:  # two commits of the user's repository: their benchmark is not what ran
+        return (f"arms {a.name} (commit {a.ref}) and {b.name} (commit {b.ref}) loaded the same files (perfsuite "
+                f"from {shared}{also}): the benchmark imports nothing the two commits differ in; to time your "
+                "own code, name your benchmark with --benchmarks (its name, module or .py file)")
     return (f"arms {a.name} and {b.name} name different Pythons ({a.python or sys.executable}, "
             f"{b.python or sys.executable}) whose ranks loaded the same files (perfsuite from {shared}"
             f"{also}): they run one version; install the other into arm {b.name}'s venv (pip install "
