@@ -265,10 +265,8 @@ class PairLog:
     invalid: list[int] = field(default_factory=list)
     new: bool = False  # a case only B's tree declares: B's values alone, never judged
 
-    def add_b(self, b: float, *, contended: bool = False, invalid: bool = False) -> None:
-        """One B world's value of a new case: no A beside it, so no ratio."""
-        i = len(self.b)
-        self.b.append(b)
+    def _kept(self, i: int, contended: bool, invalid: bool) -> bool:
+        """Marks value ``i`` invalid, contended, or judged; whether it is evidence."""
         if invalid:
             self.invalid.append(i)
         elif contended:
@@ -276,20 +274,19 @@ class PairLog:
             self.contended.append(i)
         else:
             self.judged.append(i)
+        return not (invalid or contended)
+
+    def add_b(self, b: float, *, contended: bool = False, invalid: bool = False) -> None:
+        """One B world's value of a new case: no A beside it, so no ratio."""
+        self.b.append(b)
+        self._kept(len(self.b) - 1, contended, invalid)
 
     def add(self, a: float, b: float, canaries: tuple[float | None, float | None] = (None, None), *,
             contended: bool = False, invalid: bool = False) -> None:
         """One pair's values; only a valid, calm pair is evidence (a ratio)."""
-        i = len(self.a)
         self.a.append(a)
         self.b.append(b)
-        if invalid:
-            self.invalid.append(i)
-        elif contended:
-            self.dropped += 1
-            self.contended.append(i)
-        else:
-            self.judged.append(i)
+        if self._kept(len(self.a) - 1, contended, invalid):
             self.ratios.append(b / a)
             self.canaries.append(canaries)
 
