@@ -3,8 +3,9 @@ own line, and the run's later worlds of that launcher are not started: a launche
 start its ranks costs seconds and one line, not the world timeout per world (issue 51).
 
 Each fault is real: the mpich wheel's own mpiexec copied where its proxy is not (what a venv
-that lost ``hydra_pmi_proxy`` does), the same mpiexec given an argument it refuses, and a
-launcher program that never starts anything. Bounds are generous by design (the deadline is
+that lost ``hydra_pmi_proxy`` does), the same mpiexec given an argument it refuses, a launcher
+program that never starts anything, ranks whose mpi4py cannot load its MPI, and an arm's Python
+without mpi4py. Bounds are generous by design (the deadline is
 seconds; the bounds are tens of seconds) so a loaded machine cannot flip them.
 """
 from __future__ import annotations
@@ -178,3 +179,30 @@ def test_pytest_runs_one_failing_world_and_skips_the_rest(tmp_path):
     assert took < 60, said(r)
     assert "1 failed" in r.stdout and "3 skipped" in r.stdout, said(r)
     assert "not started: the launcher did not start allreduce[" in r.stdout, said(r)
+
+
+def test_ranks_whose_mpi4py_cannot_load_mpi_fail_once_quoting_the_ranks_error(tmp_path):
+    """Every rank dies importing mpi4py (its MPI4PY_LIBMPI names a library that is not there,
+    as a stale site setting does): the first world quotes the ranks' own exception, the rest
+    are not started."""
+    t0 = time.monotonic()
+    r = perfsuite(*RUN, "--env", "MPI4PY_LIBMPI=/nonexistent/libmpi.so.12", cwd=tmp_path)
+    assert r.returncode == 4 and time.monotonic() - t0 < 60, said(r)
+    failed = _failed_lines(r.stdout)
+    assert len(failed) == 1 and "no rank started" in failed[0], said(r)
+    assert failed[0].endswith("RuntimeError: cannot load MPI library"), said(r)
+    assert "skipped 3 worlds" in r.stdout, said(r)
+
+
+def test_an_arm_whose_python_cannot_import_mpi4py_is_one_line_before_any_world(tmp_path):
+    import subprocess
+    import sys
+
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    t0 = time.monotonic()
+    r = perfsuite("ab", "--transports", "mpi", "--sizes", "4", "--b-python", str(bare / "bin" / "python"), cwd=tmp_path)
+    assert r.returncode == 2 and time.monotonic() - t0 < 60, said(r)
+    assert r.stderr.strip().splitlines() == [
+        f"perfsuite ab: error: python '{bare / 'bin' / 'python'}' cannot run a rank (no module mpi4py perfsuite); "
+        "install mpi4py, perfsuite into that venv"], said(r)
