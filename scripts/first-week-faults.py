@@ -120,6 +120,8 @@ def rows(scratch: Path) -> list[dict]:
                        scratch))
     out.append(measure("a launcher that exits at once", py + run + ["--launcher-args=-no-such-flag"], scratch))
 
+    out.append(measure("ranks whose mpi4py cannot load its MPI (a stale MPI4PY_LIBMPI)",
+                       py + run + ["--env", "MPI4PY_LIBMPI=/nonexistent/libmpi.so.12"], scratch))
     out.append(measure("the same failure in every world of one arm (its rank 0 raises: the test-only fault switch)",
                        py + ["ab", "--transports", "mpi", "--sizes", "4", "--b-env", "PERFSUITE_TEST_FAULT=raise@0"],
                        scratch))
