@@ -96,7 +96,7 @@ COMMON: list[Opt] = [
     Opt("timeout", str(int(DEFAULT_TIMEOUT_S)), "seconds one world may take before it is killed", metavar="S", parse=seconds),
     Opt("start-timeout", None, "seconds a world's ranks have to start (each checks in after MPI_Init): a launcher "
         "that cannot start them fails its world then, quoting its own error, and the run's later worlds are not "
-        f"started [default: {START_TIMEOUT_S:g}; {START_TIMEOUT_SLOW_S:g} in a container or under srun]",
+        f"started [default: {START_TIMEOUT_S:g}; {START_TIMEOUT_SLOW_S:g} in a container, under srun or over --hosts/--hostfile]",
         metavar="S", parse=lambda v: seconds(v, "start timeout")),
     Opt("iters", None, "timed iterations per size, exactly (default: by size, OMB-like, cut by --max-time)",
         metavar="N", parse=_whole("iterations"), knob="iters"),

@@ -78,7 +78,8 @@ class PerfState:
         if key not in self.outcomes:
             cases = self.selected.get(key) or [case]
             spec = suite.plan(cases, self.suite_config.options)[0]
-            broken = next((o for o in self.outcomes.values() if suite.launcher_broken(o.failure)), None)
+            broken = next((o for o in self.outcomes.values()
+                           if suite.launcher_broken(o.failure) and suite.fails_alike(o.spec, spec)), None)
             if broken is not None:  # every later world would fail as that one did: one failure, then skips
                 self.outcomes[key] = formats.WorldOutcome(
                     spec, skipped=f"not started: the launcher did not start {broken.world}'s ranks")

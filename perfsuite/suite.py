@@ -256,12 +256,12 @@ def run(cases: Sequence[Case], cfg: SuiteConfig,
                     if on_world:
                         on_world("done", r.given, outcome)
                 if launcher_broken(r.failure):  # every later world would fail the same way
-                    for other in pending:
+                    for other in [o for o in pending if fails_alike(r.given, o.given)]:
                         run_.outcomes.append(other.outcome() if other.results else WorldOutcome(
                             other.given, skipped=f"not started: the launcher did not start {r.given.label}'s ranks"))
                         if on_world:
                             on_world("done", other.given, run_.outcomes[-1])
-                    pending.clear()
+                        pending.remove(other)
                     break
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through interrupts.handled
         run_.interrupted = getattr(exc, "name", "SIGINT")
@@ -276,6 +276,13 @@ def launcher_broken(failure: BaseException | None) -> bool:
     """A failure that every later world of the same launch would repeat: its ranks never started
     (the launcher, its proxy or the ranks' Python cannot start), or the launcher is missing."""
     return isinstance(failure, LaunchError) or getattr(failure, "kind", None) == "start"
+
+
+def fails_alike(failed: WorldSpec, other: WorldSpec) -> bool:
+    """Whether ``other`` would meet the start failure of ``failed`` under the same launcher:
+    any world does when a host world's ranks could not start; only device worlds do when a
+    device world's could not (its ranks place themselves on a GPU before MPI_Init)."""
+    return _transport(failed).device != "gpu" or _transport(other).device == "gpu"
 
 
 def _stopped(r: Rounds, signal_name: str, partial: list, running: bool) -> WorldOutcome:

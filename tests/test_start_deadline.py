@@ -206,3 +206,34 @@ def test_an_arm_whose_python_cannot_import_mpi4py_is_one_line_before_any_world(t
     assert r.stderr.strip().splitlines() == [
         f"perfsuite ab: error: python '{bare / 'bin' / 'python'}' cannot run a rank (no module mpi4py perfsuite); "
         "install mpi4py, perfsuite into that venv"], said(r)
+
+
+def test_only_a_line_that_means_no_rank_will_start_cuts_the_wait_short():
+    """Open MPI's benign warnings also say 'was unable to': after them its ranks start, so they
+    must not fail a world whose ranks are slow to check in (a real cluster's MPI_Init)."""
+    fatal = world._LAUNCHER_FATAL.search
+    assert fatal("[mpiexec@vm] HYDU_create_process (launch.c:73): execvp error on file /v/bin/hydra_pmi_proxy")
+    assert fatal("prterun was unable to launch the specified application as it could not access or execute")
+    assert fatal("srun: error: Unable to create step for job 42: Job/step already completing or completed")
+    assert not fatal("WARNING: Open MPI was unable to find any relevant network interfaces")
+    assert not fatal("mca_base_component_repository_open: unable to open mca_btl_openib: libibverbs.so.1: "
+                     "cannot open shared object file: No such file or directory (ignored)")
+
+
+def test_the_start_deadline_is_longer_over_other_hosts():
+    from perfsuite.launch.launchers import LaunchConfig
+
+    assert world.start_timeout(LaunchConfig(hosts=("node1", "node2"))) == world.START_TIMEOUT_SLOW_S
+
+
+def test_a_device_worlds_start_failure_stops_only_device_worlds():
+    """A device world's ranks place themselves on a GPU before MPI_Init: its start failure may
+    be the GPU's, so host worlds still run; a host world's is the launcher's, so none does."""
+    from perfsuite import suite
+
+    def spec(transport: str) -> WorldSpec:
+        return WorldSpec("allreduce", transport, 2, (Case("allreduce", transport, 2, size_bytes=4),))
+
+    assert suite.fails_alike(spec("mpi"), spec("nccl")) and suite.fails_alike(spec("mpi"), spec("ring"))
+    assert suite.fails_alike(spec("nccl"), spec("gpu-ring"))
+    assert not suite.fails_alike(spec("nccl"), spec("mpi"))

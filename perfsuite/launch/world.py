@@ -40,9 +40,12 @@ START_TIMEOUT_SLOW_S = 180.0
 START_POLL_S = 0.2  # how often the check-ins are counted until every rank is in
 #: A launcher line that means its ranks will never start (Hydra, Open MPI/PRRTE, srun); once one
 #: is written and no rank has checked in within FATAL_GRACE_S, the world fails at once.
-_LAUNCHER_FATAL = re.compile(r"execvp error|HYDU_create_process|HYD_spawn|unable to (?:launch|start|run)"
-                             r"|was unable to|could not execute|srun: error: Unable"
-                             r"|ORTE_ERROR_LOG|PRTE_ERROR_LOG", re.IGNORECASE)
+#: Only lines that mean no rank will start: Open MPI also writes benign warnings that say "was
+#: unable to" (a network interface, a shared-memory size), after which its ranks start.
+_LAUNCHER_FATAL = re.compile(r"execvp error|HYDU_create_process|HYD_spawn"
+                             r"|(?:mpirun|prterun|mpiexec|ORTE) was unable to (?:launch|reliably start|start)"
+                             r"|could not (?:access or )?execute|srun: error: Unable to (?:create step|allocate)",
+                             re.IGNORECASE)
 #: A Python exception line on the launcher's stderr: a rank that died before MPI_Init said why there.
 _PY_ERROR = re.compile(r"^\s*(?:\w+\.)*\w*(?:Error|Exception)\b:?")
 FATAL_GRACE_S = 2.0
@@ -406,10 +409,12 @@ def telling_line(text: str) -> str:
 
 def start_timeout(cfg: LaunchConfig, given: float | None = None) -> float:
     """The start deadline of a world launched by ``cfg``: ``given``, else START_TIMEOUT_S, or
-    START_TIMEOUT_SLOW_S for a world in a container or under srun."""
+    START_TIMEOUT_SLOW_S for a world in a container, under srun or over other hosts (ssh to
+    each, MPI_Init across the network)."""
     if given is not None:
         return given
-    return START_TIMEOUT_SLOW_S if cfg.container is not None or cfg.launcher == "srun" else START_TIMEOUT_S
+    slow = cfg.container is not None or cfg.launcher == "srun" or cfg.hostfile or cfg.hosts
+    return START_TIMEOUT_SLOW_S if slow else START_TIMEOUT_S
 
 
 def _start_failure(spec: WorldSpec, folder: Path, deadline: float, fatal: bool) -> RankFailure:
