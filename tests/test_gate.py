@@ -47,12 +47,10 @@ def test_allreduce(benchmark, perf_case, perf_measure):
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> dict[str, formats.SuiteRun]:
-    """A reference of four sessions of 5 rounds (a baseline that decides within x4, so its
-    verdicts' intervals depend on every judging setting the faces could disagree on: looks,
-    family, alpha, drift) and a candidate of 3 rounds, each a real run of its own."""
+    """A reference of 5 rounds and a candidate of 3, each a real run of its own."""
     where = tmp_path_factory.mktemp("gate")
     runs = {}
-    for name, rounds in (("base", "5"), ("more1", "5"), ("more2", "5"), ("more3", "5"), ("cand", "3")):
+    for name, rounds in (("base", "5"), ("cand", "3")):
         r = perfsuite("run", *WORLD, "--rounds", rounds, "--json", f"{name}.json", cwd=where)
         assert r.returncode == 0, r.stdout + r.stderr
         runs[name] = formats.load_run(where / f"{name}.json")
@@ -93,8 +91,12 @@ def record(runs: list[formats.SuiteRun], root: Path, system: str) -> None:
 
 def test_both_faces_judge_the_same_results_alike(measured, tmp_path, pytester, monkeypatch):
     root = tmp_path / "base"
-    record([measured[k] for k in ("base", "more1", "more2", "more3")], root, "box")
-    judge = ["--baseline-dir", str(root), "--system", "box"]
+    record([measured["base"]], root, "box")
+    # A stated drift and one stratum bound every interval by design, whatever state this VM's
+    # spells left the two runs in (measured drift and machine modes may leave an interval
+    # unbounded, which any look or family would show alike): so the intervals depend on every
+    # judging setting the faces could disagree on (looks, family, alpha, drift, modes).
+    judge = ["--baseline-dir", str(root), "--system", "box", "--session-drift", "0.05", "--max-canary-shift", "off"]
     status, out = cli_replay(monkeypatch, measured["cand"], *judge, "--compare")
     r = pytest_replay(pytester, monkeypatch, measured["cand"], *[f"--perf-{a[2:]}" if a.startswith("--") else a
                                                                 for a in judge])
