@@ -27,7 +27,7 @@ from .records.errors import ConfigError
 from .launch.launchers import FLAVORS, LAUNCHERS, LaunchConfig, parse_env
 from .records.model import Opt, parse_names, split_list, whole_number
 from .verdicts.decision import parse_alpha, parse_tolerance
-from .verdicts.regress import DEFAULT_MODE_SPAN, MIN_SESSIONS
+from .verdicts.regress import MIN_SESSIONS, PRIOR_SPAN
 from .verdicts.rounds import RoundsPolicy
 from .launch.netns import SHAPING_FORMS
 from .launch.world import START_TIMEOUT_S, START_TIMEOUT_SLOW_S
@@ -123,11 +123,16 @@ COMMON: list[Opt] = [
     Opt("baseline-dir", "baselines", "folder of baselines/<system>/<benchmark>.json", metavar="DIR"),
     Opt("baseline-update", False, "record this run as the baselines, replacing their rounds (atomic; prints "
         "what changed, and how many sessions and rounds each holds)", kind="flag"),
-    Opt("baseline-add", False, "add this run's rounds to the stored baselines as one more session: with "
-        f"{MIN_SESSIONS} or more, verdicts measure the drift between runs instead of deciding only "
-        f"changes beyond x{DEFAULT_MODE_SPAN:g}", kind="flag"),
+    Opt("baseline-add", False, "add this run's rounds to the stored baselines as one more session: once the "
+        f"machine has {MIN_SESSIONS}, verdicts learn its drift between runs from all its cases instead of "
+        f"deciding only changes beyond the prior x{PRIOR_SPAN:g}", kind="flag"),
     Opt("strict", False, "a gate that must decide: a comparison left UNKNOWN, or nothing compared (no "
         "baseline), fails (pytest fails the case; the CLI exits 3)", kind="flag"),
+    Opt("confirm", False, "decide each case left UNKNOWN against its stored baseline by an interleaved A/B "
+        "against the commit that measured the baseline (perfsuite ab --a-ref), within --confirm-budget",
+        kind="flag"),
+    Opt("confirm-budget", "120", "seconds of A/B pairs --confirm may take, all its cases together (the "
+        "baseline's commit is built once, not counted)", metavar="S", parse=lambda v: seconds(v, "confirm budget")),
     Opt("fail-on-improvement", False, "an improvement beyond tolerance fails too (exit 1), as a regression "
         "does: a prompt to refresh the baseline", kind="flag"),
     Opt("alpha", None, "false-alarm rate of the whole judged family: the chance that any verdict of the run wrongly says "
@@ -137,8 +142,9 @@ COMMON: list[Opt] = [
         "widened to 2x the baseline's between-round spread]",
         metavar="TOL", parse=parse_tolerance),
     Opt("session-drift", None, "SD of the drift of a case's level between two runs of this machine, as a "
-        f"fraction > 0, taken as known [default: measured from the baseline's sessions when it holds "
-        f"{MIN_SESSIONS}; before that only changes beyond x{DEFAULT_MODE_SPAN:g} are decided]", metavar="F",
+        f"fraction > 0, taken as known [default: learned from the sessions of every case this machine "
+        f"recorded, once it has {MIN_SESSIONS}; before that only changes beyond the prior x{PRIOR_SPAN:g} "
+        "are decided]", metavar="F",
         parse=lambda v: _fraction_above_0(v, "session drift")),
     Opt("emulated-network", None, "run every world with one rank per emulated node (network namespaces, "
         f"tbf-shaped veth links; root): {SHAPING_FORMS}", metavar="RATE[,...]"),

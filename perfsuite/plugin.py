@@ -181,7 +181,8 @@ def pytest_configure(config: pytest.Config) -> None:
             check_store(to)
         recording = bool(state.values.get("baseline_update") or state.values.get("baseline_add"))
         root = config.rootpath / (state.values.get("baseline_dir") or "baselines")  # as testpaths
-        state.gate = gate.Gate(gate.plan(state.values, compare=not recording, root=root, asv=to),
+        state.gate = gate.Gate(gate.plan(state.values, compare=not recording, root=root, asv=to,
+                                         project=config.rootpath),
                                hint=lambda system, folder: _record_hint(config))
         config.stash[STASH_KEY] = state
     except (ConfigError, FormatError) as exc:
@@ -433,9 +434,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if exitstatus == pytest.ExitCode.INTERRUPTED and state.interrupted is None:
         state.interrupted = "SIGINT"
     state.gate.extra = list(state.samples)
+    confirm = None
+    if state.gate.plan.confirm:  # --perf-confirm: the A/B runs the session's cases with its launch
+        from .experiments.confirm import confirmer
+
+        confirm = confirmer(state.gate.cases, state.suite_config, budget_s=state.gate.plan.confirm_budget,
+                            alpha=state.gate.plan.alpha, where=str(session.config.rootpath))
     state.finished = state.gate.finish(
         state.run(), gate.Keep(json=Path(out) / "results.json" if out else None, report=out,
-                               source="pytest session"), interrupted=state.interrupted)
+                               source="pytest session"), interrupted=state.interrupted, confirm=confirm)
     if state.finished.status != 0 and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

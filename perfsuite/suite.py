@@ -356,7 +356,7 @@ def judging_rounds(policy: RoundsPolicy | None, *, update: bool, rounds_given: b
         verdicts = regress.compare(samples, judged_here, tolerance=tolerance, alpha=alpha, looks=looks,
                                    canary_shift=canary_shift, judged=judged,
                                    family=family() if callable(family) else family,
-                                   session_sd=session_sd, history=history)
+                                   session_sd=session_sd, history=history, learn_from=stored)
         return all(decision.decided(v) for v in verdicts)
 
     return replace(policy, max_rounds=cap, decided=decided), looks

@@ -183,3 +183,33 @@ def test_an_empty_show_advises_a_command_that_parses_and_records_enough_rounds(t
     policy, _ = suite.judging_rounds(options.rounds_policy(vars(args)), update=True,
                                      rounds_given=args.rounds is not None)
     assert policy.rounds >= regress.MIN_BASELINE_ROUNDS
+
+
+def test_each_session_names_the_commit_that_measured_it(tmp_path):
+    """BASELINE 4: ``recorded_at`` per session (an update starts it again, an add keeps it), read
+    back oldest first over every benchmark's file; a version 3 file has none and migrates."""
+    baselines.update(tmp_path, "box", [pooled(CASE, 1.0, 1)], session="2026-12-01T00:00:00",
+                     at={"commit": "a" * 40, "repo": "/r"})
+    baselines.update(tmp_path, "box", [pooled(CASE, 1.0, 2)], session="2026-12-02T00:00:00", add=True,
+                     at={"commit": "b" * 40, "repo": "/r"})
+    assert [c["commit"][0] for _, c in baselines.recorded_at(tmp_path, "box")] == ["a", "b"]
+    assert "commit=bbbbbbbbbb" in baselines.show(tmp_path, "box")
+    baselines.update(tmp_path, "box", [pooled(CASE, 1.0, 3)], session="2026-12-03T00:00:00",
+                     at={"commit": "c" * 40, "repo": "/r"})
+    assert [c["commit"][0] for _, c in baselines.recorded_at(tmp_path, "box")] == ["c"]
+    d = json.loads((tmp_path / "box" / "allreduce.json").read_text())
+    assert d["version"] == 4
+    d["version"] = 3
+    del d["recorded_at"]
+    (tmp_path / "box" / "allreduce.json").write_text(json.dumps(d))
+    assert baselines.recorded_at(tmp_path, "box") == []
+
+
+def test_show_says_what_the_machine_drift_is_and_from_what(tmp_path):
+    """The drift line: not learned from one session (only the prior decides); learned, with
+    its sessions, cases and degrees of freedom, from two on."""
+    baselines.update(tmp_path, "box", [pooled(CASE, 1.0, 1), pooled(SMALL, 1.0, 2)], session="s1")
+    assert "drift between runs not learned yet (1 session(s)" in baselines.show(tmp_path, "box")
+    baselines.update(tmp_path, "box", [pooled(CASE, 1.05, 3), pooled(SMALL, 0.97, 4)], session="s2", add=True)
+    line = baselines.show(tmp_path, "box").splitlines()[-1]
+    assert line.startswith("# box: drift between sessions SD ") and "learned from 2 session(s) of 2 case(s)" in line

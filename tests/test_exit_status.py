@@ -151,9 +151,11 @@ def test_128_plus_n_interrupted(tmp_path, sig, monkeypatch, no_leftover_ranks):
 
 # --- the pytest face: pytest's own codes, and one line naming the row ------------------------------
 
-def test_the_pytest_summary_names_the_row():
+def test_the_pytest_summary_names_the_row(tmp_path):
     """Each finding of a run, as the one line pytest's summary ends with (``gate.finding``, from
-    the status the gate gives both faces; tests/test_plugin.py sees it at the end of real sessions)."""
+    the status the gate gives both faces; tests/test_plugin.py sees it at the end of real sessions).
+    "nothing wrong" only where every judged case was decided: an UNKNOWN is counted, with the
+    command that decides it."""
     from perfsuite.verdicts import gate
     from perfsuite.records.errors import RankFailure
     from perfsuite.store.formats import SuiteRun, WorldOutcome
@@ -165,9 +167,11 @@ def test_the_pytest_summary_names_the_row():
     regression = Verdict("allreduce[mpi-n2-4B]", "latency_us", "regression")
     unknown = Verdict("allreduce[mpi-n2-4B]", "latency_us", "unknown")
 
+    judging = gate.Gate(gate.plan({}, compare=True, root=tmp_path / "none"))
+
     def line(run=ok, verdicts=(), strict=False, nothing=False, kept=True, stop=None):
         status = gate.run_status(run, list(verdicts), kept=kept, nothing=nothing, strict=strict, stop=stop)
-        return gate.finding(status, run, kept, nothing, strict)
+        return gate.finding(status, run, kept, nothing, strict, judging.undecided_line(list(verdicts)))
 
     # the statuses themselves, as both faces get them from Gate.finish
     assert gate.run_status(failed, [regression], kept=True, nothing=False, strict=False) == cli.EXIT_WORLD
@@ -179,8 +183,10 @@ def test_the_pytest_summary_names_the_row():
     assert gate.run_status(failed, [], kept=False, nothing=False, strict=False, stop="SIGTERM") == 143
 
     assert line() == "perfsuite: nothing wrong"
-    assert line(verdicts=[unknown]) == "perfsuite: nothing wrong"
-    assert line(verdicts=[unknown], strict=True).startswith("perfsuite: UNKNOWN under --perf-strict")
+    assert line(verdicts=[unknown]) == ("perfsuite: no regression shown; 1 case(s) UNKNOWN: decide with: "
+                                        "perfsuite ab --benchmarks allreduce --a-ref REV (REV: the commit the "
+                                        "baseline was measured at; this baseline predates recording it)")
+    assert line(verdicts=[unknown], strict=True).startswith("perfsuite: UNKNOWN under --perf-strict: no regression")
     assert line(verdicts=[regression, unknown], strict=True) == "perfsuite: regression"
     assert line(failed, [regression]).startswith("perfsuite: a world failed")
     assert line(kept=False).startswith("perfsuite: what was measured could not all be written")

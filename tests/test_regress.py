@@ -314,8 +314,10 @@ def test_verdict_order_and_table_columns():
     assert lines[5].startswith("# family: 1 verdict(s); the chance that any of them wrongly says "
                                "DIFFERENT is at most 0.01")
     # an unknown against a stored baseline says how to decide it; decided verdicts need no hint
-    assert lines[-1].startswith("# unknown against a stored baseline") and "perfsuite ab" in lines[-1]
+    assert lines[-2].startswith("# unknown against a stored baseline") and "perfsuite ab --a-ref" in lines[-2]
     assert "perfsuite ab" not in vt.table([same, bad])
+    # and what the ref column holds
+    assert lines[-1].startswith("# ref: the baseline's median over its rounds")
 
 
 def test_rounds_policy_minimum_then_adaptive_until_precise_or_budget():
@@ -715,7 +717,7 @@ def test_a_change_beyond_the_modes_span_is_decided_in_any_mode():
         v = regress.verdict(LARGE.name, "busbw_GBps", cand, base, session_sd=DRIFT)
         assert v.status == status, (factor, v)
         assert v.reason == ("across-modes" if status != "unknown" else "other-mode")
-        assert v.facts["span"] == pytest.approx(regress.DEFAULT_MODE_SPAN)
+        assert v.facts["span"] == pytest.approx(regress.PRIOR_SPAN)
     assert "across machine modes: beyond x4.0" in vt.line(v)
 
 
@@ -763,8 +765,8 @@ def test_one_session_decides_only_beyond_the_machines_span():
     other_state = _session(31.0, 2)
     v = regress.verdict(SMALL.name, "latency_us", other_state, one)
     assert v.status == "unknown" and v.reason == "span" and v.facts["drift_from"] == "span"
-    assert v.facts["span"] == pytest.approx(regress.DEFAULT_MODE_SPAN)
-    assert "cannot tell a change from how far this machine moves between runs: only one beyond x4.0" in vt.line(v)
+    assert v.facts["span"] == pytest.approx(regress.PRIOR_SPAN)
+    assert "drift between runs is not learned yet, from 1 session(s): only a change beyond x4.0, the prior" in vt.line(v)
     assert regress.verdict(SMALL.name, "latency_us", other_state, one, session_sd=DRIFT).status == "regression"
     ring = regress.verdict(SMALL.name, "latency_us", _session(64.0, 3), one)
     assert ring.status == "regression" and ring.reason == "beyond-span"
@@ -777,20 +779,24 @@ def test_one_session_decides_only_beyond_the_machines_span():
 
 def test_sessions_added_to_a_baseline_measure_its_drift():
     """--baseline-add: each run's rounds join the baseline as a session; from MIN_SESSIONS
-    sessions their levels' spread is the drift, with a t quantile on its degrees of freedom.
-    A quiet machine's sessions (0.5% apart) then let a +30% change be decided; sessions 10%
-    apart keep it undecided. An update replaces the rounds but keeps the old levels as history."""
+    sessions of the machine their levels' spread is the drift, with a t quantile on its degrees
+    of freedom (one case: its own). A quiet machine's sessions (0.5% apart) then let a +30%
+    change be decided; sessions 10% apart keep it undecided. An update replaces the rounds but
+    keeps the old levels as history."""
     quiet, loud = _sessions(0.005), _sessions(0.10)
     assert len(quiet.session_rounds()) == 5 and len(quiet.rounds) == 50 and quiet.history == ()
-    sd, df, source, sessions = regress.session_drift(quiet)
-    assert source == "sessions" and df == 4 and sessions == 5 and sd < 0.02
+    machine = regress.machine_drift({(SMALL.name, "latency_us"): quiet})
+    assert regress.session_drift(quiet) is None  # nothing learned is nothing known
+    sd, df, source, sessions = regress.session_drift(quiet, machine=machine)
+    assert source == "machine" and df == 4 and sessions == 5 and sd < 0.02
     cand = _session(13.0, 99)
     v = regress.verdict(SMALL.name, "latency_us", cand, quiet)
-    assert v.status == "regression" and v.facts["drift_from"] == "sessions" and v.facts["df"] == 4
+    assert v.status == "regression" and v.facts["drift_from"] == "machine" and v.facts["df"] == 4
     assert regress.verdict(SMALL.name, "latency_us", _session(10.05, 98), loud).status == "unknown"
     replaced = regress.baseline_from_sample(_session(10.0, 50), "latency_us", session="new", previous=quiet)
     assert len(replaced.session_rounds()) == 1 and len(replaced.history) == 5
-    assert regress.session_drift(replaced)[2] == "sessions"  # 1 session + 5 earlier levels
+    learned = regress.machine_drift({(SMALL.name, "latency_us"): replaced})  # 1 session + 5 earlier levels
+    assert learned is not None and learned.df == 5
     again = Baseline.from_dict(replaced.case, replaced.metric, json.loads(json.dumps(replaced.to_dict())))
     assert again.history == pytest.approx(replaced.history) and again.sessions == replaced.sessions
 
@@ -816,7 +822,7 @@ def test_an_unknown_no_number_of_rounds_could_decide_is_futile():
     assert v.status == "unknown" and v.facts.get("futile") and decision.decided(v)
     # a quiet machine's sessions: noisy rounds straddle it now, but more of them can show SAME
     quiet = _sessions(0.005)
-    v = regress.verdict(SMALL.name, "latency_us", _session(10.0, 2, k=5, noise=0.05), quiet, looks=4,
+    v = regress.verdict(SMALL.name, "latency_us", _session(10.0, 2, k=5, noise=0.10), quiet, looks=4,
                         tolerance=TOL)
     assert v.status == "unknown" and "futile" not in v.facts and not decision.decided(v)
     # a drift stated by the user (--session-drift) is the floor likewise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from contextlib import nullcontext
 from dataclasses import replace
 
@@ -74,10 +75,21 @@ def do_run(args: argparse.Namespace) -> int:
         signals.defer()
         say(report.run_summary(run))
         done = g.finish(run, gate.Keep(json=args.json, report=args.report, source=args.json or "this run"),
-                        interrupted=signals.raised.name if signals.raised else None)
+                        interrupted=signals.raised.name if signals.raised else None,
+                        confirm=confirmer(cases, cfg, g.plan))
         for line, _ in done.lines:
             say(line)
     return done.status
+
+
+def confirmer(cases, cfg, plan):
+    """--confirm's A/B, run with this run's launch (``experiments.confirm``)."""
+    if not plan.confirm:
+        return None
+    from ..experiments import confirm
+
+    return confirm.confirmer(cases, cfg, budget_s=plan.confirm_budget, alpha=plan.alpha,
+                             progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
 
 
 COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster) and print tables")
@@ -90,7 +102,8 @@ COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster
 #: (a recording neither judges nor may take fewer rounds than a baseline needs) and where it
 #: wrote its own results.
 NOT_RECORDING = ("rounds", "max-rounds", "precision", "round-budget", "tolerance", "alpha", "session-drift",
-                 "strict", "fail-on-improvement", "report", "baseline-update", "baseline-add", "system",
+                 "strict", "confirm", "confirm-budget", "fail-on-improvement", "report", "baseline-update",
+                 "baseline-add", "system",
                  "baseline-dir")
 
 

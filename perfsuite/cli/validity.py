@@ -32,6 +32,13 @@ def add_validity(p: argparse.ArgumentParser) -> None:
                    help="with --mode-step: the chance per world that the mode changes [default: 0.1]")
     p.add_argument("--canary-blind", action="store_true",
                    help="with --mode-step: the canary does not see the modes (as on this project's VM)")
+    p.add_argument("--shared", default="0", metavar="F",
+                   help="SD of a session's drift common to every case (the machine's state), a fraction "
+                        "[default: 0]")
+    p.add_argument("--case-spread", default="0", metavar="F",
+                   help="cases drift unalike: each case's own session drift scaled by exp(F z) [default: 0]")
+    p.add_argument("--spells-shared", action="store_true",
+                   help="with --mode-step: one spell for the whole machine, every case in it at once")
     p.add_argument("--change", default="0", metavar="F",
                    help="a real change of the candidate (arm B), e.g. 0.3: the rate it is caught "
                         "[default: 0, the false-alarm rate]")
@@ -58,7 +65,9 @@ def do_validity(args: argparse.Namespace) -> int:
     step = fraction(args.mode_step, "mode-step")
     if step:
         machines = [replace(m, mode_step=math.log1p(step), switch=fraction(args.switch, "switch"),
-                            canary_sees=not args.canary_blind) for m in machines]
+                            canary_sees=not args.canary_blind, spells_shared=args.spells_shared) for m in machines]
+    machines = [replace(m, shared_sd=fraction(args.shared, "shared"),
+                        case_spread=fraction(args.case_spread, "case spread")) for m in machines]
     modes = ("stored", "A/B") if args.mode == "both" else (("stored",) if args.mode == "stored" else ("A/B",))
     say(f"# validity: {len(machines)} synthetic machine(s) x {len(modes)} mode(s), {runs} seeded runs each, "
         "judged by the code the commands run")

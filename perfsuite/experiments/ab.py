@@ -52,8 +52,8 @@ DEFAULT_TOLERANCE = Tolerance(-0.02, 0.02)
 #: Pairs at most: at ~1.7 s a pair of small worlds here, about five minutes, in which the
 #: upgrades and regressions of docs/measurements.md's A/B section are decided.
 DEFAULT_MAX_PAIRS = 200
-#: A pair whose two worlds differ by more than this (log; x2, half the machine's span between
-#: states, regress.DEFAULT_MODE_SPAN) straddled a change of state the canary may not see.
+#: A pair whose two worlds differ by more than this (log; x2, half the prior span between
+#: states, regress.PRIOR_SPAN) straddled a change of state the canary may not see.
 STATE_STEP = math.log(2.0)
 
 

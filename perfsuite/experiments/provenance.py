@@ -13,12 +13,11 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..launch import envs
 from ..records.errors import ConfigError, FormatError
-from ..store.fingerprint import IMPORTS_KEY
+from ..store.fingerprint import IMPORTS_KEY, git_head
 from ..store.formats import COMMIT_ENV, read_stamp
 from ..records.model import Result, Sample
 
@@ -70,40 +69,11 @@ def commit_of(path: str) -> str | None:
                 commit = None
             return str(commit)[:10] if commit else None
         if os.path.exists(os.path.join(here, ".git")):
-            return _git_head(os.path.join(here, ".git"))
+            return git_head(os.path.join(here, ".git"))
         up = os.path.dirname(here)
         if up == here:
             return None
         here = up
-
-
-def _git_head(dot_git: str) -> str | None:
-    """HEAD's sha from a ``.git`` folder (or a worktree's ``.git`` file): a detached HEAD, a
-    loose ref, or a packed one."""
-    def text(*parts: str) -> str:
-        return Path(*parts).read_text().strip()
-
-    try:
-        if os.path.isfile(dot_git):  # a worktree or submodule: "gitdir: PATH"
-            dot_git = os.path.join(os.path.dirname(dot_git), text(dot_git).removeprefix("gitdir:").strip())
-        head = text(dot_git, "HEAD")
-        if not head.startswith("ref:"):
-            return head[:10] or None
-        ref = head.removeprefix("ref:").strip()
-        common = dot_git
-        if os.path.isfile(os.path.join(dot_git, "commondir")):
-            common = os.path.join(dot_git, text(dot_git, "commondir"))
-        for where in (dot_git, common):
-            if os.path.isfile(os.path.join(where, ref)):
-                return text(where, ref)[:10] or None
-        if os.path.isfile(os.path.join(common, "packed-refs")):
-            for line in text(common, "packed-refs").splitlines():
-                sha, _, name = line.partition(" ")
-                if name == ref:
-                    return sha[:10]
-    except (OSError, UnicodeDecodeError):
-        return None
-    return None  # a repository with no commit yet
 
 
 def imports_of(samples: Iterable[Sample]) -> dict:

@@ -11,8 +11,11 @@ although nothing changed, so the rate counts every look and every case of the ru
 
 The synthetic machine, per round (world) in time order, in log units:
 
-    level + session offset (SD ``session_sd``, drawn once per session)
-          + mode step (``mode_step`` when a two-state spell process is in its slow state)
+    level + session offset (SD ``session_sd``, drawn once per session, each case its own;
+                            scaled per case by a factor of log-SD ``case_spread``)
+          + shared offset (SD ``shared_sd``, drawn once per session, one for every case)
+          + mode step (``mode_step`` when a two-state spell process is in its slow state;
+                       one spell for every case where ``spells_shared``)
           + AR(1) noise (marginal SD ``within_sd``, lag-1 correlation ``lag1``)
 
 and a canary that follows the spell state (x1.65, 5% noise), as this machine's memory canary
@@ -53,35 +56,67 @@ class Machine:
     switch: float = 0.0  # chance per world that the spell changes
     level_us: float = 1.0
     canary_sees: bool = True  # the canary follows the spell (this VM's does not see its states)
+    shared_sd: float = 0.0  # a session's offset common to every case (the machine's state)
+    case_spread: float = 0.0  # log-SD of how the cases' own session drift differs between cases
+    spells_shared: bool = False  # one spell process for the machine, not one per case
 
     def label(self) -> str:
         modes = (f", modes x{math.exp(self.mode_step):.1f} switching {self.switch:.0%}"
-                 + ("" if self.canary_sees else " unseen") if self.mode_step else "")
-        return f"within {self.within_sd:.0%}, lag-1 {self.lag1:.1f}, sessions {self.session_sd:.0%}{modes}"
+                 + ("" if self.canary_sees else " unseen") + (" shared" if self.spells_shared else "")
+                 if self.mode_step else "")
+        shared = f" + shared {self.shared_sd:.0%}" if self.shared_sd else ""
+        spread = f" (x{math.exp(self.case_spread):.1f} apart)" if self.case_spread else ""
+        return (f"within {self.within_sd:.0%}, lag-1 {self.lag1:.1f}, sessions {self.session_sd:.0%}"
+                f"{spread}{shared}{modes}")
 
 
-class Stream:
-    """One synthetic machine's rounds in time order; ``session()`` starts a new session."""
+class MachineState:
+    """What every case of one synthetic machine shares: its session offset and its spell."""
 
     def __init__(self, m: Machine, rng: np.random.Generator):
         self.m, self.rng = m, rng
+        self.slow = bool(m.switch) and rng.random() < 0.5
+        self.offset = 0.0
+        self.session()
+
+    def session(self) -> None:
+        self.offset = self.rng.standard_normal() * self.m.shared_sd
+
+    def tick(self) -> None:
+        """One world's time passes: the machine's spell may change."""
+        if self.m.spells_shared and self.m.switch and self.rng.random() < self.m.switch:
+            self.slow = not self.slow
+
+
+class Stream:
+    """One synthetic case's rounds in time order; ``session()`` starts a new session.
+    ``shared``: the machine state it shares with the other cases (None: its own)."""
+
+    def __init__(self, m: Machine, rng: np.random.Generator, shared: MachineState | None = None):
+        self.m, self.rng = m, rng
+        self.shared = shared
+        self.scale = math.exp(m.case_spread * rng.standard_normal()) if m.case_spread else 1.0
         self.noise = rng.standard_normal() * m.within_sd
         self.slow = bool(m.switch) and rng.random() < 0.5
         self.offset = 0.0
         self.session()
 
     def session(self) -> None:
-        self.offset = self.rng.standard_normal() * self.m.session_sd
+        self.offset = self.rng.standard_normal() * self.m.session_sd * self.scale
         self.noise = self.rng.standard_normal() * self.m.within_sd  # a new session forgets the last
 
     def world(self, change: float = 0.0) -> tuple[float, float]:
         """(latency in us, canary in us) of the next world."""
         m = self.m
-        if m.switch and self.rng.random() < m.switch:
+        shared = self.shared
+        if shared is not None and m.spells_shared:
+            self.slow = shared.slow
+        elif m.switch and self.rng.random() < m.switch:
             self.slow = not self.slow
         self.noise = m.lag1 * self.noise + math.sqrt(1 - m.lag1 ** 2) * m.within_sd * self.rng.standard_normal()
         step = m.mode_step if self.slow else 0.0
-        value = m.level_us * math.exp(self.offset + step + self.noise) * (1.0 + change)
+        common = shared.offset if shared is not None else 0.0
+        value = m.level_us * math.exp(self.offset + common + step + self.noise) * (1.0 + change)
         seen = self.slow and m.canary_sees
         canary = 100.0 * (1.65 if seen else 1.0) * math.exp(0.05 * self.rng.standard_normal())
         return value, canary
@@ -116,14 +151,17 @@ def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_c
     --baseline-update, the others by --baseline-add), then a candidate session judged as
     ``run --compare`` judges it: rounds added under the compare policy, at its looks."""
     cs = cases(n_cases)
-    streams = [Stream(m, rng) for _ in cs]  # each case its own noise: independent tests
+    machine = MachineState(m, rng)
+    streams = [Stream(m, rng, machine) for _ in cs]  # each case its own noise, the machine's state shared
 
     def world(change: float = 0.0) -> list[Sample]:
+        machine.tick()
         return [_sample(*s.world(change), c) for s, c in zip(streams, cs)]
 
     stored: dict = {}
     for k in range(sessions):
         if k:
+            machine.session()
             for s in streams:
                 s.session()
         rounds = [world() for _ in range(baseline_rounds)]
@@ -131,6 +169,7 @@ def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_c
         old = baselines.BaselineSet("sim", "allreduce", stored) if stored else None
         merged, _ = baselines.merge(old, pooled, "sim", "allreduce", session=f"s{k}", add=k > 0)
         stored = merged.entries
+    machine.session()
     for s in streams:
         s.session()
     family = suite.family(cs, stored)

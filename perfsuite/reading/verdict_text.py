@@ -114,12 +114,15 @@ def line(v: Verdict) -> str:
     text += f": {v.status}"
     if v.reason == "straddles":
         text += " (the interval straddles the tolerance)"
+    if "machine_sessions" in f and v.reason in ("straddles", "unbounded"):
+        text += (f" (this machine's drift between runs, SD {f['drift']:.1%} for this case, learned from "
+                 f"{f['machine_sessions']} session(s) of {f['machine_cases']} case(s))")
     elif v.reason == "unbounded":
         text += f" (too few {'pairs' if v.test == 'paired' else 'rounds'} to bound the change)"
     elif v.reason == "span":
-        text += (f" (a baseline of {f.get('sessions', 1)} session(s) cannot tell a change from how far "
-                 f"this machine moves between runs: only one beyond x{f['span']:.1f} is decided until "
-                 f"--baseline-add has recorded {f.get('min_sessions', 4)} sessions)")
+        text += (f" (this machine's drift between runs is not learned yet, from {f.get('sessions', 1)} "
+                 f"session(s): only a change beyond x{f['span']:.1f}, the prior, is decided until "
+                 "--baseline-add records another session or --session-drift states it)")
     elif v.reason == "beyond-span":
         text += f" (beyond x{f['span']:.1f}, the most this machine moves between runs on its own)"
     elif v.reason == "other-mode":
@@ -129,6 +132,11 @@ def line(v: Verdict) -> str:
                  f"x{f['span']:.1f} is decided)")
     elif v.reason == "across-modes":
         text += f" (across machine modes: beyond x{f['span']:.1f}, the widest spread between them)"
+    if f.get("confirmed"):
+        was = (f" {percent(f['stored_change'])} [{percent(f.get('stored_low'))}, {percent(f.get('stored_high'))}]"
+               if f.get("stored_change") is not None else "")
+        text += (f" (confirmed by perfsuite {f['confirmed']}: arm A the commit that measured the baseline, arm B "
+                 f"this checkout, interleaved; against the stored baseline it was UNKNOWN{was})")
     if f.get("futile"):
         text += "; more rounds cannot decide it"
     if v.xfail:
@@ -226,12 +234,18 @@ def table(verdicts: Sequence[Verdict]) -> str:
     if any(v.dropped for v in verdicts):
         lines.append("# rounds N-D: N rounds judged, D more left out as contended or in another "
                      "machine mode")
+    if any(v.facts.get("confirmed") for v in verdicts):
+        lines.append("# confirmed: UNKNOWN against the stored baseline, then judged by an interleaved A/B against "
+                     "the commit that measured it (value B, ref A, rounds = pairs); that A/B's alpha is its own, "
+                     "so the run's chance of any wrong DIFFERENT is at most twice the family's")
     if any(v.status == "unknown" and v.test == "stored" for v in verdicts):
         # A stored baseline cannot be measured again; the arms of an A/B run can, side by side.
         lines.append("# unknown against a stored baseline: to decide, measure both sides now, "
-                     "interleaved: perfsuite ab --a-python OLD_VENV/bin/python, OLD_VENV holding the "
-                     "baseline's version installed from its own tree (git worktree add ../old REV; "
-                     "OLD_VENV/bin/pip install ../old), or --a-env/--b-env for a setting")
+                     "interleaved: perfsuite ab --a-ref REV, REV the commit the baseline was measured "
+                     "at (perfsuite baseline show names it), or --a-env/--b-env for a setting")
+    if any(v.test == "stored" and v.baseline is not None for v in verdicts):
+        lines.append("# ref: the baseline's median over its rounds (every session it holds) in the "
+                     "candidate's machine mode; value: the candidate's median")
     return "\n".join(lines)
 
 

@@ -63,6 +63,7 @@ class BaselineSet:
     tolerances: dict[str, Tolerance] = field(default_factory=dict)  # per-metric defaults
     fingerprint: dict[str, Any] = field(default_factory=dict)
     updated: str = ""
+    recorded_at: dict[str, dict[str, str]] = field(default_factory=dict)  # session -> its commit
 
     def effective(self) -> dict[tuple[str, str], Baseline]:
         """Entries with the file's per-metric tolerance filled in where an entry has none."""
@@ -77,7 +78,7 @@ class BaselineSet:
         return formats.stamp(formats.BASELINE, {
             "system": self.system, "benchmark": self.benchmark, "updated": self.updated,
             "tolerances": {m: t.to_dict() for m, t in sorted(self.tolerances.items())},
-            "fingerprint": self.fingerprint, "cases": cases})
+            "fingerprint": self.fingerprint, "recorded_at": self.recorded_at, "cases": cases})
 
 
 def from_dict(d: Any, source: str) -> BaselineSet:
@@ -98,7 +99,9 @@ def from_dict(d: Any, source: str) -> BaselineSet:
                                   f"or move the file away and {_HOW_TO_REFRESH}") from None
     return BaselineSet(system=str(d.get("system", "")), benchmark=str(d.get("benchmark", "")),
                        entries=entries, tolerances=tolerances,
-                       fingerprint=dict(d.get("fingerprint") or {}), updated=str(d.get("updated", "")))
+                       fingerprint=dict(d.get("fingerprint") or {}), updated=str(d.get("updated", "")),
+                       recorded_at={str(k): dict(v) for k, v in (d.get("recorded_at") or {}).items()
+                                    if isinstance(v, dict)})
 
 
 def load(root: str | os.PathLike, system: str, benchmark: str) -> BaselineSet | None:
@@ -133,6 +136,29 @@ def load_all(root: str | os.PathLike, system: str) -> dict[tuple[str, str], Base
     return out
 
 
+def recorded_at(root: str | os.PathLike, system: str) -> list[tuple[str, dict[str, str]]]:
+    """(session, the commit that measured it) of every session of ``system`` that says, oldest
+    first (sessions are named by when they started)."""
+    folder = Path(root) / system_for(name=system)
+    found: dict[str, dict[str, str]] = {}
+    for f in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        bs = load(root, system, f.stem)
+        if bs is not None:
+            found.update(bs.recorded_at)
+    return sorted(found.items())
+
+
+def drift_line(stored: Mapping[tuple[str, str], Baseline], system: str) -> str:
+    """What ``system``'s recorded sessions say of how far its levels move between runs."""
+    learned = regress.machine_drift(stored)
+    if learned is None:
+        held = max((len(b.session_rounds()) + len(b.history) for b in stored.values()), default=0)
+        return (f"# {system}: drift between runs not learned yet ({held} session(s); it is from "
+                f"{regress.MIN_SESSIONS}): only a change beyond x{regress.PRIOR_SPAN:g}, the prior, is decided; "
+                "--baseline-add records another session, --session-drift states it")
+    return f"# {system}: {learned.describe()}"
+
+
 def systems(root: str | os.PathLike) -> list[str]:
     base = Path(root)
     return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
@@ -165,16 +191,19 @@ def too_few_rounds(samples: Iterable[Sample], source: str, measured_now: bool = 
 
 def merge(old: BaselineSet | None, samples: Iterable[Sample], system: str, benchmark: str,
           fp: Mapping[str, Any] | None = None, recorded: str = "", session: str = "",
-          add: bool = False) -> tuple[BaselineSet, list[str]]:
+          add: bool = False, at: Mapping[str, str] | None = None) -> tuple[BaselineSet, list[str]]:
     """The baseline set after recording ``samples`` of ``benchmark`` as one measurement
     ``session`` (pure: writes nothing), and one line per change. With ``add`` the session
     joins each entry's rounds, else it replaces them (their levels kept as history). Invalid
     samples are never recorded; hand-set tolerances and xfail reasons of an existing entry are
-    kept."""
+    kept. ``at``: the commit that measured the session (``recorded_at``)."""
     recorded = recorded or _now()
+    kept_at = dict(old.recorded_at) if old and add else {}
+    if at:
+        kept_at[session or recorded] = dict(at)
     new = BaselineSet(system, benchmark, dict(old.entries) if old else {},
                       dict(old.tolerances) if old else {}, dict(fp or (old.fingerprint if old else {})),
-                      recorded)
+                      recorded, kept_at)
     changes: list[str] = []
     for s in samples:
         if s.case.benchmark != benchmark:
@@ -207,9 +236,11 @@ def merge(old: BaselineSet | None, samples: Iterable[Sample], system: str, bench
 
 def update(root: str | os.PathLike, system: str, samples: Iterable[Sample],
            fp: Mapping[str, Any] | None = None, session: str = "", add: bool = False,
-           source: str = "this run", measured_now: bool = False) -> list[str]:
+           source: str = "this run", measured_now: bool = False,
+           at: Mapping[str, str] | None = None) -> list[str]:
     """Record ``samples`` as the baselines of their benchmarks on ``system``; atomic per file.
-    ``add``: as one more session of the stored ones (``merge``). Refused, before any file is
+    ``add``: as one more session of the stored ones (``merge``); ``at``: the commit that measured
+    it. Refused, before any file is
     written, when a sample holds too few rounds for a baseline that could decide (and, with
     ``add``, the stored rounds do not make up for them).
 
@@ -231,7 +262,7 @@ def update(root: str | os.PathLike, system: str, samples: Iterable[Sample],
         raise ConfigError(why)
     lines: list[str] = []
     for bench, ss in by_bench.items():
-        merged, changes = merge(loaded[bench], ss, system, bench, fp, session=session, add=add)
+        merged, changes = merge(loaded[bench], ss, system, bench, fp, session=session, add=add, at=at)
         path = path_for(root, system, bench)
         save(merged, path)
         lines.append(f"{path}: {len(changes)} change(s)")
@@ -281,11 +312,15 @@ def show(root: str | os.PathLike, system: str | None = None) -> str:
         if not files:
             lines.append(f"{sysname}: no baselines under {folder}/")
             continue
+        stored: dict[tuple[str, str], Baseline] = {}
         for f in files:
             bs = load(root, sysname, f.stem)
             if bs is None:
                 continue
-            lines.append(f"# {f}  system={bs.system}  updated={bs.updated}")
+            stored.update(bs.effective())
+            at = sorted(bs.recorded_at.items())
+            commit = f"  commit={at[-1][1].get('commit', '?')[:10]}" if at else ""
+            lines.append(f"# {f}  system={bs.system}  updated={bs.updated}{commit}")
             lines.append(f"{'case':<34}{'metric':<12}{'value':>12} {'unit':<6}{'rounds':>7}"
                          f"{'sessions':>9}{'IQR/med':>9}{'tolerance':>14}  xfail")
             for (case, metric), b in sorted(bs.effective().items()):
@@ -294,4 +329,6 @@ def show(root: str | os.PathLike, system: str | None = None) -> str:
                 sessions = f"{len(b.session_rounds())}" + (f"+{len(b.history)}" if b.history else "")
                 lines.append(f"{case:<34}{metric:<12}{b.value:>12.4g} {b.unit:<6}{len(b.rounds):>7}"
                              f"{sessions:>9}{spread:>9.1%}{tol.lower:>+7.0%}/{tol.upper:<+6.0%}  {b.xfail or ''}")
+        if stored:
+            lines.append(drift_line(stored, sysname))
     return "\n".join(lines)

@@ -13,14 +13,19 @@ import socket
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 
-def _version(dist: str) -> str | None:
+def package_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist``, or None."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+_version = package_version
 
 
 #: Arm cores by (implementer, part) of MIDR_EL1, named as lscpu names them (util-linux
@@ -270,3 +275,48 @@ def system_name(fp: dict) -> str:
         parts.append(f"{len(fp['gpus'])}x{fp['gpus'][0]['name']}")
     slug = re.sub(r"[^a-z0-9]+", "-", " ".join(parts).lower()).strip("-")
     return slug or "unknown-system"
+
+
+def git_head(dot_git: str, short: bool = True) -> str | None:
+    """HEAD's sha (its first 10 digits, or all of it) from a ``.git`` folder (or a worktree's
+    ``.git`` file): a detached HEAD, a loose ref, or a packed one."""
+    n = 10 if short else 40
+
+    def text(*parts: str) -> str:
+        return Path(*parts).read_text().strip()
+
+    try:
+        if os.path.isfile(dot_git):  # a worktree or submodule: "gitdir: PATH"
+            dot_git = os.path.join(os.path.dirname(dot_git), text(dot_git).removeprefix("gitdir:").strip())
+        head = text(dot_git, "HEAD")
+        if not head.startswith("ref:"):
+            return head[:n] or None
+        ref = head.removeprefix("ref:").strip()
+        common = dot_git
+        if os.path.isfile(os.path.join(dot_git, "commondir")):
+            common = os.path.join(dot_git, text(dot_git, "commondir"))
+        for where in (dot_git, common):
+            if os.path.isfile(os.path.join(where, ref)):
+                return text(where, ref)[:n] or None
+        if os.path.isfile(os.path.join(common, "packed-refs")):
+            for line in text(common, "packed-refs").splitlines():
+                sha, _, name = line.partition(" ")
+                if name == ref:
+                    return sha[:n]
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None  # a repository with no commit yet
+
+
+def repo_commit(path: str | os.PathLike) -> tuple[str, str] | None:
+    """(the top folder of the git repository ``path`` lies in, its HEAD's full sha), read from
+    ``.git`` without starting a process; None outside a repository or before its first commit."""
+    here = os.path.abspath(path)
+    while True:
+        if os.path.exists(os.path.join(here, ".git")):
+            sha = git_head(os.path.join(here, ".git"), short=False)
+            return (here, sha) if sha else None
+        up = os.path.dirname(here)
+        if up == here:
+            return None
+        here = up

@@ -59,6 +59,8 @@ JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "per
 #: BASELINE 3: each round says which measurement session (perfsuite run) it came from
 #: ("sessions"), and earlier sessions' levels are kept ("history"): a verdict's interval
 #: includes the drift between sessions.
+#: BASELINE 4: "recorded_at" says, per session, which commit of the project measured it
+#: ({"commit", "repo", "perfsuite"}), so an UNKNOWN can be decided against that commit now.
 #: AB 2: a verdict holds a reason code and its numbers ("reason", "facts"), not prose ("note"),
 #: and one verdict per case (the judged metric; its reciprocal in "facts").
 #: AB 3: each arm names the commit it ran ("ref": "HEAD~1 (abc1234def)"; null for this checkout).
@@ -77,7 +79,7 @@ JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "per
 #: RUN 2: its samples' info as RESULT 2, the partial samples' too.
 #: DATASET 2: "kind" says what the folder holds, "jpeg" or "tokens" (a language model's
 #: shards); version 1 held JPEGs only.
-VERSIONS = {JOB: 1, RESULT: 2, RUN: 2, BASELINE: 3, DATASET: 2, AB: 6, DETECTION: 1, NATIVE: 1, COMMIT_ENV: 1,
+VERSIONS = {JOB: 1, RESULT: 2, RUN: 2, BASELINE: 4, DATASET: 2, AB: 6, DETECTION: 1, NATIVE: 1, COMMIT_ENV: 1,
             STUDY_PLAN: 1, STUDY: 1, VALIDITY: 1}
 
 #: Allreduce transports timed on the host: before BASELINE 2 every one ran the mpi4py loop.
@@ -102,6 +104,12 @@ def _baseline_2_to_3(d: dict) -> dict:
         for entry in (metrics.values() if isinstance(metrics, dict) else ()):
             if isinstance(entry, dict) and isinstance(entry.get("rounds"), list):
                 entry.setdefault("sessions", [str(entry.get("recorded") or "v2")] * len(entry["rounds"]))
+    return d
+
+
+def _baseline_3_to_4(d: dict) -> dict:
+    """Version 3 did not say which commit measured a session."""
+    d.setdefault("recorded_at", {})
     return d
 
 
@@ -183,7 +191,7 @@ def _dataset_1_to_2(d: dict) -> dict:
 
 #: (format, old version) -> function turning such a dict into the next version's.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {
-    (BASELINE, 1): _baseline_1_to_2, (BASELINE, 2): _baseline_2_to_3, (AB, 1): _ab_1_to_2, (AB, 2): _ab_2_to_3,
+    (BASELINE, 1): _baseline_1_to_2, (BASELINE, 2): _baseline_2_to_3, (BASELINE, 3): _baseline_3_to_4, (AB, 1): _ab_1_to_2, (AB, 2): _ab_2_to_3,
     (AB, 3): _ab_3_to_4, (AB, 4): _ab_4_to_5, (AB, 5): _ab_5_to_6,
     (RESULT, 1): _result_1_to_2, (RUN, 1): _run_1_to_2, (DATASET, 1): _dataset_1_to_2}
 

@@ -323,7 +323,7 @@ class Question:
 # --- the family: every question of a run judged together --------------------------------------
 
 def _change(log_shift: float) -> float:
-    if log_shift == math.inf:
+    if log_shift > 700.0:  # a t quantile on one degree of freedom at a family's level: no bound
         return math.inf
     if log_shift == -math.inf:
         return -1.0

@@ -24,6 +24,8 @@ A run that records baselines is not judged: it becomes the reference (judge firs
 """
 from __future__ import annotations
 
+import math
+import shlex
 import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -57,16 +59,21 @@ class Plan:
     root: str = "baselines"
     system: str | None = None  # --system; None: the measuring nodes'
     asv: Any = None  # asv RecordTarget: the run is recorded there, and verdicts read its history
+    project: str = "."  # the user's repository: a recorded session names its commit
+    confirm: bool = False  # decide what stays UNKNOWN by an A/B against the baseline's commit
+    confirm_budget: float = 120.0
 
     @property
     def active(self) -> bool:
         return self.compare or self.record is not None
 
 
-def plan(values: Mapping[str, Any], *, compare: bool, root: str | Path | None = None, asv: Any = None) -> Plan:
+def plan(values: Mapping[str, Any], *, compare: bool, root: str | Path | None = None, asv: Any = None,
+         project: str | Path = ".") -> Plan:
     """The gate's plan from option values (either face's: ``options.all_options`` names them),
     every one checked now. ``compare``: judge against the baselines (``run --compare``; pytest
-    always, unless it records). ``root``: the baseline folder, where the face resolves it."""
+    always, unless it records). ``root``: the baseline folder, where the face resolves it.
+    ``project``: the folder of the user's repository (the CLI's working folder, pytest's rootdir)."""
     update, add = bool(values.get("baseline_update")), bool(values.get("baseline_add"))
     if update and add:
         raise ConfigError("--baseline-update replaces the stored rounds and --baseline-add adds to them; "
@@ -89,7 +96,9 @@ def plan(values: Mapping[str, Any], *, compare: bool, root: str | Path | None = 
                 canary_shift=options.canary_limit(values.get("max_canary_shift") or str(DEFAULT_CANARY_SHIFT)),
                 session_sd=options.session_drift(values.get("session_drift")),
                 root=str(root or values.get("baseline_dir") or "baselines"),
-                system=baselines.system_for(name=system) if system else None, asv=asv)
+                system=baselines.system_for(name=system) if system else None, asv=asv, project=str(project),
+                confirm=bool(values.get("confirm")) and compare,
+                confirm_budget=options.seconds(values.get("confirm_budget") or 120, "confirm budget"))
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,8 @@ class Finish:
 
 #: The command that records this run's baselines, in the face's own words: (system, root) -> text.
 Hint = Callable[[str, str], str]
+#: --confirm: (verdicts, which code measured the baseline) -> (verdicts, lines to print).
+Confirmer = Callable[[list[Verdict], dict], tuple[list[Verdict], list[str]]]
 
 
 class Gate:
@@ -256,10 +267,11 @@ class Gate:
     # --- the end ------------------------------------------------------------------------------
 
     def finish(self, run: formats.SuiteRun, keep: Keep = Keep(), *, record_asv: bool = True,
-               interrupted: str | None = None) -> Finish:
+               interrupted: str | None = None, confirm: Confirmer | None = None) -> Finish:
         """Judge the run, keep it (results file first, then the report, asv, the baselines),
         and give its lines and exit status. ``interrupted``: the signal that stopped it (the
-        run is kept, neither judged nor recorded)."""
+        run is kept, neither judged nor recorded). ``confirm``: under --confirm, what decides
+        the cases left UNKNOWN (an A/B against the baseline's commit, which the face runs)."""
         lines: list[tuple[str, bool]] = []
         stop = interrupted or run.interrupted
         if self.plan.active and self.system is None:
@@ -271,9 +283,14 @@ class Gate:
                 verdicts += self.judge_world(o)
             measured = {s.case.name for s in run.samples()}
             verdicts += self.missing(measured)
+            if self.plan.confirm and confirm is not None and any(
+                    v.status == "unknown" and not v.xfail for v in verdicts):
+                verdicts, notes = confirm(verdicts, self.baseline_at())
+                lines += [(text, False) for text in notes]
             nothing = bool(measured) and not any(k[0] in measured for k in self.stored())
             lines.append((f"# verdicts on {self.system} against {self.plan.root}/{self.system}/", False))
             lines += verdict_lines(verdicts, self.plan.strict, invalid=False, improvements=self.plan.improvements)
+            lines.append((baselines.drift_line(self.stored(), self.system or "?"), False))
             if nothing:
                 lines.append((self.nothing_line(), True))
         lines += [(vt.invalid_sample(s), True) for s in run.samples() if not s.valid]
@@ -282,8 +299,55 @@ class Gate:
             lines.append((f"# interrupted by {stop}: not judged, not recorded in asv or as baselines", True))
         status = run_status(run, verdicts, kept=kept, nothing=nothing, strict=self.plan.strict, stop=stop,
                             improvements=self.plan.improvements)
-        return Finish(verdicts, lines, status, finding(status, run, kept, nothing, self.plan.strict),
+        undecided = self.undecided_line(verdicts)
+        if undecided and status in (EXIT_OK, EXIT_UNKNOWN):
+            lines.append((undecided, self.plan.strict))
+        return Finish(verdicts, lines, status, finding(status, run, kept, nothing, self.plan.strict, undecided),
                       nothing, kept)
+
+    def undecided_line(self, verdicts: Sequence[Verdict]) -> str | None:
+        """The last word of a run that left cases UNKNOWN: no regression was shown, how many could
+        not be judged, and the command that decides them (an interleaved A/B against the commit
+        the baseline was measured at); None when every judged case was decided."""
+        open_ = [v for v in verdicts if v.status == "unknown" and not v.xfail]
+        if not open_:
+            return None
+        worst = max(open_, key=lambda v: abs(v.change) if v.change is not None and math.isfinite(v.change) else 0.0)
+        largest = f" (largest {vt.percent(worst.change)}, {worst.case})" if worst.change is not None else ""
+        return (f"no regression shown; {len(open_)} case(s) UNKNOWN{largest}: decide with: "
+                f"{self.decide_command(worst.case)}")
+
+    def baseline_at(self) -> dict[str, str]:
+        """Which code measured the latest recorded session of the run's system ({} unknown)."""
+        at = baselines.recorded_at(self.plan.root, self.system) if self.system else []
+        return dict(at[-1][1]) if at else {}
+
+    def baseline_commit(self) -> str | None:
+        """The commit the latest recorded session of the run's system was measured at."""
+        return self.baseline_at().get("commit")
+
+    def decide_command(self, case_name: str) -> str:
+        """``perfsuite ab`` of one case's benchmark, transport and world size (and size), arm A
+        the baseline's commit, arm B this checkout."""
+        case = next((c for c in self.cases if c.name == case_name), None)
+        spec = bench.find(case.benchmark) if case else None
+        user = (spec.world_options.get("user_benchmark") or {}) if spec else {}
+        # A benchmark of an installed package (its entry point) goes by its name in a new process;
+        # one imported from its file (a bare module name) by that file.
+        packaged = "." in str(user.get("module") or "")
+        name = ((case.benchmark if packaged else user.get("relfile")) if user
+                else case.benchmark if case else case_name.split("[")[0])
+        parts = ["perfsuite ab --benchmarks", shlex.quote(str(name))]
+        if case is not None:
+            parts += ["--transports", case.transport, "--world-sizes", str(case.world_size)]
+            if case.size_bytes is not None and spec is not None and spec.name in bench.sized_benchmarks():
+                parts += ["--sizes", str(case.size_bytes)]
+        commit = self.baseline_commit()
+        parts += ["--a-ref", commit[:10] if commit else "REV"]
+        text = " ".join(parts)
+        if not commit:
+            text += " (REV: the commit the baseline was measured at; this baseline predates recording it)"
+        return text
 
     def _keep(self, run: formats.SuiteRun, keep: Keep, verdicts: list[Verdict],
               lines: list[tuple[str, bool]], *, record: bool, record_asv: bool) -> bool:
@@ -329,7 +393,7 @@ class Gate:
         try:
             lines += [(text, False) for text in baselines.update(
                 self.plan.root, self.resolve(run.machine), complete, run.machine, session=run.created,
-                add=self.plan.record == "add", measured_now=True)]
+                add=self.plan.record == "add", measured_now=True, at=measured_at(self.plan.project))]
         except ConfigError as exc:  # too few rounds for a baseline: measured, so the run keeps them
             lines.append((f"# not recorded: {exc}", True))
             return False
@@ -337,6 +401,19 @@ class Gate:
             lines.append((f"# baselines not written to {exc.filename or self.folder()}: {_why(exc)}", True))
             return False
         return True
+
+
+def measured_at(project: str | Path) -> dict[str, str]:
+    """Which code measured a session: the commit of the user's repository (``project``) and
+    perfsuite's version (and commit, where it runs from a checkout)."""
+    at: dict[str, str] = {}
+    here = fingerprint.repo_commit(project)
+    if here:
+        at.update(repo=here[0], commit=here[1])
+    own = fingerprint.repo_commit(Path(__file__).resolve().parent)
+    version = fingerprint.package_version("perfsuite") or "unknown"
+    at["perfsuite"] = version + (f" (commit {own[1][:10]})" if own and (not here or own[0] != here[0]) else "")
+    return at
 
 
 def _seeing(policy: RoundsPolicy, gate: Gate) -> RoundsPolicy:
@@ -379,8 +456,11 @@ def run_status(run: formats.SuiteRun, verdicts: Sequence[Verdict], *, kept: bool
                        EXIT_UNKNOWN if nothing and strict else EXIT_OK)
 
 
-def finding(status: int, run: formats.SuiteRun, kept: bool, nothing: bool, strict: bool) -> str:
-    """One line: which exit status a run's findings are, in words (pytest's summary ends with it)."""
+def finding(status: int, run: formats.SuiteRun, kept: bool, nothing: bool, strict: bool,
+            undecided: str | None = None) -> str:
+    """One line: which exit status a run's findings are, in words (pytest's summary ends with it).
+    ``undecided``: the line of cases left UNKNOWN (``Gate.undecided_line``): then nothing is
+    called wrong or right, the cases are counted."""
     if status > EXIT_INTERRUPTED:
         return "perfsuite: interrupted (what finished is kept)"
     if status == EXIT_WORLD:
@@ -390,7 +470,10 @@ def finding(status: int, run: formats.SuiteRun, kept: bool, nothing: bool, stric
         return "perfsuite: regression"
     if status == EXIT_UNKNOWN:
         return ("perfsuite: UNKNOWN under --perf-strict (nothing compared: no baseline)" if nothing
+                else f"perfsuite: UNKNOWN under --perf-strict: {undecided}" if undecided
                 else "perfsuite: UNKNOWN under --perf-strict (a comparison could not be decided)")
+    if undecided:
+        return f"perfsuite: {undecided}"
     return "perfsuite: nothing wrong" + (" (nothing compared: no baseline)" if nothing else "")
 
 

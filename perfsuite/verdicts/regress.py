@@ -23,15 +23,15 @@ UNKNOWN ("cannot tell yet"). A comparison that could not have seen the tolerance
   own mode, by the canaries; van Elteren's summed Mann-Whitney counts, ``stats``), with the
   rounds' own standard error (from the rank interval, widened for the rounds' lag-1
   correlation). What a run cannot show is how far the next run lands with nothing changed:
-  - until the baseline (with the levels of sessions an update replaced, and this machine's asv
-    history) holds MIN_SESSIONS session levels, only a change beyond the machine's **span** is
-    decided: the interval is widened by +-log(DEFAULT_MODE_SPAN) (or the baseline's own wider
-    spread), what this machine's unseen states move a level by between runs; never SAME;
-  - from MIN_SESSIONS levels on, their spread is the **drift** between sessions, SD tau, with a
-    t quantile on its degrees of freedom: the candidate's session and the mean of the baseline's
-    S sessions each drift, so tau^2 (1 + 1/S) joins the rounds' variance. Either interval may
-    decide, each at half the level (``decision.either``), so a quiet machine's sessions narrow
-    the verdict to what they show, and a machine that flips between states keeps its span;
+  - once the machine has recorded two sessions (of any case, in any benchmark of its baseline
+    folder), the **drift** between sessions is learned from all of them together (``drift``: a
+    session effect shared by the cases plus each case's own, the case's variance moderated
+    toward the machine's, its degrees of freedom counted through the sharing), SD tau with a t
+    quantile on those degrees of freedom: the candidate's session and the mean of the
+    baseline's S sessions each drift, so tau^2 (1 + 1/S) joins the rounds' variance;
+  - until then nothing says how far this machine moves between runs, and only a change beyond
+    the **prior span** is decided: the interval is widened by +-log(PRIOR_SPAN) (or the
+    baseline's own wider spread); never SAME;
   - ``--session-drift F`` states tau instead, taken as known.
 * **Across machine modes**, when the candidate ran in a mode none of the baseline's rounds did,
   rounds are compared all against all, with the span: a change beyond anything the modes
@@ -63,8 +63,8 @@ from dataclasses import replace
 import numpy as np
 
 from .. import bench
-from . import stats
-from .decision import DEFAULT_ALPHA, DEFAULT_TOLERANCE, Question, band_evidence, either, judge, normal_evidence, rank_evidence
+from . import drift as _drift, stats
+from .decision import DEFAULT_ALPHA, DEFAULT_TOLERANCE, Question, band_evidence, judge, normal_evidence, rank_evidence
 from ..records.errors import ConfigError
 from ..records.model import MIRRORS, Baseline, Sample, Tolerance, Verdict, round_values, timing_of
 from .rounds import DEFAULT_CANARY_SHIFT, modal_canary, round_canaries, same_mode
@@ -72,16 +72,16 @@ from .rounds import DEFAULT_CANARY_SHIFT, modal_canary, round_canaries, same_mod
 #: Raw per-iteration samples kept in a baseline (evenly spaced order statistics beyond this).
 MAX_BASELINE_SAMPLES = stats.MAX_KEPT_SAMPLES
 
-#: How far a case's level can move between two runs of one machine with nothing changed, as
-#: a ratio, taken while a baseline holds too few sessions to measure it (and whenever the
-#: candidate ran in a machine mode none of the baseline's rounds did): this project's 2-core VM
-#: flips between two states x3.1 apart at 4 B (x2.3 at 16 MiB), for minutes, and its canary does
-#: not see them; sessions 10 minutes apart differed by up to x3.4 (docs/measurements.md,
-#: "Session drift"). Rounded up; zero would call every drift between two runs a change.
-DEFAULT_MODE_SPAN = 4.0
-#: Session levels (baseline sessions, the ones updates replaced, asv history) from which the
-#: drift between sessions is measured; with fewer, only the span decides.
-MIN_SESSIONS = 4
+#: A prior, not a measurement of any one machine: how far a case's level may move between two
+#: runs of a machine with nothing changed, as a ratio, taken until the machine has recorded a
+#: second session (and whenever the candidate ran in a machine mode none of the baseline's
+#: rounds did). It must hold on the machines users run, shared cloud VMs included, which flip
+#: between states for minutes (the widest measured: x3.4 between sessions, docs/measurements.md,
+#: "Session drift"); a dedicated node moves far less, which its second session shows, or
+#: ``--session-drift`` states. Too small a prior calls a machine's drift a regression.
+PRIOR_SPAN = 4.0
+#: Sessions a machine must have recorded before its drift is learned (``drift.learn``).
+MIN_SESSIONS = 2
 #: Fewest rounds a baseline must hold: against fewer no look can bound a change.
 MIN_BASELINE_ROUNDS = 5
 #: Rounds a baseline is recorded with when no rounds are asked for.
@@ -239,32 +239,51 @@ def lag1(series: Iterable[Sequence[float]]) -> float:
     return min(MAX_LAG1, max(0.0, num / den))
 
 
-def session_drift(baseline: Baseline, assumed: float | None = None, history: Sequence[float] = ()
+def machine_drift(baselines: Mapping[tuple[str, str], Baseline]) -> _drift.MachineDrift | None:
+    """The drift between sessions of the machine whose baselines (every benchmark of its
+    folder) these are, or None while it has recorded fewer than MIN_SESSIONS sessions."""
+    learned = _drift.learn(_drift.judged_series(baselines, bench.primary_metrics()))
+    return learned if learned is not None and learned.sessions >= MIN_SESSIONS else None
+
+
+def session_drift(baseline: Baseline, assumed: float | None = None, history: Sequence[float] = (),
+                  machine: _drift.MachineDrift | None = None, candidate: Sequence[float] = ()
                   ) -> tuple[float, float | None, str, int] | None:
     """(SD of the drift between sessions in log units, its degrees of freedom (None: taken as
     known), where it came from, how many baseline sessions average into the reference), or
-    None while there are too few sessions to measure it. ``assumed``: the user's figure (a
-    fraction > 0), taken as known. ``history``: levels of earlier runs kept elsewhere (this
-    machine's asv history), one per run."""
+    None while the machine's drift is not learned. ``assumed``: the user's figure (a fraction
+    > 0), taken as known. ``machine``: what the machine's recorded sessions show
+    (``machine_drift``), moderated by this case's own levels: its sessions, the ones updates
+    replaced, and ``history``, its levels in earlier runs kept elsewhere (asv), one per run;
+    never less than half the widest step the case was seen to make, in the baseline's rounds and
+    levels or in the ``candidate``'s rounds."""
     by_session = baseline.session_rounds()
     if assumed is not None:
         if not assumed > 0:
             raise ConfigError(f"session drift {assumed!r} must be a fraction > 0, e.g. 0.02: no two "
                               "sessions of a machine run at exactly one speed")
         return math.log1p(assumed), None, "assumed", len(by_session)
-    levels = session_levels(baseline) + [x for x in history if x > 0]
-    if len(levels) < MIN_SESSIONS:
+    if machine is None:
         return None
-    source = "sessions+asv" if history else "sessions"
-    return float(np.std(_log(levels), ddof=1)), float(len(levels) - 1), source, len(by_session)
+    raw = session_levels(baseline) + [x for x in history if x > 0]
+    sd, df = machine.for_case(_log(raw))
+    # A machine that has been seen to step between states (a spell, in a round or a session,
+    # the candidate's included) may land a whole session on the far side of that step: half the
+    # widest step this case was seen to make is the least its drift is taken to be. Normally
+    # distributed drift would not show it.
+    seen = max(_log_range(baseline.rounds), _log_range(raw), _log_range(candidate)) / 2
+    source = "machine+asv" if history else "machine"
+    if seen > sd:
+        sd, source = seen, "seen"
+    return sd, df, source, len(by_session)
 
 
 def span_of(baseline: Baseline, history: Sequence[float] = ()) -> float:
-    """The widest step (log) between two levels of the case that the machine is known to make
-    with nothing changed: DEFAULT_MODE_SPAN, or wider where the baseline's own rounds or
-    session levels spread further."""
+    """The widest step (log) between two levels of the case that the machine may make with
+    nothing changed, while its drift is not learned: PRIOR_SPAN, or wider where the baseline's
+    own rounds or session levels spread further."""
     levels = session_levels(baseline) + [x for x in history if x > 0]
-    return max(math.log(DEFAULT_MODE_SPAN), _log_range(baseline.rounds), _log_range(levels))
+    return max(math.log(PRIOR_SPAN), _log_range(baseline.rounds), _log_range(levels))
 
 
 def _within_se(test: stats.RankTest) -> float:
@@ -276,10 +295,12 @@ def _within_se(test: stats.RankTest) -> float:
 def stored_question(case: str, metric: str, sample: Sample | None, baseline: Baseline | None, *,
                     tolerance: Tolerance | None = None, system: str = "", share: float = 1.0,
                     canary_shift: float | None = DEFAULT_CANARY_SHIFT,
-                    session_sd: float | None = None, history: Sequence[float] = ()) -> Question:
+                    session_sd: float | None = None, history: Sequence[float] = (),
+                    machine: _drift.MachineDrift | None = None) -> Question:
     """The question of one judged metric of one case against its stored baseline.
     ``session_sd``: the drift between sessions to assume (None: ``session_drift``'s rule);
-    ``history``: the case's levels in earlier runs kept outside the baseline (asv)."""
+    ``history``: the case's levels in earlier runs kept outside the baseline (asv);
+    ``machine``: the machine's drift learned from all its baselines (``machine_drift``)."""
     xfail = baseline.xfail if baseline else None
     mirror = MIRRORS.get(metric) if sample is not None and MIRRORS.get(metric) in sample.metrics else None
     facts = {"mirror": mirror} if mirror else {}
@@ -315,7 +336,7 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
             **facts, "contention": float(sample.info.get("contention") or 0)}), group=group)
     strata, other_mode, across = mode_strata(sample, metric, baseline, canary_shift)
     tol = tolerance or baseline.tolerance or noise_tolerance(metric, _within_mode(strata), case)
-    drift = session_drift(baseline, session_sd, history)
+    drift = session_drift(baseline, session_sd, history, machine, round_values(sample, metric))
     span = span_of(baseline, history)
     dropped = int(sample.info.get("rounds_dropped", 0))
     if across is not None:  # no baseline round in the candidate's modes: all against all
@@ -328,19 +349,16 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
     rho = lag1([round_values(sample, metric), *baseline.session_rounds().values()])
     widen = math.sqrt((1 + rho) / (1 - rho))
     within = _within_se(test) * widen
-    facts = {**facts, "lag1": rho, "sessions": len(baseline.session_rounds()), "span": math.exp(span),
-             "min_sessions": MIN_SESSIONS}
-    # Beyond the span is beyond anything the machine does on its own: judged from the
-    # candidate's own level against the window the baseline's rounds pin (band_evidence), so a
-    # baseline that caught both of the machine's states bounds where a clean run can land.
-    cand = _log(new_rounds)
-    level = stats.stratified_signed_rank_test([cand])
-    base_logs = _log([v for _, b in strata for v in b])
-    by_span = band_evidence(test.estimate, level.estimate, _within_se(level) * widen,
-                            (min(base_logs), max(base_logs)), span)
-    # A measured drift narrows that where the sessions show it is small. Either may decide,
-    # each at half the level.
+    facts = {**facts, "lag1": rho, "sessions": len(baseline.session_rounds()), "span": math.exp(span)}
     if across is not None or drift is None:
+        # Beyond the span is beyond anything the machine does on its own: judged from the
+        # candidate's own level against the window the baseline's rounds pin (band_evidence),
+        # so a baseline that caught both of the machine's states bounds where a clean run lands.
+        cand = _log(new_rounds)
+        level = stats.stratified_signed_rank_test([cand])
+        base_logs = _log([v for _, b in strata for v in b])
+        by_span = band_evidence(test.estimate, level.estimate, _within_se(level) * widen,
+                                (min(base_logs), max(base_logs)), span)
         # In another mode, more rounds may find the machine back in one the baseline ran in,
         # where other evidence may decide: not futile however the span reads.
         evidence, facts["drift_from"] = by_span if across is None else replace(by_span, limit=None), "span"
@@ -350,10 +368,11 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
         sd, df, source, n_sessions = drift
         # The sessions' term stays however many rounds are added (``floor``): the rounds' goes.
         between = sd * math.sqrt(1 + 1 / n_sessions)
-        by_drift = normal_evidence(test.estimate, math.hypot(within, between), df, floor=between)
-        evidence = by_drift if source == "assumed" else either(by_span, by_drift)
+        evidence = normal_evidence(test.estimate, math.hypot(within, between), df, floor=between)
         reason = ""
         facts.update({"drift": math.expm1(sd), "drift_from": source, **({"df": df} if df else {})})
+        if machine is not None and source != "assumed":
+            facts.update({"machine_sessions": machine.sessions, "machine_cases": machine.cases})
     v = replace(base, tolerance=tol, rounds=len(new_rounds), dropped=dropped + other_mode,
                 value=stats.median(main_new), baseline=stats.median(main_base), reason=reason,
                 facts=facts)
@@ -388,8 +407,10 @@ def verdict(case: str, metric: str, sample: Sample | None, baseline: Baseline | 
     ``looks``: how many looks its alpha is split over."""
     if not 0.0 < alpha < 1.0:
         raise ConfigError(f"significance level {alpha!r} must be between 0 and 1, e.g. 0.01")
+    machine = machine_drift({(case, metric): baseline}) if baseline is not None and session_sd is None else None
     q = stored_question(case, metric, sample, baseline, tolerance=tolerance, system=system,
-                        share=1.0 / max(1, looks), canary_shift=canary_shift, session_sd=session_sd)
+                        share=1.0 / max(1, looks), canary_shift=canary_shift, session_sd=session_sd,
+                        machine=machine)
     return judge([q], alpha)[0]
 
 
@@ -399,24 +420,28 @@ def compare(samples: Iterable[Sample], baselines: Mapping[tuple[str, str], Basel
             canary_shift: float | None = DEFAULT_CANARY_SHIFT,
             judged: Callable[[Sample], Sequence[str]] = judged_metrics,
             session_sd: float | None = None,
-            history: Callable[[Sample, str], Sequence[float]] | None = None) -> list[Verdict]:
+            history: Callable[[Sample, str], Sequence[float]] | None = None,
+            learn_from: Mapping[tuple[str, str], Baseline] | None = None) -> list[Verdict]:
     """Every verdict: one per judged metric of each sample (``judged``: one per case for the
     built-in benchmarks), then one per judged baseline with no sample (missing). The open ones
     are one family of ``family`` questions (default: these), grouped by world (``judge``).
 
     ``baselines`` maps (case name, metric) to Baseline. ``cases``, when given, limits 'missing' to
     the cases that were selected to run (a run of two sizes does not miss the other eleven).
+    ``learn_from``: the machine's baselines its drift is learned from, when ``baselines`` holds
+    only the judged few (default: ``baselines``).
     """
     questions: list[Question] = []
     seen: set[str] = set()
     share = 1.0 / max(1, looks)
+    machine = machine_drift(baselines if learn_from is None else learn_from) if session_sd is None else None
     for s in samples:
         seen.add(s.case.name)
         for metric in judged(s):
             questions.append(stored_question(s.case.name, metric, s, baselines.get((s.case.name, metric)),
                                              tolerance=tolerance, system=system, share=share,
                                              canary_shift=canary_shift, session_sd=session_sd,
-                                             history=history(s, metric) if history else ()))
+                                             history=history(s, metric) if history else (), machine=machine))
     wanted = set(cases) if cases is not None else None
     primary = bench.primary_metrics()
     for (case, metric), b in baselines.items():

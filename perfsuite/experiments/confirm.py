@@ -1,0 +1,136 @@
+"""``--confirm``: the cases a stored baseline left UNKNOWN, decided now by an interleaved A/B
+against the commit the baseline was measured at, within a time budget.
+
+A stored baseline cannot be measured again, and a machine's drift between sessions bounds what
+it can decide; the commit that measured it can be. Arm A is that commit (its environment built
+as ``perfsuite ab --a-ref`` builds it, ``launch.envs``), arm B this checkout; the cases are the
+UNKNOWN ones, one ``ab.run`` per benchmark and transport, each given its share of the budget,
+asked the stored verdict's question (the change against the same tolerance, the widest of the
+group's). Each UNKNOWN becomes the A/B's verdict, marked as confirmed and how; one the A/B could
+not decide stays UNKNOWN, saying so. The A/B's family has alpha of its own: with --confirm the
+chance that any verdict of a run wrongly says DIFFERENT is at most twice alpha, as the family
+line says. Where the baseline names no commit, or its commit cannot be built, one line says so
+and the verdicts stand.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from .. import bench, suite
+from ..kernels import faults
+from ..launch import envs
+from ..records.errors import PerfsuiteError
+from ..records.model import Case, Tolerance, Verdict
+from . import ab
+
+#: Seconds of A/B pairs a run's confirmation may take, over every group (the build of the
+#: baseline's commit, once per commit and kept, is not counted).
+DEFAULT_BUDGET_S = 120.0
+
+
+@dataclass(frozen=True)
+class ConfirmConfig:
+    """How to confirm: the baseline's commit (None: it does not say), the repository and the
+    folder of its project, the budget, alpha, and where environments are built."""
+
+    commit: str | None
+    repo: str | None = None
+    project: str = ""
+    budget_s: float = DEFAULT_BUDGET_S
+    alpha: float = 0.01
+    env_dir: str | None = None
+
+
+def open_cases(verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """The verdicts --confirm takes: UNKNOWN against a stored baseline, not an expected failure."""
+    return [v for v in verdicts if v.status == "unknown" and v.test == "stored" and not v.xfail]
+
+
+def confirm(verdicts: list[Verdict], cases: Sequence[Case], suite_cfg: suite.SuiteConfig, cfg: ConfirmConfig,
+            progress: Callable[[str], None] | None = None) -> tuple[list[Verdict], list[str]]:
+    """``verdicts`` with each open one (``open_cases``) decided by an A/B against the baseline's
+    commit where it could be, and the lines to print (what was run, what stopped it)."""
+    say = progress or (lambda m: None)
+    todo = open_cases(verdicts)
+    if not todo:
+        return verdicts, []
+    if not cfg.commit or not cfg.repo:
+        return verdicts, [f"# --confirm: {len(todo)} UNKNOWN case(s) left as they are: the baseline does not say "
+                          "which commit measured it (recorded by an older perfsuite, or outside a git "
+                          "repository); record it again (--baseline-update) to confirm against it"]
+    try:
+        env = envs.build(cfg.repo, cfg.commit, extras=None, env_dir=cfg.env_dir, progress=say, project=cfg.project)
+    except PerfsuiteError as exc:
+        return verdicts, [f"# --confirm: the baseline's commit {cfg.commit[:10]} cannot be built, so {len(todo)} "
+                          f"UNKNOWN case(s) stay: {exc}"]
+    by_name = {c.name: c for c in cases}
+    groups: dict[tuple[str, str], list[Verdict]] = {}
+    for v in todo:
+        c = by_name.get(v.case)
+        if c is not None:
+            groups.setdefault((c.benchmark, c.transport), []).append(v)
+    decided: dict[str, Verdict] = {}
+    lines: list[str] = []
+    started = time.monotonic()
+    for i, ((name, transport), group) in enumerate(groups.items()):
+        left = cfg.budget_s - (time.monotonic() - started)
+        if left <= 1.0:
+            lines.append(f"# --confirm: budget spent; {len(group)} case(s) of {name} left UNKNOWN")
+            continue
+        chosen = tuple(by_name[v.case] for v in group)
+        # An injected slowdown (the gate's own check) stands for a change of this checkout: the
+        # baseline's commit runs without it.
+        clean = (((faults.SLOWDOWN_ENV, "0"),) if os.environ.get(faults.SLOWDOWN_ENV) else ())
+        a = ab.Arm("A", transport, env=clean).from_commit(env)
+        b = ab.Arm("B", transport)
+        ab_cfg = ab.ABConfig(a, b, chosen, chosen, budget_s=left / (len(groups) - i),
+                             tolerance=_widest([v.tolerance for v in group]), alpha=cfg.alpha,
+                             judged=bench.get(name).judged)
+        say(f"confirming {len(chosen)} case(s) of {name} against {env.describe()} ...")
+        rep = ab.run(ab_cfg, ab.world_runner(replace(suite_cfg, rounds=None)), progress=say)
+        lines.append(f"# --confirm: {name} on {transport}: arm A = {env.describe()} (the baseline's), arm B = "
+                     f"this checkout; {rep.pairs} pair(s) in {rep.wall_s:.0f} s"
+                     + (f"; stopped: {rep.stopped}" if rep.stopped else "")
+                     + (f"; {len(rep.failures)} failed world(s): {rep.failures[0]}" if rep.failures else ""))
+        for got in rep.verdicts:
+            decided[got.case] = got
+    how = f"ab --a-ref {cfg.commit[:10]}"
+    out = []
+    for v in verdicts:
+        got = decided.get(v.case) if v in todo else None
+        if got is None:
+            out.append(v)
+            continue
+        mirror = {"mirror": v.mirror} if v.mirror else {}
+        out.append(replace(got, case=v.case, metric=v.metric, system=v.system, facts={
+            **got.facts, **mirror, "confirmed": how, "stored_change": v.change, "stored_low": v.low,
+            "stored_high": v.high, "stored_reason": v.reason}))
+    return out, lines
+
+
+def _widest(tolerances: Sequence[Tolerance | None]) -> Tolerance:
+    got = [t for t in tolerances if t is not None]
+    if not got:
+        return ab.DEFAULT_TOLERANCE
+    return Tolerance(min(t.lower for t in got), max(t.upper for t in got))
+
+
+def confirmer(cases: Sequence[Case], suite_cfg: suite.SuiteConfig, *, budget_s: float, alpha: float,
+              where: str = ".", progress: Callable[[str], None] | None = None
+              ) -> Callable[[list[Verdict], dict], tuple[list[Verdict], list[str]]]:
+    """What a face hands the gate for --confirm: (verdicts, the baseline's ``recorded_at`` of its
+    latest session) -> (verdicts, lines), running this run's ``cases`` with ``suite_cfg``'s launch."""
+    def run(verdicts: list[Verdict], at: dict) -> tuple[list[Verdict], list[str]]:
+        repo = at.get("repo")
+        try:
+            project = envs.project_dir(repo, where=where) if repo else ""
+        except PerfsuiteError:
+            project = ""
+        cfg = ConfirmConfig(at.get("commit"), repo, project, budget_s, alpha)
+        return confirm(verdicts, cases, suite_cfg, cfg, progress)
+
+    return run
+

@@ -1,0 +1,72 @@
+"""The machine's drift between sessions, learned from all its cases (perfsuite/verdicts/drift.py):
+the pooled figure and its degrees of freedom in the layouts it must tell apart, and each case's
+moderation. Pure: synthetic session levels, no world."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from perfsuite.verdicts import drift
+
+
+def table(levels: np.ndarray) -> dict:
+    """Cases x sessions of log levels as ``learn``'s series (sessions shared by label)."""
+    return {f"c{c}": [(f"s{s}", float(x)) for s, x in enumerate(row)] for c, row in enumerate(levels)}
+
+
+def test_one_case_is_its_own_sample_variance():
+    x = np.log([100.0, 104.0, 97.0, 101.0])
+    got = drift.learn({"only": [(f"s{i}", float(v)) for i, v in enumerate(x)]})
+    assert got.var == pytest.approx(np.var(x, ddof=1)) and got.df == pytest.approx(3)
+    assert got.for_case(list(x)) == pytest.approx((math.sqrt(np.var(x, ddof=1)), 3))
+    assert got.sessions == 4 and got.cases == 1
+
+
+def test_nothing_learned_from_one_session():
+    assert drift.learn({"a": [("s0", 0.0)], "b": [("s0", 1.0)]}) is None
+
+
+def test_cases_that_drift_on_their_own_tell_far_more_than_one():
+    rng = np.random.default_rng(1)
+    own = rng.normal(0, 0.05, (30, 4)) + rng.normal(0, 1, (30, 1))  # case levels + own drift
+    got = drift.learn(table(own))
+    assert got.sessions == 4 and got.cases == 30 and got.levels == 120
+    assert got.shared < 0.2 and got.df > 60  # ~ 30 x 3, not 3
+    assert math.sqrt(got.var) == pytest.approx(0.05, rel=0.25)
+
+
+def test_cases_that_move_together_tell_what_their_sessions_tell():
+    rng = np.random.default_rng(2)
+    shared = rng.normal(0, 0.2, (1, 4))
+    levels = rng.normal(0, 1, (30, 1)) + shared + rng.normal(0, 0.002, (30, 4))
+    got = drift.learn(table(levels))
+    assert got.shared > 0.95 and got.df == pytest.approx(3, abs=0.3)
+    sd, df = got.for_case(list(levels[0]))
+    assert df <= got.df + 1e-9  # never more than the pool's, however alike the cases' variances
+
+
+def test_a_case_that_drifts_more_keeps_more_of_its_own():
+    rng = np.random.default_rng(3)
+    sds = np.exp(rng.normal(np.log(0.05), 0.8, 30))  # cases drift differently
+    levels = rng.normal(0, 1, (30, 1)) + rng.normal(0, 1, (30, 6)) * sds[:, None]
+    got = drift.learn(table(levels))
+    assert math.isfinite(got.prior_df)
+    noisy = int(np.argmax(np.var(levels, axis=1)))
+    sd, _ = got.for_case(list(levels[noisy]))
+    assert sd > math.sqrt(got.prior_var) * 1.5
+
+
+def test_a_new_case_of_a_known_machine_takes_the_machines_drift():
+    rng = np.random.default_rng(4)
+    got = drift.learn(table(rng.normal(0, 1, (10, 1)) + rng.normal(0, 0.03, (10, 5))))
+    sd, df = got.for_case([0.0])  # one session of its own
+    assert sd == pytest.approx(math.sqrt(got.prior_var)) and df > 4
+
+
+def test_replaced_sessions_count_for_their_case_only():
+    series = {"a": [("s0", 0.0), (("a", "replaced", 0), 0.1), (("a", "replaced", 1), -0.1)],
+              "b": [("s0", 0.0)]}
+    got = drift.learn(series)
+    assert got.df == pytest.approx(2) and got.shared is None
