@@ -3,8 +3,9 @@ a git repository, its benchmarks judged against baselines recorded on this machi
 faces (``perfsuite run --compare`` and ``pytest benchmarks --benchmark-only``). Every step starts
 real worlds; nothing is simulated (``perfsuite validity`` is the simulation).
 
-    python scripts/stored-decides.py flow [--sessions 4]       # record, then a commit that doubles the work
-    python scripts/stored-decides.py reruns [--count 20] [--every 180]   # clean reruns after 4 sessions
+    python scripts/stored-decides.py flow [--sessions 4] [--gap S]   # record, then a commit that doubles the work
+    python scripts/stored-decides.py reruns [--count 20] [--every 180] [--gap S] [--then-slower]
+                                                               # clean reruns after 4 sessions
     python scripts/stored-decides.py confirm [--slowdown 0.3]  # one session, a slower checkout, --confirm
 
 Run it from a venv with perfsuite installed (``pip install -e ".[test]"``); the user's project is
@@ -133,9 +134,12 @@ def step(python: Path, proj: Path, what: str, argv: list[str], env: dict | None 
     return {"seconds": seconds, "exit": got.returncode, "rows": rows, "last": last, "out": out}
 
 
-def record(python: Path, proj: Path, sessions: int) -> None:
+def record(python: Path, proj: Path, sessions: int, gap_s: float = 0.0) -> None:
+    """``sessions`` sessions, each starting ``gap_s`` after the last (sittings apart from 600 s)."""
+    start = time.monotonic()
     step(python, proj, "session 1: run --baseline-update", ["-m", "perfsuite", "run", *BENCH, "--baseline-update"])
     for k in range(2, sessions + 1):
+        time.sleep(max(0.0, start + (k - 1) * gap_s - time.monotonic()))
         step(python, proj, f"session {k}: run --baseline-add", ["-m", "perfsuite", "run", *BENCH, "--baseline-add"])
 
 
@@ -160,18 +164,23 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="perfsuite-stored-") as scratch:
         proj, python = project(Path(scratch))
         print(HEAD)
+        gap = float(opt("--gap", "0"))
         if mode == "flow":
-            record(python, proj, int(opt("--sessions", "4")))
+            record(python, proj, int(opt("--sessions", "4")), gap)
             step(python, proj, "baseline show", ["-m", "perfsuite", "baseline", "show"])
             slower(proj)
             judge(python, proj, "2 passes")
         elif mode == "reruns":
-            record(python, proj, 4)
+            record(python, proj, 4, gap)
+            step(python, proj, "baseline show", ["-m", "perfsuite", "baseline", "show"])
             count, every = int(opt("--count", "20")), float(opt("--every", "180"))
             start = time.monotonic()
             for k in range(count):
                 time.sleep(max(0.0, start + k * every - time.monotonic()))
                 step(python, proj, f"clean rerun {k + 1}: run --compare", ["-m", "perfsuite", "run", *BENCH, "--compare"])
+            if "--then-slower" in argv:  # the issue's flow on the same baseline, after the reruns
+                slower(proj)
+                judge(python, proj, "2 passes")
         elif mode == "confirm":
             record(python, proj, 1)
             judge(python, proj, "slower checkout", ["--confirm"],

@@ -70,3 +70,16 @@ def test_replaced_sessions_count_for_their_case_only():
               "b": [("s0", 0.0)]}
     got = drift.learn(series)
     assert got.df == pytest.approx(2) and got.shared is None
+
+
+def test_sessions_minutes_apart_are_one_sitting():
+    """Sessions recorded back to back share the machine's state: one level (their mean); an
+    hour apart, two. Names that are no start time are sittings of their own."""
+    t = ["2026-12-06T10:00:00+00:00", "2026-12-06T10:03:00+00:00", "2026-12-06T10:07:00+00:00",
+         "2026-12-06T11:30:00+00:00"]
+    assert drift.sittings(t + ["monday"]) == {t[0]: t[0], t[1]: t[0], t[2]: t[0], t[3]: t[3], "monday": "monday"}
+    back_to_back = {c: [(t[i], 0.01 * i * (c + 1)) for i in range(3)] for c in range(3)}
+    assert drift.learn(back_to_back) is None  # one sitting: nothing learned of the drift between runs
+    two = {c: [*v, (t[3], 0.5)] for c, v in back_to_back.items()}
+    got = drift.learn(two)
+    assert got.sessions == 2 and got.levels == 6

@@ -788,10 +788,11 @@ def test_sessions_added_to_a_baseline_measure_its_drift():
     machine = regress.machine_drift({(SMALL.name, "latency_us"): quiet})
     assert regress.session_drift(quiet) is None  # nothing learned is nothing known
     sd, df, source, sessions = regress.session_drift(quiet, machine=machine)
-    assert source == "machine" and df == 4 and sessions == 5 and sd < 0.02
+    # the sessions' spread, or half the widest step between two of them where that is wider
+    assert source in ("machine", "seen") and df == 4 and sessions == 5 and sd < 0.02
     cand = _session(13.0, 99)
     v = regress.verdict(SMALL.name, "latency_us", cand, quiet)
-    assert v.status == "regression" and v.facts["drift_from"] == "machine" and v.facts["df"] == 4
+    assert v.status == "regression" and v.facts["drift_from"] in ("machine", "seen") and v.facts["df"] == 4
     assert regress.verdict(SMALL.name, "latency_us", _session(10.05, 98), loud).status == "unknown"
     replaced = regress.baseline_from_sample(_session(10.0, 50), "latency_us", session="new", previous=quiet)
     assert len(replaced.session_rounds()) == 1 and len(replaced.history) == 5

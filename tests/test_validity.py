@@ -140,3 +140,4 @@ def test_a_rate_is_the_same_count_whatever_the_number_of_workers():
     shared = validity.rate("A/B", machine, 48, tolerance=small, change=0.03, max_pairs=40, workers=2)
     assert (alone.hits, alone.same, alone.used) == (shared.hits, shared.same, shared.used)
     assert 0 < alone.hits < 48  # a count that could differ
+

@@ -45,6 +45,9 @@ def add_validity(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", default="1", metavar="N", help="cases judged in each run, one family [default: 1]")
     p.add_argument("--baseline-sessions", default="1", metavar="K",
                    help="stored mode: sessions the baseline holds (--baseline-add) [default: 1]")
+    p.add_argument("--back-to-back", action="store_true",
+                   help="stored mode: the baseline's sessions and the candidate recorded minutes apart (one "
+                        "sitting, a spell going on), not an hour apart (each its own sitting)")
     p.add_argument("--seed", default="0", metavar="N", help="[default: 0]")
     p.add_argument("--json", metavar="PATH", help="write the versioned table here")
 
@@ -74,7 +77,7 @@ def do_validity(args: argparse.Namespace) -> int:
     rates = []
     for mode in modes:
         for i, m in enumerate(machines):
-            extra = {"sessions": sessions} if mode == "stored" else {}
+            extra = {"sessions": sessions, "apart": not args.back_to_back} if mode == "stored" else {}
             rates.append(v.rate(mode, m, runs, seed=whole_number(args.seed, "seed", low=0) + i,
                                 workers=v.cores(), **kw, **extra))
             print(f"# {mode} {m.label()}: {rates[-1].hits}/{runs}", file=sys.stderr, flush=True)

@@ -23,6 +23,7 @@ does when it sees a spell. A change multiplies arm B's (or the candidate's) valu
 """
 from __future__ import annotations
 
+import datetime
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -87,6 +88,11 @@ class MachineState:
         if self.m.spells_shared and self.m.switch and self.rng.random() < self.m.switch:
             self.slow = not self.slow
 
+    def wait(self) -> None:
+        """Long enough passes for the spell to forget its state (sittings apart)."""
+        if self.m.spells_shared and self.m.switch:
+            self.slow = bool(self.rng.random() < 0.5)
+
 
 class Stream:
     """One synthetic case's rounds in time order; ``session()`` starts a new session.
@@ -146,10 +152,13 @@ def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_c
                sessions: int = 1, baseline_rounds: int = regress.BASELINE_ROUNDS,
                alpha: float = decision.DEFAULT_ALPHA, tolerance: Tolerance | None = None,
                canary_shift: float | None = DEFAULT_CANARY_SHIFT,
-               session_sd: float | None = None) -> StoredRun:
+               session_sd: float | None = None, apart: bool = True) -> StoredRun:
     """A baseline recorded as ``sessions`` sessions of ``baseline_rounds`` rounds (the first by
     --baseline-update, the others by --baseline-add), then a candidate session judged as
-    ``run --compare`` judges it: rounds added under the compare policy, at its looks."""
+    ``run --compare`` judges it: rounds added under the compare policy, at its looks.
+    ``apart``: the sessions and the candidate are sittings apart (an hour: each named by a start
+    time an hour after the last, a shared spell forgets its state between them), else back to
+    back (minutes: one sitting, the spell going on)."""
     cs = cases(n_cases)
     machine = MachineState(m, rng)
     streams = [Stream(m, rng, machine) for _ in cs]  # each case its own noise, the machine's state shared
@@ -159,17 +168,24 @@ def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_c
         return [_sample(*s.world(change), c) for s, c in zip(streams, cs)]
 
     stored: dict = {}
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    step = datetime.timedelta(hours=1) if apart else datetime.timedelta(minutes=1)
     for k in range(sessions):
         if k:
             machine.session()
+            if apart:
+                machine.wait()
             for s in streams:
                 s.session()
         rounds = [world() for _ in range(baseline_rounds)]
         pooled = pool_by_case(rounds)
         old = baselines.BaselineSet("sim", "allreduce", stored) if stored else None
-        merged, _ = baselines.merge(old, pooled, "sim", "allreduce", session=f"s{k}", add=k > 0)
+        merged, _ = baselines.merge(old, pooled, "sim", "allreduce", session=(start + k * step).isoformat(),
+                                    add=k > 0)
         stored = merged.entries
     machine.session()
+    if apart:
+        machine.wait()
     for s in streams:
         s.session()
     family = suite.family(cs, stored)

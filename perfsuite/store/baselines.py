@@ -28,7 +28,7 @@ from typing import Any
 
 from . import fingerprint as _fingerprint
 from . import formats
-from ..verdicts import regress
+from ..verdicts import drift, regress
 from ..records.errors import BaselineFormatError, ConfigError
 from ..records.model import Baseline, Sample, Tolerance, round_values, time_sliced, timing_of
 
@@ -152,10 +152,12 @@ def drift_line(stored: Mapping[tuple[str, str], Baseline], system: str) -> str:
     """What ``system``'s recorded sessions say of how far its levels move between runs."""
     learned = regress.machine_drift(stored)
     if learned is None:
-        held = max((len(b.session_rounds()) + len(b.history) for b in stored.values()), default=0)
-        return (f"# {system}: drift between runs not learned yet ({held} session(s); it is from "
-                f"{regress.MIN_SESSIONS}): only a change beyond x{regress.PRIOR_SPAN:g}, the prior, is decided; "
-                "--baseline-add records another session, --session-drift states it")
+        held = max((len(drift.case_levels(b)) for b in stored.values()), default=0)
+        gap = int(drift.SITTING_GAP.total_seconds() // 60)
+        return (f"# {system}: drift between runs not learned yet: {held} sitting(s) recorded (sessions {gap} "
+                f"minutes or more apart), it is learned from {regress.MIN_SESSIONS}; until then only a change "
+                f"beyond x{regress.PRIOR_SPAN:g}, the prior, is decided (--baseline-add in a later sitting "
+                "records one, --session-drift states the drift, --confirm decides by A/B)")
     return f"# {system}: {learned.describe()}"
 
 

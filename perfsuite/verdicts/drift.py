@@ -18,14 +18,22 @@ of freedom its estimate has:
 * **Per case**: cases do not drift alike (4 B latency moves with this VM's states, a compute step
   hardly does), so each case's own variance is moderated toward the machine's (Smyth's empirical
   Bayes, limma's ``squeezeVar``: prior variance and degrees of freedom fitted to the cases' own
-  variances), its degrees of freedom never counted past the pooled figure's (the cases' variances
-  are correlated through delta, which the fit would take for agreement).
+  variances; the prior's degrees of freedom at most one less than the cases it was fitted to),
+  its degrees of freedom never counted past the pooled figure's (the cases' variances are
+  correlated through delta, which the fit would take for agreement). Fewer than three cases
+  cannot show how their variances differ: their pooled figure is the prior.
 
 Four sessions of thirty cases that drift on their own thus tell far more than four sessions of
 one; four sessions of thirty cases that move together tell what four sessions tell.
+
+**Sittings.** Sessions that start less than SITTING_GAP apart are one sitting: a machine's state
+outlasts them (this project's VM keeps a spell for minutes, and sessions recorded back to back
+all show it), so they tell one level, their mean, not several. A session named otherwise than by
+when it started counts as a sitting of its own.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +45,49 @@ from ..records.model import MIRRORS, Baseline
 from . import stats
 
 
+#: Sessions that start closer together than this are one sitting (``sittings``).
+SITTING_GAP = _dt.timedelta(minutes=10)
+
+
+def _started(label: object) -> _dt.datetime | None:
+    if not isinstance(label, str):
+        return None
+    try:
+        t = _dt.datetime.fromisoformat(label)
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+
+
+def sittings(labels: Iterable[object], gap: _dt.timedelta = SITTING_GAP) -> dict[object, object]:
+    """Each session label -> the label of its sitting (the first session of a run of sessions
+    each starting less than ``gap`` after the one before); a label that is no start time is a
+    sitting of its own."""
+    labels = list(dict.fromkeys(labels))
+    timed = sorted((t, lab) for lab in labels if (t := _started(lab)) is not None)
+    out: dict[object, object] = {lab: lab for lab in labels}
+    first, last = None, None
+    for t, lab in timed:
+        if last is None or t - last >= gap:
+            first = lab
+        out[lab] = first
+        last = t
+    return out
+
+
+def by_sitting(series: Mapping[object, Sequence[tuple[object, float]]]
+               ) -> dict[object, list[tuple[object, float]]]:
+    """``series`` with each case's sessions of one sitting as one level (their mean)."""
+    sitting = sittings(lab for v in series.values() for lab, _ in v)
+    out: dict[object, list[tuple[object, float]]] = {}
+    for key, levels in series.items():
+        got: dict[object, list[float]] = {}
+        for lab, x in levels:
+            got.setdefault(sitting[lab], []).append(x)
+        out[key] = [(lab, float(np.mean(xs))) for lab, xs in got.items()]
+    return out
+
+
 @dataclass(frozen=True)
 class MachineDrift:
     """A machine's drift between sessions, learned from its cases' session levels.
@@ -44,8 +95,8 @@ class MachineDrift:
     ``var``: pooled variance of a case's log level between sessions; ``df``: its degrees of
     freedom (Satterthwaite); ``shared``: the share of it common to a session (None where no two
     cases shared a session); ``prior_var``/``prior_df``: the moderation's prior (``prior_df``
-    inf: the cases' variances agree with one figure); ``sessions``/``cases``/``levels``: what
-    it was learned from."""
+    inf: the cases' variances agree with one figure); ``sessions`` (sittings), ``cases`` and
+    ``levels``: what it was learned from."""
 
     var: float
     df: float
@@ -65,7 +116,7 @@ class MachineDrift:
         levels (log) are ``levels``: its own variance moderated toward the machine's."""
         own = len(levels) - 1
         s2 = float(np.var(levels, ddof=1)) if own > 0 else 0.0
-        if math.isinf(self.prior_df):
+        if self.prior_df + own <= 0:  # a case of its own on a machine of one case: the pool's
             return math.sqrt(self.prior_var), self.df
         var = (self.prior_df * self.prior_var + own * s2) / (self.prior_df + own)
         return math.sqrt(var), min(self.prior_df + own, self.df)
@@ -73,7 +124,7 @@ class MachineDrift:
     def describe(self) -> str:
         shared = "" if self.shared is None else f", {self.shared:.0%} of it shared by the cases of a session"
         return (f"drift between sessions SD {math.expm1(self.sd):.1%} (a case's level, log SD {self.sd:.3f}{shared}), "
-                f"learned from {self.sessions} session(s) of {self.cases} case(s) ({self.levels} levels, "
+                f"learned from {self.sessions} sitting(s) of {self.cases} case(s) ({self.levels} levels, "
                 f"{self.df:.1f} degrees of freedom)")
 
 
@@ -94,9 +145,18 @@ def judged_series(baselines: Mapping[tuple[str, str], Baseline], primary: Iterab
     return out
 
 
+def case_levels(b: Baseline, history: Sequence[float] = ()) -> list[float]:
+    """One case's log levels, one per sitting: its sessions, the levels of sessions an update
+    replaced, and ``history`` (its levels in earlier runs kept elsewhere, asv's)."""
+    key = (b.case, b.metric)
+    series = judged_series({key: b})[key] + [(("history", i), _log(h)) for i, h in enumerate(history) if h > 0]
+    return [x for _, x in by_sitting({key: series})[key]]
+
+
 def learn(series: Mapping[object, Sequence[tuple[object, float]]]) -> MachineDrift | None:
-    """The machine's drift from its cases' session levels (``judged_series``), or None while no
-    case holds two sessions."""
+    """The machine's drift from its cases' session levels (``judged_series``), each sitting one
+    level (``by_sitting``), or None while no case holds two sittings."""
+    series = by_sitting(series)
     rows = {k: v for k, v in series.items() if len(v) >= 2}
     if not rows:
         return None
@@ -111,6 +171,10 @@ def learn(series: Mapping[object, Sequence[tuple[object, float]]]) -> MachineDri
     shared = None if own_var is None else (0.0 if var <= 0 else min(1.0, max(0.0, 1.0 - own_var / var)))
     df = _satterthwaite(var, 1.0 if shared is None else shared, len(rows), n_sessions, total_df)
     prior_var, prior_df = _squeeze(ss / dfs, dfs)
+    # A prior fitted to C cases' variances holds no more than C - 1 degrees of freedom of them:
+    # Smyth's fit, taken whole from a handful of cases that drift unalike, shrinks the case that
+    # drifts most toward the rest, and its false alarms rise above alpha (perfsuite validity).
+    prior_df = min(prior_df, float(len(rows) - 1))
     return MachineDrift(var=var, df=df, shared=shared, prior_var=prior_var, prior_df=prior_df,
                         sessions=len(labels), cases=len(series), levels=sum(len(v) for v in series.values()))
 

@@ -300,7 +300,7 @@ class Gate:
         status = run_status(run, verdicts, kept=kept, nothing=nothing, strict=self.plan.strict, stop=stop,
                             improvements=self.plan.improvements)
         undecided = self.undecided_line(verdicts)
-        if undecided and status in (EXIT_OK, EXIT_UNKNOWN):
+        if undecided and status in (EXIT_OK, EXIT_UNKNOWN, EXIT_REGRESSION):
             lines.append((undecided, self.plan.strict))
         return Finish(verdicts, lines, status, finding(status, run, kept, nothing, self.plan.strict, undecided),
                       nothing, kept)
@@ -314,8 +314,9 @@ class Gate:
             return None
         worst = max(open_, key=lambda v: abs(v.change) if v.change is not None and math.isfinite(v.change) else 0.0)
         largest = f" (largest {vt.percent(worst.change)}, {worst.case})" if worst.change is not None else ""
-        return (f"no regression shown; {len(open_)} case(s) UNKNOWN{largest}: decide with: "
-                f"{self.decide_command(worst.case)}")
+        shown = "regression shown" if any(v.status == "regression" and not v.xfail for v in verdicts) else \
+            "no regression shown"
+        return f"{shown}; {len(open_)} case(s) UNKNOWN{largest}: decide with: {self.decide_command(worst.case)}"
 
     def baseline_at(self) -> dict[str, str]:
         """Which code measured the latest recorded session of the run's system ({} unknown)."""

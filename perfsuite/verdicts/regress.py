@@ -247,7 +247,7 @@ def machine_drift(baselines: Mapping[tuple[str, str], Baseline]) -> _drift.Machi
 
 
 def session_drift(baseline: Baseline, assumed: float | None = None, history: Sequence[float] = (),
-                  machine: _drift.MachineDrift | None = None, candidate: Sequence[float] = ()
+                  machine: _drift.MachineDrift | None = None
                   ) -> tuple[float, float | None, str, int] | None:
     """(SD of the drift between sessions in log units, its degrees of freedom (None: taken as
     known), where it came from, how many baseline sessions average into the reference), or
@@ -255,8 +255,8 @@ def session_drift(baseline: Baseline, assumed: float | None = None, history: Seq
     > 0), taken as known. ``machine``: what the machine's recorded sessions show
     (``machine_drift``), moderated by this case's own levels: its sessions, the ones updates
     replaced, and ``history``, its levels in earlier runs kept elsewhere (asv), one per run;
-    never less than half the widest step the case was seen to make, in the baseline's rounds and
-    levels or in the ``candidate``'s rounds."""
+    never less than half the widest step the case was seen to make, in the baseline's rounds or
+    between its levels (``source`` "seen" then)."""
     by_session = baseline.session_rounds()
     if assumed is not None:
         if not assumed > 0:
@@ -266,12 +266,13 @@ def session_drift(baseline: Baseline, assumed: float | None = None, history: Seq
     if machine is None:
         return None
     raw = session_levels(baseline) + [x for x in history if x > 0]
-    sd, df = machine.for_case(_log(raw))
-    # A machine that has been seen to step between states (a spell, in a round or a session,
-    # the candidate's included) may land a whole session on the far side of that step: half the
-    # widest step this case was seen to make is the least its drift is taken to be. Normally
-    # distributed drift would not show it.
-    seen = max(_log_range(baseline.rounds), _log_range(raw), _log_range(candidate)) / 2
+    sd, df = machine.for_case(_drift.case_levels(baseline, history))
+    # A machine that has been seen to step between states (a spell, in the baseline's rounds or
+    # between its sessions) may land a whole session on the far side of that step:
+    # half the widest gap between the case's values (sorted; noise leaves none wide, two states
+    # one as wide as their step) is the least its drift is taken to be. Normally distributed
+    # drift would not show it.
+    seen = max(_widest_gap(baseline.rounds), _widest_gap(raw)) / 2
     source = "machine+asv" if history else "machine"
     if seen > sd:
         sd, source = seen, "seen"
@@ -336,7 +337,7 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
             **facts, "contention": float(sample.info.get("contention") or 0)}), group=group)
     strata, other_mode, across = mode_strata(sample, metric, baseline, canary_shift)
     tol = tolerance or baseline.tolerance or noise_tolerance(metric, _within_mode(strata), case)
-    drift = session_drift(baseline, session_sd, history, machine, round_values(sample, metric))
+    drift = session_drift(baseline, session_sd, history, machine)
     span = span_of(baseline, history)
     dropped = int(sample.info.get("rounds_dropped", 0))
     if across is not None:  # no baseline round in the candidate's modes: all against all
@@ -377,6 +378,12 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
                 value=stats.median(main_new), baseline=stats.median(main_base), reason=reason,
                 facts=facts)
     return Question(v, evidence, share, group)
+
+
+def _widest_gap(values: Sequence[float]) -> float:
+    """The widest gap (log) between two neighbours of ``values`` sorted: a step between states."""
+    x = np.sort(np.asarray(_log(values)))
+    return float(np.max(np.diff(x))) if x.size > 1 else 0.0
 
 
 def _log_range(values: Sequence[float]) -> float:
