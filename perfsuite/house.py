@@ -37,7 +37,10 @@ ROOMS = (
     Room("perfsuite.replay", 1, "faces", "the clock through which the pytest face hands the ranks' times to pytest-benchmark"),
     Room("perfsuite.store.formats", 2, "store", "every stored format with its version and migrations, `check_format`, the "
          "one `atomic_write`, the run file (`SuiteRun`) and its one reader"),
+    Room("perfsuite.store.migrations", 0, "store", "each stored format's migrations, one version to the next"),
     Room("perfsuite.store.fingerprint", 2, "store", "what machine a number was measured on; keys baselines by system"),
+    Room("perfsuite.verdicts.drift", 2, "verdicts", "how far a machine's levels move between sittings, learned from "
+         "every case it recorded (pooled, moderated per case)"),
     Room("perfsuite.verdicts.history", 2, "verdicts", "asv's step detection over a recorded series"),
     Room("perfsuite.verdicts.stalls", 2, "verdicts", "the Stash decomposition of a training step by differences of epochs"),
     Room("perfsuite.verdicts.stragglers", 2, "verdicts", "the rule that names a straggler rank and its node from each "

@@ -66,8 +66,8 @@ def test_an_unknown_is_decided_by_an_ab_against_the_baselines_commit(recorded, n
     (line,) = [x for x in got.stdout.splitlines() if x.startswith("REGRESSION: ")]
     assert CASE in line and f"confirmed by perfsuite ab --a-ref {base[:10]}" in line, line
     assert "against the stored baseline it was UNKNOWN" in line, line
-    assert any(x.startswith(f"# --confirm: {BENCH} on mpi: arm A = {base[:10]} ") for x in got.stdout.splitlines()), \
-        said(got)
+    assert any(x.startswith(f"# --confirm: {BENCH} on mpi: arm A = commit {base[:10]} (the baseline's), arm B = "
+                            "this checkout; ") for x in got.stdout.splitlines()), said(got)
     assert seconds < SECONDS, seconds
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from perfsuite.store import formats
+from perfsuite.store import formats, migrations
 from perfsuite.reading import report
 from perfsuite.records.errors import ConfigError, FormatError, LaunchError, RankFailure
 from perfsuite.store.formats import SuiteRun, WorldOutcome
@@ -71,7 +71,7 @@ def test_a_migration_reads_an_old_version_and_none_means_a_hint(monkeypatch):
     with pytest.raises(FormatError, match=rf"perfsuite-run version {v} is not supported \(this perfsuite reads "
                                           rf"version {v + 1}\); re-run the suite"):
         formats.check_format(dict(old), formats.RUN, "old.json")
-    monkeypatch.setitem(formats.MIGRATIONS, (formats.RUN, v), lambda d: {**d, "created": "migrated"})
+    monkeypatch.setitem(migrations.MIGRATIONS, (formats.RUN, v), lambda d: {**d, "created": "migrated"})
     d = formats.check_format(dict(old), formats.RUN, "old.json")
     assert d["version"] == v + 1 and d["created"] == "migrated"
     with pytest.raises(FormatError, match=f"version {v + 2} .*upgrade perfsuite"):
@@ -119,3 +119,11 @@ def test_an_old_ab_file_reads_as_the_current_version():
     two = {"format": formats.AB, "version": 2, "arms": {"a": {}, "b": {}}, "verdicts": []}
     d = formats.check_format(two, formats.AB, "ab.json")
     assert d["arms"]["a"]["ref"] is None and d["stop_on_regression"] is False
+
+
+def test_every_migration_is_of_a_known_format_to_its_next_version():
+    """migrations.py names the formats as strings (formats.py reads it, so it reads nothing):
+    each migration is of a format formats.py versions, from a version below its current one."""
+    assert migrations.MIGRATIONS and all(fmt in formats.VERSIONS and 0 < v < formats.VERSIONS[fmt]
+                                         for fmt, v in migrations.MIGRATIONS)
+    assert (formats.BASELINE, formats.VERSIONS[formats.BASELINE] - 1) in migrations.MIGRATIONS

@@ -4,9 +4,9 @@ against the commit the baseline was measured at, within a time budget.
 A stored baseline cannot be measured again, and a machine's drift between sessions bounds what
 it can decide; the commit that measured it can be. Arm A is that commit (its environment built
 as ``perfsuite ab --a-ref`` builds it, ``launch.envs``), arm B this checkout; the cases are the
-UNKNOWN ones, one ``ab.run`` per benchmark and transport, each given its share of the budget,
-asked the stored verdict's question (the change against the same tolerance, the widest of the
-group's). Each UNKNOWN becomes the A/B's verdict, marked as confirmed and how; one the A/B could
+UNKNOWN ones, one ``ab.run`` per transport over every benchmark's (each pair runs each world
+once per arm), in shorter worlds (CONFIRM_MAX_TIME_S of steps a case), asked the stored
+verdict's question (the change against the same tolerance, the widest of the group's). Each UNKNOWN becomes the A/B's verdict, marked as confirmed and how; one the A/B could
 not decide stays UNKNOWN, saying so. The A/B's family has alpha of its own: with --confirm the
 chance that any verdict of a run wrongly says DIFFERENT is at most twice alpha, as the family
 line says. Where the baseline names no commit, or its commit cannot be built, one line says so
@@ -29,6 +29,9 @@ from . import ab
 #: Seconds of A/B pairs a run's confirmation may take, over every group (the build of the
 #: baseline's commit, once per commit and kept, is not counted).
 DEFAULT_BUDGET_S = 120.0
+#: Seconds of timed steps per case in a confirming world (``--max-time``, where not given): the
+#: pairs' order, not a long world, takes the machine's drift out, and a first look needs 14 pairs.
+CONFIRM_MAX_TIME_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -67,32 +70,37 @@ def confirm(verdicts: list[Verdict], cases: Sequence[Case], suite_cfg: suite.Sui
         return verdicts, [f"# --confirm: the baseline's commit {cfg.commit[:10]} cannot be built, so {len(todo)} "
                           f"UNKNOWN case(s) stay: {exc}"]
     by_name = {c.name: c for c in cases}
-    groups: dict[tuple[str, str], list[Verdict]] = {}
+    # One A/B per transport over every benchmark's open cases: each pair runs every world once
+    # per arm, so the budget is not split between benchmarks.
+    groups: dict[str, list[Verdict]] = {}
     for v in todo:
         c = by_name.get(v.case)
         if c is not None:
-            groups.setdefault((c.benchmark, c.transport), []).append(v)
+            groups.setdefault(c.transport, []).append(v)
     decided: dict[str, Verdict] = {}
     lines: list[str] = []
     started = time.monotonic()
-    for i, ((name, transport), group) in enumerate(groups.items()):
+    # Shorter worlds, more pairs: the arms are set side by side, so a world need not be long.
+    options = {**suite_cfg.options, "max_time": suite_cfg.options.get("max_time") or CONFIRM_MAX_TIME_S}
+    runner = ab.world_runner(replace(suite_cfg, rounds=None, options=options))
+    # An injected slowdown (the gate's own check) stands for a change of this checkout: the
+    # baseline's commit runs without it.
+    clean = ((faults.SLOWDOWN_ENV, "0"),) if os.environ.get(faults.SLOWDOWN_ENV) else ()
+    for i, (transport, group) in enumerate(groups.items()):
         left = cfg.budget_s - (time.monotonic() - started)
         if left <= 1.0:
-            lines.append(f"# --confirm: budget spent; {len(group)} case(s) of {name} left UNKNOWN")
+            lines.append(f"# --confirm: budget spent; {len(group)} case(s) on {transport} left UNKNOWN")
             continue
         chosen = tuple(by_name[v.case] for v in group)
-        # An injected slowdown (the gate's own check) stands for a change of this checkout: the
-        # baseline's commit runs without it.
-        clean = (((faults.SLOWDOWN_ENV, "0"),) if os.environ.get(faults.SLOWDOWN_ENV) else ())
+        names = sorted({c.benchmark for c in chosen})
         a = ab.Arm("A", transport, env=clean).from_commit(env)
-        b = ab.Arm("B", transport)
-        ab_cfg = ab.ABConfig(a, b, chosen, chosen, budget_s=left / (len(groups) - i),
+        ab_cfg = ab.ABConfig(a, ab.Arm("B", transport), chosen, chosen, budget_s=left / (len(groups) - i),
                              tolerance=_widest([v.tolerance for v in group]), alpha=cfg.alpha,
-                             judged=bench.get(name).judged)
-        say(f"confirming {len(chosen)} case(s) of {name} against {env.describe()} ...")
-        rep = ab.run(ab_cfg, ab.world_runner(replace(suite_cfg, rounds=None)), progress=say)
-        lines.append(f"# --confirm: {name} on {transport}: arm A = {env.describe()} (the baseline's), arm B = "
-                     f"this checkout; {rep.pairs} pair(s) in {rep.wall_s:.0f} s"
+                             judged=bench.get(names[0]).judged if len(names) == 1 else None)
+        say(f"confirming {len(chosen)} case(s) on {transport} against commit {cfg.commit[:10]} ...")
+        rep = ab.run(ab_cfg, runner, progress=say)
+        lines.append(f"# --confirm: {', '.join(names)} on {transport}: arm A = commit {cfg.commit[:10]} (the baseline's), "
+                     f"arm B = this checkout; {rep.pairs} pair(s) in {rep.wall_s:.0f} s"
                      + (f"; stopped: {rep.stopped}" if rep.stopped else "")
                      + (f"; {len(rep.failures)} failed world(s): {rep.failures[0]}" if rep.failures else ""))
         for got in rep.verdicts:

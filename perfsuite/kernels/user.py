@@ -100,13 +100,15 @@ def run(ctx) -> dict:
         facts["torch_backend"] = world.transport.removeprefix("torch-")
     clock = _clock(world)
     spinner = faults.spin()  # PERFSUITE_INJECT_SLOWDOWN: the gate's own check, as in every kernel
+    # --max-time given replaces the decorator's, as --world-sizes given replaces its world sizes
+    budget_s = float(ctx.options.get("max_time") or declared.max_time_s)
     for case in ctx.cases:
         values = declared.values_of(case.variant)
         step, check = _step(declared, world, values)
-        warmup, estimate = _warm_up(ctx, step, clock, declared.max_time_s)
+        warmup, estimate = _warm_up(ctx, step, clock, budget_s)
         iters = whole_option(ctx.options, "iters", None, 1, "iterations")
         if iters is None:
-            iters = max(declared.min_iters, min(MAX_ITERS, math.ceil(declared.max_time_s / max(estimate, 1e-9))))
+            iters = max(declared.min_iters, min(MAX_ITERS, math.ceil(budget_s / max(estimate, 1e-9))))
         probe = contention.Probe(scope="process")
         canaries, parts = [], []
         for n in (iters // 2, iters - iters // 2):

@@ -39,7 +39,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
 
 from ..records.model import MIRRORS, Baseline
 from . import stats
@@ -225,6 +224,8 @@ def _squeeze(s2: np.ndarray, df: np.ndarray) -> tuple[float, float]:
     """(prior variance, prior degrees of freedom) fitted to per-case variances ``s2`` on ``df``
     (Smyth 2004, limma's ``fitFDist``): a scaled inverse chi-square whose spread matches the
     cases'. Fewer than three cases cannot show a spread: their pooled variance, as one figure."""
+    from scipy import special  # at the first verdict, not when a command starts
+
     if len(s2) < 3:
         return float(np.sum(s2 * df) / np.sum(df)), math.inf
     s2 = np.maximum(s2, 1e-5 * max(float(np.median(s2)), 1e-30))
@@ -239,6 +240,7 @@ def _squeeze(s2: np.ndarray, df: np.ndarray) -> tuple[float, float]:
 
 def _trigamma_inverse(x: float) -> float:
     """y with trigamma(y) = x (limma's Newton iteration)."""
+    from scipy import special
     if x > 1e7:
         return 1.0 / math.sqrt(x)
     if x < 1e-6:
