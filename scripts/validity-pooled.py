@@ -3,7 +3,8 @@ commands run (``experiments/validity.py``), in one process: prints docs/measurem
 
     python scripts/validity-pooled.py [RUNS]     # 800 runs a clean row (400 a change), ~10 min here
 """
-import math, sys
+import math
+import sys
 from perfsuite.experiments import validity as v
 
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 800
