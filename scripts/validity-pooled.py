@@ -3,18 +3,23 @@ commands run (``experiments/validity.py``), in one process: prints docs/measurem
 
     python scripts/validity-pooled.py [RUNS]     # 800 runs a clean row (400 a change), ~10 min here
 """
+from __future__ import annotations
+
 import math
 import sys
+
 from perfsuite.experiments import validity as v
 
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 800
 X3 = math.log(3.0)
-rows = []
-def run(label, m, **kw):
+
+
+def run(label: str, m: v.Machine, **kw) -> None:
     r = v.rate("stored", m, kw.pop("runs", RUNS), workers=1, **kw)
     lo, hi = r.interval()
     print(f"| {label} | {m.label()} | {kw.get('sessions', 1)} | {kw.get('n_cases', 1)} | {r.condition} | "
           f"{r.hits}/{r.runs} | {r.rate:.2%} [{lo:.2%}, {hi:.2%}] | {r.same} |", flush=True)
+
 
 print("| row | machine | sittings | cases | change | flagged | rate [95% CI] | same |")
 print("|---|---|---|---|---|---|---|---|")
