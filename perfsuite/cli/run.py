@@ -79,6 +79,8 @@ def do_run(args: argparse.Namespace) -> int:
                         confirm=confirmer(cases, cfg, g.plan))
         for line, _ in done.lines:
             say(line)
+        if done.undecided:
+            say(done.undecided)
     return done.status
 
 

@@ -122,6 +122,9 @@ class Finish:
     finding: str
     nothing_compared: bool = False
     kept: bool = True
+    #: The last line of a run that left cases UNKNOWN (the CLI prints it last; pytest's finding
+    #: holds it), or None.
+    undecided: str | None = None
 
 
 #: The command that records this run's baselines, in the face's own words: (system, root) -> text.
@@ -299,11 +302,9 @@ class Gate:
             lines.append((f"# interrupted by {stop}: not judged, not recorded in asv or as baselines", True))
         status = run_status(run, verdicts, kept=kept, nothing=nothing, strict=self.plan.strict, stop=stop,
                             improvements=self.plan.improvements)
-        undecided = self.undecided_line(verdicts)
-        if undecided and status in (EXIT_OK, EXIT_UNKNOWN, EXIT_REGRESSION):
-            lines.append((undecided, self.plan.strict))
+        undecided = self.undecided_line(verdicts) if status in (EXIT_OK, EXIT_UNKNOWN, EXIT_REGRESSION) else None
         return Finish(verdicts, lines, status, finding(status, run, kept, nothing, self.plan.strict, undecided),
-                      nothing, kept)
+                      nothing, kept, undecided)
 
     def undecided_line(self, verdicts: Sequence[Verdict]) -> str | None:
         """The last word of a run that left cases UNKNOWN: no regression was shown, how many could
