@@ -76,12 +76,14 @@ class MachineState:
 
     def __init__(self, m: Machine, rng: np.random.Generator):
         self.m, self.rng = m, rng
-        self.slow = bool(m.switch) and rng.random() < 0.5
+        self.slow = bool(m.switch and m.spells_shared) and rng.random() < 0.5
         self.offset = 0.0
         self.session()
 
     def session(self) -> None:
-        self.offset = self.rng.standard_normal() * self.m.shared_sd
+        # no draw where nothing is shared: the machines without a shared state keep the streams
+        # (and so the seeded counts) they had before there was one
+        self.offset = self.rng.standard_normal() * self.m.shared_sd if self.m.shared_sd else 0.0
 
     def tick(self) -> None:
         """One world's time passes: the machine's spell may change."""
