@@ -212,4 +212,4 @@ def test_show_says_what_the_machine_drift_is_and_from_what(tmp_path):
     assert "drift between runs not learned yet: 1 sitting(s) recorded" in baselines.show(tmp_path, "box")
     baselines.update(tmp_path, "box", [pooled(CASE, 1.05, 3), pooled(SMALL, 0.97, 4)], session="s2", add=True)
     line = baselines.show(tmp_path, "box").splitlines()[-1]
-    assert line.startswith("# box: drift between sessions SD ") and "learned from 2 sitting(s) of 2 case(s)" in line
+    assert line.startswith("# box: drift between sittings SD ") and "learned from 2 sitting(s) of 2 case(s)" in line

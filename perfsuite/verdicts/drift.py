@@ -36,7 +36,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -105,6 +105,7 @@ class MachineDrift:
     sessions: int
     cases: int
     levels: int
+    case_sd: tuple[float, float] = (0.0, 0.0)  # the least and the most of the cases' own (``for_case``)
 
     @property
     def sd(self) -> float:
@@ -122,7 +123,10 @@ class MachineDrift:
 
     def describe(self) -> str:
         shared = "" if self.shared is None else f", {self.shared:.0%} of it shared by the cases of a session"
-        return (f"drift between sessions SD {math.expm1(self.sd):.1%} (a case's level, log SD {self.sd:.3f}{shared}), "
+        lo, hi = self.case_sd
+        cases = (f"; per case {math.expm1(lo):.1%} to {math.expm1(hi):.1%}, each case's own moderated toward it"
+                 if self.cases > 1 else "")
+        return (f"drift between sittings SD {math.expm1(self.sd):.1%} pooled (log SD {self.sd:.3f}{shared}{cases}), "
                 f"learned from {self.sessions} sitting(s) of {self.cases} case(s) ({self.levels} levels, "
                 f"{self.df:.1f} degrees of freedom)")
 
@@ -174,8 +178,10 @@ def learn(series: Mapping[object, Sequence[tuple[object, float]]]) -> MachineDri
     # Smyth's fit, taken whole from a handful of cases that drift unalike, shrinks the case that
     # drifts most toward the rest, and its false alarms rise above alpha (perfsuite validity).
     prior_df = min(prior_df, float(len(rows) - 1))
-    return MachineDrift(var=var, df=df, shared=shared, prior_var=prior_var, prior_df=prior_df,
-                        sessions=len(labels), cases=len(series), levels=sum(len(v) for v in series.values()))
+    learned = MachineDrift(var=var, df=df, shared=shared, prior_var=prior_var, prior_df=prior_df,
+                           sessions=len(labels), cases=len(series), levels=sum(len(v) for v in series.values()))
+    own_sds = [learned.for_case([x for _, x in v])[0] for v in series.values()]
+    return replace(learned, case_sd=(min(own_sds), max(own_sds)))
 
 
 def _satterthwaite(var: float, shared: float, cases: int, sessions: int, total_df: float) -> float:

@@ -268,10 +268,10 @@ def session_drift(baseline: Baseline, assumed: float | None = None, history: Seq
     raw = session_levels(baseline) + [x for x in history if x > 0]
     sd, df = machine.for_case(_drift.case_levels(baseline, history))
     # A machine that has been seen to step between states (a spell, in the baseline's rounds or
-    # between its sessions) may land a whole session on the far side of that step:
-    # half the widest gap between the case's values (sorted; noise leaves none wide, two states
-    # one as wide as their step) is the least its drift is taken to be. Normally distributed
-    # drift would not show it.
+    # between its sessions) may land a whole session on the far side of that step: half the
+    # widest gap between the case's values (sorted, each side holding a share of them: noise
+    # leaves none wide, two states one as wide as their step) is the least its drift is taken
+    # to be. Normally distributed drift would not show it.
     seen = max(_widest_gap(baseline.rounds), _widest_gap(raw)) / 2
     source = "machine+asv" if history else "machine"
     if seen > sd:
@@ -380,10 +380,18 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
     return Question(v, evidence, share, group)
 
 
+#: A step between two states is seen where each holds at least this share of the values (and
+#: two of them): one slow round (a page fault, a neighbour's burst) is no state.
+STATE_SHARE = 0.10
+
+
 def _widest_gap(values: Sequence[float]) -> float:
-    """The widest gap (log) between two neighbours of ``values`` sorted: a step between states."""
+    """The widest gap (log) between two neighbours of ``values`` sorted with at least
+    STATE_SHARE of them (and two) on each side: a step between two states the values show."""
     x = np.sort(np.asarray(_log(values)))
-    return float(np.max(np.diff(x))) if x.size > 1 else 0.0
+    least = max(2, math.ceil(STATE_SHARE * x.size))
+    gaps = np.diff(x)[least - 1:x.size - least]
+    return float(np.max(gaps)) if gaps.size else 0.0
 
 
 def _log_range(values: Sequence[float]) -> float:
