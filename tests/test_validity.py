@@ -141,3 +141,18 @@ def test_a_rate_is_the_same_count_whatever_the_number_of_workers():
     assert (alone.hits, alone.same, alone.used) == (shared.hits, shared.same, shared.used)
     assert 0 < alone.hits < 48  # a count that could differ
 
+
+
+#: Issue 52's machines (scripts/validity-pooled.py): the drift learned from every case a machine
+#: recorded, over 4 sittings an hour apart of 5 cases: a shift shared by every case of a session
+#: (the machine's state), and cases that drift unalike (each its own SD, x2 apart between cases
+#: at one standard deviation). Default tolerances, as the grid's table.
+POOLED = [validity.Machine(0.02, 0.3, 0.02, shared_sd=0.10),
+          validity.Machine(0.02, 0.3, 0.05, shared_sd=0.02, case_spread=0.7)]
+
+
+@pytest.mark.parametrize("machine", POOLED, ids=["shared", "unalike"])
+def test_stored_verdicts_keep_alpha_with_the_machines_learned_drift(machine):
+    r = validity.rate("stored", machine, 800, workers=WORKERS, n_cases=5, sessions=4)
+    assert within_bound(r), (machine.label(), r.hits, r.runs, stats.rate_ci(r.hits, r.runs))
+
