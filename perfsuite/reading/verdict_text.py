@@ -135,8 +135,9 @@ def line(v: Verdict) -> str:
     if f.get("confirmed"):
         was = (f" {percent(f['stored_change'])} [{percent(f.get('stored_low'))}, {percent(f.get('stored_high'))}]"
                if f.get("stored_change") is not None else "")
-        text += (f" (confirmed by perfsuite {f['confirmed']}: arm A the commit that measured the baseline, arm B "
-                 f"this checkout, interleaved; against the stored baseline it was UNKNOWN{was})")
+        how = (f"perfsuite {f['confirmed']}: arm A the commit that measured the baseline, arm B this checkout, "
+               f"interleaved; against the stored baseline it was UNKNOWN{was}")
+        text += f" (confirmed by {how})" if v.status != "unknown" else f" (not decided by {how} either)"
     if f.get("futile"):
         text += "; more rounds cannot decide it"
     if v.xfail:
