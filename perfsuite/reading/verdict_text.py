@@ -135,9 +135,11 @@ def line(v: Verdict) -> str:
     if f.get("confirmed"):
         was = (f" {percent(f['stored_change'])} [{percent(f.get('stored_low'))}, {percent(f.get('stored_high'))}]"
                if f.get("stored_change") is not None else "")
-        how = (f"perfsuite {f['confirmed']}: arm A the commit that measured the baseline, arm B this checkout, "
-               f"interleaved; against the stored baseline it was UNKNOWN{was}")
-        text += f" (confirmed by {how})" if v.status != "unknown" else f" (not decided by {how} either)"
+        ab_ = (f"perfsuite {f['confirmed']}: arm A the commit that measured the baseline, arm B this checkout, "
+               "interleaved")
+        stored = f"against the stored baseline it was UNKNOWN{was}"
+        text += (f" (confirmed by {ab_}; {stored})" if v.status != "unknown"
+                 else f" ({stored}, and {ab_} could not decide it either)")
     if f.get("futile"):
         text += "; more rounds cannot decide it"
     if v.xfail:
