@@ -135,8 +135,7 @@ def line(v: Verdict) -> str:
     if f.get("confirmed"):
         was = (f" {percent(f['stored_change'])} [{percent(f.get('stored_low'))}, {percent(f.get('stored_high'))}]"
                if f.get("stored_change") is not None else "")
-        ab_ = (f"perfsuite {f['confirmed']}: arm A the commit that measured the baseline, arm B this checkout, "
-               "interleaved")
+        ab_ = f"an interleaved A/B against the commit that measured the baseline (perfsuite {f['confirmed']})"
         stored = f"against the stored baseline it was UNKNOWN{was}"
         text += (f" (confirmed by {ab_}; {stored})" if v.status != "unknown"
                  else f" ({stored}, and {ab_} could not decide it either)")
