@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from perfsuite.verdicts import drift
+from perfsuite.verdicts import drift, regress
 
 
 def table(levels: np.ndarray) -> dict:
@@ -83,3 +83,21 @@ def test_sessions_minutes_apart_are_one_sitting():
     two = {c: [*v, (t[3], 0.5)] for c, v in back_to_back.items()}
     got = drift.learn(two)
     assert got.sessions == 2 and got.levels == 6
+
+
+def test_confirm_takes_unknowns_and_differents_from_few_sittings():
+    """--confirm's cases (``regress.to_confirm``): every stored UNKNOWN; a stored DIFFERENT while
+    its baseline holds fewer than CONFIRM_SITTINGS sittings, unless the user stated the drift;
+    never an expected failure, an A/B's verdict or a SAME."""
+    from perfsuite.records.model import Verdict
+
+    few, enough = regress.CONFIRM_SITTINGS - 1, regress.CONFIRM_SITTINGS
+
+    def v(status, sittings, drift_from="machine", **kw):
+        return Verdict(f"c{status}{sittings}{drift_from}{kw}", "t", status, test=kw.pop("test", "stored"),
+                       facts={"sittings": sittings, "drift_from": drift_from}, **kw)
+
+    taken = [v("unknown", enough), v("regression", few), v("improvement", 1, "span"), v("regression", few, "seen")]
+    left = [v("regression", enough), v("same", 1), v("regression", few, "assumed"),
+            v("regression", few, xfail="known"), v("regression", 1, test="paired")]
+    assert regress.to_confirm(taken + left) == taken

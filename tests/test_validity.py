@@ -156,3 +156,22 @@ def test_stored_verdicts_keep_alpha_with_the_machines_learned_drift(machine):
     r = validity.rate("stored", machine, 800, workers=WORKERS, n_cases=5, sessions=4)
     assert within_bound(r), (machine.label(), r.hits, r.runs, stats.rate_ci(r.hits, r.runs))
 
+
+
+#: A machine that keeps one of two states (x3 apart, its canary blind to them) for longer than a
+#: sitting: four sittings may all have caught one state, and a clean run in the other then reads
+#: as a change the learned drift cannot cover (3.4% of runs in the grid's table).
+SLOW_FLIPPER = validity.Machine(0.02, 0.3, 0.02, mode_step=math.log(3.0), switch=0.02, canary_sees=False,
+                                spells_shared=True)
+
+
+def test_confirm_keeps_alpha_where_the_sittings_missed_a_state_of_the_machine():
+    """--confirm judges a DIFFERENT from fewer than ``regress.CONFIRM_SITTINGS`` sittings again
+    by an A/B on the machine as it is now (``validity.stored_run``'s confirm_pairs, through
+    ``experiments.confirm``'s own selection and settling): the flipper's false alarms fall
+    within alpha; the same seeded runs without --confirm are above it, so the check can fail."""
+    without = validity.rate("stored", SLOW_FLIPPER, 400, workers=WORKERS, n_cases=3, sessions=4)
+    assert beyond_bound(without), (without.hits, without.runs)
+    confirmed = validity.rate("stored", SLOW_FLIPPER, 400, workers=WORKERS, n_cases=3, sessions=4,
+                              confirm_pairs=ab.DEFAULT_MAX_PAIRS)
+    assert within_bound(confirmed), (confirmed.hits, confirmed.runs)

@@ -15,7 +15,7 @@ COMMANDS = {}
 
 
 def add_validity(p: argparse.ArgumentParser) -> None:
-    from ..experiments import validity as v
+    from ..experiments import ab, validity as v
 
     p.add_argument("--mode", default="both", choices=("stored", "ab", "both"), help="[default: both]")
     p.add_argument("--runs", default=str(v.DEFAULT_RUNS), metavar="N",
@@ -48,6 +48,9 @@ def add_validity(p: argparse.ArgumentParser) -> None:
     p.add_argument("--back-to-back", action="store_true",
                    help="stored mode: the baseline's sessions and the candidate recorded minutes apart (one "
                         "sitting, a spell going on), not an hour apart (each its own sitting)")
+    p.add_argument("--confirm", action="store_true",
+                   help="stored mode: then --confirm, as run --compare --confirm: an A/B (of at most 200 pairs) on "
+                        "the machine as it is now decides the UNKNOWN cases and the DIFFERENT ones from few sittings")
     p.add_argument("--seed", default="0", metavar="N", help="[default: 0]")
     p.add_argument("--json", metavar="PATH", help="write the versioned table here")
 
@@ -59,7 +62,7 @@ def _floats(text: str, what: str) -> list[float]:
 
 
 def do_validity(args: argparse.Namespace) -> int:
-    from ..experiments import validity as v
+    from ..experiments import ab, validity as v
 
     runs = whole_number(args.runs, "runs")
     kw = {"change": fraction(args.change, "change"), "n_cases": whole_number(args.cases, "cases")}
@@ -77,7 +80,8 @@ def do_validity(args: argparse.Namespace) -> int:
     rates = []
     for mode in modes:
         for i, m in enumerate(machines):
-            extra = {"sessions": sessions, "apart": not args.back_to_back} if mode == "stored" else {}
+            extra = ({"sessions": sessions, "apart": not args.back_to_back,
+                      "confirm_pairs": ab.DEFAULT_MAX_PAIRS if args.confirm else 0} if mode == "stored" else {})
             rates.append(v.rate(mode, m, runs, seed=whole_number(args.seed, "seed", low=0) + i,
                                 workers=v.cores(), **kw, **extra))
             print(f"# {mode} {m.label()}: {rates[-1].hits}/{runs}", file=sys.stderr, flush=True)

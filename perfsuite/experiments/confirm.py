@@ -1,16 +1,21 @@
-"""``--confirm``: the cases a stored baseline left UNKNOWN, decided now by an interleaved A/B
-against the commit the baseline was measured at, within a time budget.
+"""``--confirm``: the cases a stored baseline could not decide, or decided from few sittings,
+decided now by an interleaved A/B against the commit the baseline was measured at, within a time
+budget.
 
 A stored baseline cannot be measured again, and a machine's drift between sessions bounds what
 it can decide; the commit that measured it can be. Arm A is that commit (its environment built
-as ``perfsuite ab --a-ref`` builds it, ``launch.envs``), arm B this checkout; the cases are the
-UNKNOWN ones, one ``ab.run`` per transport over every benchmark's (each pair runs each world
-once per arm), in shorter worlds (CONFIRM_MAX_TIME_S of steps a case), asked the stored
-verdict's question (the change against the same tolerance, the widest of the group's). Each UNKNOWN becomes the A/B's verdict, marked as confirmed and how; one the A/B could
-not decide stays UNKNOWN, saying so. The A/B's family has alpha of its own: with --confirm the
-chance that any verdict of a run wrongly says DIFFERENT is at most twice alpha, as the family
-line says. Where the baseline names no commit, or its commit cannot be built, one line says so
-and the verdicts stand.
+as ``perfsuite ab --a-ref`` builds it, ``launch.envs``), arm B this checkout; the cases are
+``regress.to_confirm``'s: every UNKNOWN, and every DIFFERENT resting on fewer than
+``regress.CONFIRM_SITTINGS`` sittings (drift learned from a few sittings cannot know a machine
+that keeps one state for longer than a sitting). One ``ab.run`` per transport over every
+benchmark's (each pair runs each world once per arm), in shorter worlds (CONFIRM_MAX_TIME_S of
+steps a case), asked the stored verdict's question (the change against the same tolerance, the
+widest of the group's). Each such case becomes the A/B's verdict, marked as confirmed and how;
+one the A/B could not decide is UNKNOWN, saying what the stored baseline read. A final DIFFERENT
+is the A/B's, or a stored one from CONFIRM_SITTINGS sittings or more: each family has its own
+alpha, so the run's chance of any wrong DIFFERENT is at most twice alpha, as the family line
+says. Where the baseline names no commit, or its commit cannot be built, one line says so and
+the verdicts stand.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from ..kernels import faults
 from ..launch import envs
 from ..records.errors import PerfsuiteError
 from ..records.model import Case, Tolerance, Verdict
+from ..verdicts import regress
 from . import ab
 
 #: Seconds of A/B pairs a run's confirmation may take, over every group (the build of the
@@ -48,8 +54,37 @@ class ConfirmConfig:
 
 
 def open_cases(verdicts: Sequence[Verdict]) -> list[Verdict]:
-    """The verdicts --confirm takes: UNKNOWN against a stored baseline, not an expected failure."""
-    return [v for v in verdicts if v.status == "unknown" and v.test == "stored" and not v.xfail]
+    """The verdicts --confirm takes (``regress.to_confirm``): UNKNOWN against a stored baseline,
+    and DIFFERENT against one of fewer than ``regress.CONFIRM_SITTINGS`` sittings."""
+    return regress.to_confirm(verdicts)
+
+
+def ab_config(group: Sequence[Verdict], chosen: Sequence[Case], a: ab.Arm, b: ab.Arm, *, alpha: float,
+              budget_s: float | None = None, max_pairs: int = ab.DEFAULT_MAX_PAIRS) -> ab.ABConfig:
+    """The A/B that asks ``group``'s stored question again: its cases, the widest of their
+    tolerances, the benchmark's judged metrics where they are one benchmark's."""
+    names = sorted({c.benchmark for c in chosen})
+    return ab.ABConfig(a, b, tuple(chosen), tuple(chosen), budget_s=budget_s, max_pairs=max_pairs,
+                       tolerance=_widest([v.tolerance for v in group]), alpha=alpha,
+                       judged=bench.get(names[0]).judged if len(names) == 1 else None)
+
+
+def settle(verdicts: Sequence[Verdict], todo: Sequence[Verdict], decided: dict[str, Verdict],
+           how: str) -> list[Verdict]:
+    """``verdicts`` with each of ``todo`` that an A/B judged (``decided``, by case) replaced by
+    the A/B's verdict, which keeps what the stored one said and ``how`` it was confirmed."""
+    out = []
+    for v in verdicts:
+        got = decided.get(v.case) if v in todo else None
+        if got is None:
+            out.append(v)
+            continue
+        mirror = {"mirror": v.mirror} if v.mirror else {}
+        out.append(replace(got, case=v.case, metric=v.metric, system=v.system, facts={
+            **got.facts, **mirror, "confirmed": how, "stored_status": v.status, "stored_change": v.change,
+            "stored_low": v.low, "stored_high": v.high, "stored_reason": v.reason,
+            "sittings": v.facts.get("sittings")}))
+    return out
 
 
 def confirm(verdicts: list[Verdict], cases: Sequence[Case], suite_cfg: suite.SuiteConfig, cfg: ConfirmConfig,
@@ -94,9 +129,8 @@ def confirm(verdicts: list[Verdict], cases: Sequence[Case], suite_cfg: suite.Sui
         chosen = tuple(by_name[v.case] for v in group)
         names = sorted({c.benchmark for c in chosen})
         a = ab.Arm("A", transport, env=clean).from_commit(env)
-        ab_cfg = ab.ABConfig(a, ab.Arm("B", transport), chosen, chosen, budget_s=left / (len(groups) - i),
-                             tolerance=_widest([v.tolerance for v in group]), alpha=cfg.alpha,
-                             judged=bench.get(names[0]).judged if len(names) == 1 else None)
+        ab_cfg = ab_config(group, chosen, a, ab.Arm("B", transport), alpha=cfg.alpha,
+                           budget_s=left / (len(groups) - i))
         say(f"confirming {len(chosen)} case(s) on {transport} against commit {cfg.commit[:10]} ...")
         rep = ab.run(ab_cfg, runner, progress=say)
         lines.append(f"# --confirm: {', '.join(names)} on {transport}: arm A = commit {cfg.commit[:10]} (the baseline's), "
@@ -105,18 +139,7 @@ def confirm(verdicts: list[Verdict], cases: Sequence[Case], suite_cfg: suite.Sui
                      + (f"; {len(rep.failures)} failed world(s): {rep.failures[0]}" if rep.failures else ""))
         for got in rep.verdicts:
             decided[got.case] = got
-    how = f"ab --a-ref {cfg.commit[:10]}"
-    out = []
-    for v in verdicts:
-        got = decided.get(v.case) if v in todo else None
-        if got is None:
-            out.append(v)
-            continue
-        mirror = {"mirror": v.mirror} if v.mirror else {}
-        out.append(replace(got, case=v.case, metric=v.metric, system=v.system, facts={
-            **got.facts, **mirror, "confirmed": how, "stored_change": v.change, "stored_low": v.low,
-            "stored_high": v.high, "stored_reason": v.reason}))
-    return out, lines
+    return settle(verdicts, todo, decided, f"ab --a-ref {cfg.commit[:10]}"), lines
 
 
 def _widest(tolerances: Sequence[Tolerance | None]) -> Tolerance:

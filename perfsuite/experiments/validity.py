@@ -36,7 +36,7 @@ from ..verdicts import decision, regress, stats
 from .. import suite
 from ..records.model import Case, Metric, Sample, Tolerance
 from ..verdicts.rounds import DEFAULT_CANARY_SHIFT, pool_by_case
-from . import ab
+from . import ab, confirm
 
 CASE = Case("allreduce", "mpi", 2, size_bytes=4)
 #: Within-session spread, lag-1 correlation and session drift the issue's table spans.
@@ -154,13 +154,18 @@ def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_c
                sessions: int = 1, baseline_rounds: int = regress.BASELINE_ROUNDS,
                alpha: float = decision.DEFAULT_ALPHA, tolerance: Tolerance | None = None,
                canary_shift: float | None = DEFAULT_CANARY_SHIFT,
-               session_sd: float | None = None, apart: bool = True) -> StoredRun:
+               session_sd: float | None = None, apart: bool = True,
+               confirm_pairs: int = 0) -> StoredRun:
     """A baseline recorded as ``sessions`` sessions of ``baseline_rounds`` rounds (the first by
     --baseline-update, the others by --baseline-add), then a candidate session judged as
     ``run --compare`` judges it: rounds added under the compare policy, at its looks.
     ``apart``: the sessions and the candidate are sittings apart (an hour: each named by a start
     time an hour after the last, a shared spell forgets its state between them), else back to
-    back (minutes: one sitting, the spell going on)."""
+    back (minutes: one sitting, the spell going on). ``confirm_pairs`` > 0: then ``--confirm``, as
+    ``experiments.confirm`` runs it: the cases it takes (``confirm.open_cases``) judged again by
+    an A/B of at most that many pairs on the machine as it is now, arm B with the change, and
+    settled into the verdicts (``confirm.settle``).
+    ``StoredRun.rounds`` counts the candidate's rounds and the A/B's worlds."""
     cs = cases(n_cases)
     machine = MachineState(m, rng)
     streams = [Stream(m, rng, machine) for _ in cs]  # each case its own noise, the machine's state shared
@@ -202,7 +207,21 @@ def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_c
     verdicts = regress.compare(pooled, stored, tolerance=tolerance, alpha=alpha, looks=looks,
                                canary_shift=canary_shift, judged=suite.judged, family=family,
                                session_sd=session_sd)
-    return StoredRun(verdicts, len(taken))
+    todo = confirm.open_cases(verdicts) if confirm_pairs else []
+    if not todo:
+        return StoredRun(verdicts, len(taken))
+    index = {c.name: i for i, c in enumerate(cs)}
+    chosen = [cs[index[v.case]] for v in todo]
+
+    def runner(arm: ab.Arm, selected: Sequence[Case]) -> list[Sample]:
+        machine.tick()
+        return [_sample(*streams[index[c.name]].world(change if arm.name == "B" else 0.0), c) for c in selected]
+
+    cfg = confirm.ab_config(todo, chosen, ab.Arm("A", "mpi"), ab.Arm("B", "mpi", env=(("X", "1"),)),
+                            alpha=alpha, max_pairs=confirm_pairs)
+    rep = ab.run(replace(cfg, canary_shift=canary_shift, seed=int(rng.integers(1 << 31))), runner)
+    decided = {v.case: v for v in rep.verdicts}
+    return StoredRun(confirm.settle(verdicts, todo, decided, "sim"), len(taken) + 2 * rep.pairs)
 
 
 # --- A/B mode -----------------------------------------------------------------------------------

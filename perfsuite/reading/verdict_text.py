@@ -132,11 +132,17 @@ def line(v: Verdict) -> str:
                  f"x{f['span']:.1f} is decided)")
     elif v.reason == "across-modes":
         text += f" (across machine modes: beyond x{f['span']:.1f}, the widest spread between them)"
+    if (v.test == "stored" and v.kind == "DIFFERENT" and not f.get("confirmed") and f.get("drift_from") != "assumed"
+            and int(f.get("sittings") or 0) < int(f.get("confirm_sittings") or 0)):
+        text += (f" (from {f['sittings']} sitting(s): a machine that keeps one state for longer than a sitting "
+                 "can read so; --confirm decides it by an A/B against the baseline's commit)")
     if f.get("confirmed"):
         was = (f" {percent(f['stored_change'])} [{percent(f.get('stored_low'))}, {percent(f.get('stored_high'))}]"
                if f.get("stored_change") is not None else "")
         ab_ = f"an interleaved A/B against the commit that measured the baseline (perfsuite {f['confirmed']})"
-        stored = f"against the stored baseline it was UNKNOWN{was}"
+        read = str(f.get("stored_status") or "unknown").upper()
+        few = (f" from {f['sittings']} sitting(s)" if read != "UNKNOWN" and f.get("sittings") else "")
+        stored = f"against the stored baseline it was {read}{was}{few}"
         text += (f" (confirmed by {ab_}; {stored})" if v.status != "unknown"
                  else f" ({stored}, and {ab_} could not decide it either)")
     if f.get("futile"):
@@ -237,7 +243,8 @@ def table(verdicts: Sequence[Verdict]) -> str:
         lines.append("# rounds N-D: N rounds judged, D more left out as contended or in another "
                      "machine mode")
     if any(v.facts.get("confirmed") for v in verdicts):
-        lines.append("# confirmed: UNKNOWN against the stored baseline, then judged by an interleaved A/B against "
+        lines.append("# confirmed: UNKNOWN against the stored baseline, or DIFFERENT from too few sittings to "
+                     "know the machine's states, then judged by an interleaved A/B against "
                      "the commit that measured it (value B, ref A, rounds = pairs); that A/B's alpha is its own, "
                      "so the run's chance of any wrong DIFFERENT is at most twice the family's")
     if any(v.status == "unknown" and v.test == "stored" for v in verdicts):

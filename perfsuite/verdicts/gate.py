@@ -286,8 +286,7 @@ class Gate:
                 verdicts += self.judge_world(o)
             measured = {s.case.name for s in run.samples()}
             verdicts += self.missing(measured)
-            if self.plan.confirm and confirm is not None and any(
-                    v.status == "unknown" and not v.xfail for v in verdicts):
+            if self.plan.confirm and confirm is not None and regress.to_confirm(verdicts):
                 verdicts, notes = confirm(verdicts, self.baseline_at())
                 lines += [(text, False) for text in notes]
             nothing = bool(measured) and not any(k[0] in measured for k in self.stored())

@@ -82,6 +82,13 @@ MAX_BASELINE_SAMPLES = stats.MAX_KEPT_SAMPLES
 PRIOR_SPAN = 4.0
 #: Sessions a machine must have recorded before its drift is learned (``drift.learn``).
 MIN_SESSIONS = 2
+#: A stored DIFFERENT resting on fewer sittings than this is, under --confirm, decided again by an
+#: A/B (``to_confirm``). Drift learned from a few sittings assumes the machine's sessions vary
+#: smoothly; a machine that sits in one of two states for longer than a sitting breaks that: if
+#: each state holds half its time, S sittings all in one state and a run in the other come 2^-S
+#: of the time, under alpha's 1% from 7 sittings (docs/measurements.md, "A stored baseline that
+#: decides": 3.4% from 4 sittings, none of 800 from 8).
+CONFIRM_SITTINGS = 8
 #: Fewest rounds a baseline must hold: against fewer no look can bound a change.
 MIN_BASELINE_ROUNDS = 5
 #: Rounds a baseline is recorded with when no rounds are asked for.
@@ -91,6 +98,16 @@ MAX_HISTORY = 30
 #: Lag-1 correlation of rounds is estimated, but never taken above this (a run of ten rounds
 #: cannot tell 0.9 from 1, and the widening would grow without bound).
 MAX_LAG1 = 0.8
+
+
+def to_confirm(verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """The stored verdicts --confirm decides again by an A/B against the baseline's commit: every
+    UNKNOWN, and every DIFFERENT whose baseline holds fewer than CONFIRM_SITTINGS sittings and
+    whose drift the user did not state (``--session-drift``); never an expected failure."""
+    def shaky(v: Verdict) -> bool:
+        return (v.kind == "DIFFERENT" and v.facts.get("drift_from") != "assumed"
+                and int(v.facts.get("sittings") or 0) < CONFIRM_SITTINGS)
+    return [v for v in verdicts if v.test == "stored" and not v.xfail and (v.status == "unknown" or shaky(v))]
 
 
 def judged_metrics(sample: Sample, declared: Sequence[str] | None = None) -> list[str]:
@@ -350,7 +367,10 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
     rho = lag1([round_values(sample, metric), *baseline.session_rounds().values()])
     widen = math.sqrt((1 + rho) / (1 - rho))
     within = _within_se(test) * widen
-    facts = {**facts, "lag1": rho, "sessions": len(baseline.session_rounds()), "span": math.exp(span)}
+    by_session = baseline.session_rounds()
+    facts = {**facts, "lag1": rho, "sessions": len(by_session),
+             "sittings": len(set(_drift.sittings(by_session).values())), "confirm_sittings": CONFIRM_SITTINGS,
+             "span": math.exp(span)}
     if across is not None or drift is None:
         # Beyond the span is beyond anything the machine does on its own: judged from the
         # candidate's own level against the window the baseline's rounds pin (band_evidence),
