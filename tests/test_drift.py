@@ -101,3 +101,20 @@ def test_confirm_takes_unknowns_and_differents_from_few_sittings():
     left = [v("regression", enough), v("same", 1), v("regression", few, "assumed"),
             v("regression", few, xfail="known"), v("regression", 1, test="paired")]
     assert regress.to_confirm(taken + left) == taken
+
+
+def test_under_perf_confirm_a_case_the_ab_will_decide_is_not_failed_at_its_test(tmp_path):
+    """pytest's face: a test's outcome cannot change after it ran, and --perf-confirm's A/B runs at
+    the session's end, so a stored REGRESSION from few sittings fails its test only without it."""
+    from dataclasses import replace
+
+    from perfsuite.records.model import Verdict
+    from perfsuite.verdicts import gate
+
+    few = Verdict("c", "t", "regression", test="stored", facts={"sittings": 1, "drift_from": "machine"})
+    enough = replace(few, facts={"sittings": regress.CONFIRM_SITTINGS, "drift_from": "machine"})
+    plain = gate.Gate(gate.plan({}, compare=True, root=tmp_path))
+    confirming = gate.Gate(replace(plain.plan, confirm=True))
+    assert plain.case_failure("c", [few])[0] == "fail"
+    assert confirming.case_failure("c", [few]) is None
+    assert confirming.case_failure("c", [enough])[0] == "fail"

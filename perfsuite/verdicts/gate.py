@@ -236,6 +236,11 @@ class Gate:
     def case_failure(self, case: str, verdicts: Sequence[Verdict]) -> tuple[str, str] | None:
         """What one case's verdicts do to its pytest test: ("fail", line), ("xfail", line) or None."""
         mine = [v for v in verdicts if v.case == case]
+        if self.plan.confirm:
+            # --perf-confirm decides these at the session's end, by A/B; the session's status and
+            # its last line carry what it decides (a test's outcome cannot be changed later)
+            later = regress.to_confirm(mine)
+            mine = [v for v in mine if v not in later]
         bad = regress.failing(mine, self.plan.improvements)
         if self.plan.strict:
             bad += [v for v in mine if v.status == "unknown" and not v.xfail]
