@@ -1,4 +1,4 @@
-"""The recipes for a user's repository (recipes/: three workflows a user copies into their
+"""The recipes for a user's repository (recipes/: four workflows a user copies into their
 .github/workflows/, their step scripts into .github/perf/), their scripts run for real: the real
 perfsuite, real worlds, real git, podman and Slurm, nothing faked.
 
@@ -9,9 +9,11 @@ perfsuite, real worlds, real git, podman and Slurm, nothing faked.
     two venvs (mpich and Open MPI): the comparison is made and its summary names each stack;
 (c) nightly.sh on a one-node Slurm (.ci/slurm-up): the first night has no reference and says how
     to accept one; an accepted image is kept; the next night compares tonight's image with it on
-    the compute node and keeps its A/B file.
+    the compute node and keeps its A/B file;
+(d) stored-gate.sh in the tiny user project: a one-session baseline recorded, then the x3 slowing
+    commit judged against it, UNKNOWN within the prior span and made a regression by --confirm.
 
-Only (a)'s verdict is held: x3 against +-2% is decided at the first look (tests/test_user_repo.py).
+Only (a)'s and (d)'s verdicts are held: x3 against +-2% is decided at the first look (tests/test_user_repo.py).
 The stacks may really differ, and on 2 cores a container world's pairs are often dropped as
 contended, so (b) and (c) hold the exit statuses that say the comparison was made (0, 1, 3) and
 what the summary and the files say, never which verdict. perf_judge's rule, that a gate that
@@ -65,7 +67,7 @@ def load(path: Path) -> dict:
 
 @pytest.mark.parametrize("workflow, name, label", [
     ("perf-pr.yml", "pr-gate.sh", "gpu"), ("perf-stack.yml", "stack-gate.sh", "gpu"),
-    ("perf-nightly.yml", "nightly.sh", "slurm")])
+    ("perf-nightly.yml", "nightly.sh", "slurm"), ("perf-stored.yml", "stored-gate.sh", "gpu")])
 def test_each_recipe_workflow_installs_runs_its_script_and_keeps_its_results(workflow, name, label):
     wf = load(WORKFLOWS / workflow)
     assert wf["permissions"] == {"contents": "read"}
@@ -132,6 +134,9 @@ def test_a_setting_missing_or_unsplittable_is_one_line_and_exit_2(tmp_path):
         ("pr-gate.sh", {"PERF_BENCHMARKS": BENCH}, "set PERF_BASE"),
         ("pr-gate.sh", {"PERF_BENCHMARKS": BENCH, "PERF_ARGS": "--env 'A=1"}, "PERF_ARGS cannot be split"),
         ("nightly.sh", {"PERF_BENCHMARKS": BENCH, "PERF_HOME": str(tmp_path)}, "set PERF_IMAGE"),
+        ("stored-gate.sh", {"PERF_BENCHMARKS": BENCH}, "set PERF_HOME"),
+        ("stored-gate.sh", {"PERF_BENCHMARKS": BENCH, "PERF_HOME": str(tmp_path), "PERF_RECORD": "replace"},
+         "PERF_RECORD=replace: update (record the baseline), add (one more sitting) or empty (judge)"),
     ]:
         got = script(name, tmp_path, **env)
         assert got.returncode == 2 and len(errors(got)) == 1 and says in got.stderr, said(got)
@@ -177,6 +182,34 @@ def test_the_pr_gate_flags_the_head_that_slowed_the_users_code(pull_request, tmp
     assert [(v["case"], v["kind"]) for v in ab["verdicts"] if v["case"] == CASE][:1] == [(CASE, "DIFFERENT")], \
         ab["verdicts"]
     assert ab["arms"]["a"]["ref"].startswith(shas["branch_point"]) and ab["arms"]["b"]["ref"].startswith(shas["head"])
+
+
+@pytest.mark.world
+def test_the_stored_gate_decides_from_a_one_session_baseline_by_confirming(tmp_path, no_leftover_ranks):
+    """(d) stored-gate.sh records tinyproj's baseline (PERF_RECORD=update), then judges the x3
+    slowing commit: UNKNOWN against one sitting (within the prior span), so --confirm's A/B
+    against the commit that recorded it decides it, a regression (exit 1) in the summary."""
+    repo = tinyproj_repo(tmp_path / "tinyproj")
+    python = user_env(tmp_path / "venv", repo)
+    home, summary = tmp_path / "perf-home", tmp_path / "summary.md"
+    env = {"PATH": f"{Path(python).parent}{os.pathsep}{os.environ['PATH']}", "PERF_HOME": str(home),
+           "PERF_BENCHMARKS": BENCH, "PERF_ARGS": "--timeout 120", "PERFSUITE_ENV_DIR": str(tmp_path / "envs"),
+           "GITHUB_STEP_SUMMARY": str(summary)}
+    base = git(repo, "rev-parse", "HEAD")
+    got = script("stored-gate.sh", repo, **env, PERF_RECORD="update")
+    assert got.returncode == 0 and list(home.glob("baselines/*/*.json")), said(got)
+    slow_down(repo)
+    got = script("stored-gate.sh", repo, **env)
+    assert got.returncode == 1, said(got)
+    (line,) = [x for x in got.stdout.splitlines() if x.startswith("REGRESSION: ")]
+    assert CASE in line and f"confirmed by an interleaved A/B against the commit that measured the baseline " \
+        f"(perfsuite ab --a-ref {base[:10]})" in line, line
+    text = summary.read_text()
+    assert text.startswith(f"## perfsuite run: {base[:10]} recorded as the baseline: exit 0"), text
+    judged = text[text.index("## perfsuite run: ", 1):]
+    assert judged.startswith(f"## perfsuite run: {git(repo, 'rev-parse', '--short=10', 'HEAD')} judged against "
+                             "the stored baseline: exit 1") and line in judged, judged
+    assert json.loads((repo / "results" / "run.json").read_text())
 
 
 # --- (b) a stack upgrade: two images, two venvs -------------------------------------------------------

@@ -242,8 +242,9 @@ def test_the_recipes_use_only_perfsuite_options_that_exist():
     texts = [run_steps(f) for f in sorted(RECIPES.glob("*.yml"))]
     texts.append("\n".join(f.read_text() for f in sorted(RECIPE_SCRIPTS.glob("*.sh"))))  # lib.sh is sourced
     used, unknown = unknown_perfsuite_options(texts)
-    assert set(used) == {"ab"}, used
+    assert set(used) == {"ab", "run"}, used
     assert {"--a-ref", "--a-image", "--a-python", "--container-runtime", "--strict", "--json"} <= used["ab"], used
+    assert {"--compare", "--confirm", "--strict", "--baseline-update", "--baseline-add"} <= used["run"], used
     assert not unknown, f"recipes give perfsuite options it does not know: {unknown}"
 
 
