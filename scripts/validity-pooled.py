@@ -37,6 +37,7 @@ for s in (1, 2, 4):
 shared = v.Machine(0.02, 0.3, 0.02, shared_sd=0.10)
 for s in (2, 4):
     run("shared drift", shared, sessions=s, n_cases=5)
+run("shared drift", shared, sessions=2, n_cases=5, confirm_pairs=PAIRS)
 run("cases unalike", v.Machine(0.02, 0.3, 0.05, shared_sd=0.02, case_spread=0.7), sessions=4, n_cases=5)
 flip = v.Machine(0.02, 0.3, 0.02, mode_step=X3, switch=0.02, canary_sees=False, spells_shared=True)
 for s in (2, 4, 8):
