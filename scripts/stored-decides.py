@@ -3,7 +3,8 @@ a git repository, its benchmarks judged against baselines recorded on this machi
 faces (``perfsuite run --compare`` and ``pytest benchmarks --benchmark-only``). Every step starts
 real worlds; nothing is simulated (``perfsuite validity`` is the simulation).
 
-    python scripts/stored-decides.py flow [--sessions 4] [--gap S]   # record, then a commit that doubles the work
+    python scripts/stored-decides.py flow [--sessions 4] [--gap S] [--confirm]
+                                 # record, then a commit that doubles the work (judged again with --confirm)
     python scripts/stored-decides.py reruns [--count 20] [--every 180] [--gap S] [--then-slower]
                                                                # clean reruns after 4 sessions
     python scripts/stored-decides.py confirm [--slowdown 0.3]  # one session, a slower checkout, --confirm
@@ -170,6 +171,8 @@ def main(argv: list[str]) -> int:
             step(python, proj, "baseline show", ["-m", "perfsuite", "baseline", "show"])
             slower(proj)
             judge(python, proj, "2 passes")
+            if "--confirm" in argv:
+                judge(python, proj, "2 passes", ["--confirm"])
         elif mode == "reruns":
             record(python, proj, 4, gap)
             step(python, proj, "baseline show", ["-m", "perfsuite", "baseline", "show"])
