@@ -266,7 +266,7 @@ def test_the_asv_history_is_where_verdicts_read_a_machines_drift(histories):
     [told] = regress.compare([slower], {(mpi_case().name, "busbw_GBps"): base}, history=levels,
                              judged=lambda s: ["busbw_GBps"])
     assert alone.facts["drift_from"] == "span" and alone.status == "unknown"
-    assert told.facts["drift_from"] == "sessions+asv" and told.facts["df"] == 20
+    assert told.facts["drift_from"] == "asv" and told.facts["df"] == 20
     assert told.status == "regression"
     assert drift_history(RecordTarget(conf, "nobody-here"), bench.asv_layout)(sample, "busbw_GBps") == []
 

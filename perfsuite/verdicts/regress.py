@@ -280,17 +280,22 @@ def session_drift(baseline: Baseline, assumed: float | None = None, history: Seq
             raise ConfigError(f"session drift {assumed!r} must be a fraction > 0, e.g. 0.02: no two "
                               "sessions of a machine run at exactly one speed")
         return math.log1p(assumed), None, "assumed", len(by_session)
+    levels = _drift.case_levels(baseline, history)
+    source = "machine+asv" if history else "machine"
+    if machine is None and history and len(levels) >= MIN_SESSIONS:
+        # The machine's baselines hold one sitting, but the case's asv history holds earlier
+        # runs of it on this machine, one level each: its drift is learned from those alone.
+        machine, source = _drift.learn({(baseline.case, baseline.metric): list(enumerate(levels))}), "asv"
     if machine is None:
         return None
     raw = session_levels(baseline) + [x for x in history if x > 0]
-    sd, df = machine.for_case(_drift.case_levels(baseline, history))
+    sd, df = machine.for_case(levels)
     # A machine that has been seen to step between states (a spell, in the baseline's rounds or
     # between its sessions) may land a whole session on the far side of that step: half the
     # widest gap between the case's values (sorted, each side holding a share of them: noise
     # leaves none wide, two states one as wide as their step) is the least its drift is taken
     # to be. Normally distributed drift would not show it.
     seen = max(_widest_gap(baseline.rounds), _widest_gap(raw)) / 2
-    source = "machine+asv" if history else "machine"
     if seen > sd:
         sd, source = seen, "seen"
     return sd, df, source, len(by_session)
