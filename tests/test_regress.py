@@ -719,6 +719,16 @@ def test_a_change_beyond_the_modes_span_is_decided_in_any_mode():
         assert v.reason == ("across-modes" if status != "unknown" else "other-mode")
         assert v.facts["span"] == pytest.approx(regress.PRIOR_SPAN)
     assert "across machine modes: beyond x4.0" in vt.line(v)
+    # The machine changed state between them, one candidate round left in the baseline's mode:
+    # too few within modes to bound anything, so every round against every round, with the span
+    # (the e2e gate's MPICH ring, 11 of 12 rounds in another mode, read UNKNOWN [-100%, unbounded]).
+    for factor, status in ((1 / 6, "regression"), (1 / 2, "unknown")):
+        cand = rounds_mod.pool_rounds([_moded(factor * (1 + 0.01 * k), 240 + k) for k in range(7)]
+                                      + [_moded(factor, 100)])
+        v = regress.verdict(LARGE.name, "busbw_GBps", cand, base, session_sd=DRIFT)
+        assert v.status == status, (factor, v)
+        assert v.reason == ("across-modes" if status != "unknown" else "other-mode")
+        assert v.facts["base_in_mode"] == 0
 
 
 def test_a_slowdown_is_seen_through_modes_the_baseline_split_across():

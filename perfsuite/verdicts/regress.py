@@ -224,7 +224,13 @@ def mode_strata(sample: Sample, metric: str, baseline: Baseline, limit: float | 
         else:
             other += len(got_new)
     n_base = sum(len(b) for _, b in strata)
-    if n_base < MIN_MODE_ROUNDS:
+    n_new = sum(len(n) for n, _ in strata)
+    # Too few rounds on either side share a mode (a candidate that ran mostly in a mode no
+    # baseline round did: the machine changed state between them) cannot bound a change within
+    # modes however large it is: every round is then set against every round, with the span.
+    # One stray round in another mode is left out, as before: the rest decide.
+    if n_base < MIN_MODE_ROUNDS or (n_new < MIN_MODE_ROUNDS and other > n_new):
+        n_base = sum(1 for c in baseline.canary if same_mode(c, first, limit))
         return strata, other, {"canary_us": first, "base_in_mode": n_base,
                                "base_rounds": len(baseline.rounds), "limit": limit,
                                "base_canary_us": stats.median(baseline.canary)}
