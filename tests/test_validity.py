@@ -160,7 +160,7 @@ def test_stored_verdicts_keep_alpha_with_the_machines_learned_drift(machine):
 
 #: A machine that keeps one of two states (x3 apart, its canary blind to them) for longer than a
 #: sitting: four sittings may all have caught one state, and a clean run in the other then reads
-#: as a change the learned drift cannot cover (3.4% of runs in the grid's table).
+#: as a change the learned drift cannot cover (4.8% of runs in the grid's table).
 SLOW_FLIPPER = validity.Machine(0.02, 0.3, 0.02, mode_step=math.log(3.0), switch=0.02, canary_sees=False,
                                 spells_shared=True)
 

@@ -87,7 +87,7 @@ MIN_SESSIONS = 2
 #: smoothly; a machine that sits in one of two states for longer than a sitting breaks that: if
 #: each state holds half its time, S sittings all in one state and a run in the other come 2^-S
 #: of the time, under alpha's 1% from 7 sittings (docs/measurements.md, "A stored baseline that
-#: decides": 3.4% from 4 sittings, none of 800 from 8).
+#: decides": 4.8% from 4 sittings, 0.25% from 8).
 CONFIRM_SITTINGS = 8
 #: Fewest rounds a baseline must hold: against fewer no look can bound a change.
 MIN_BASELINE_ROUNDS = 5
