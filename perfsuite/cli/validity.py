@@ -15,7 +15,7 @@ COMMANDS = {}
 
 
 def add_validity(p: argparse.ArgumentParser) -> None:
-    from ..experiments import ab, validity as v
+    from ..experiments import validity as v
 
     p.add_argument("--mode", default="both", choices=("stored", "ab", "both"), help="[default: both]")
     p.add_argument("--runs", default=str(v.DEFAULT_RUNS), metavar="N",
