@@ -96,14 +96,14 @@ def confirm(verdicts: list[Verdict], cases: Sequence[Case], suite_cfg: suite.Sui
     if not todo:
         return verdicts, []
     if not cfg.commit or not cfg.repo:
-        return verdicts, [f"# --confirm: {len(todo)} UNKNOWN case(s) left as they are: the baseline does not say "
+        return verdicts, [f"# --confirm: {len(todo)} case(s) to confirm left as they are: the baseline does not say "
                           "which commit measured it (recorded by an older perfsuite, or outside a git "
                           "repository); record it again (--baseline-update) to confirm against it"]
     try:
         env = envs.build(cfg.repo, cfg.commit, extras=None, env_dir=cfg.env_dir, progress=say, project=cfg.project)
     except PerfsuiteError as exc:
         return verdicts, [f"# --confirm: the baseline's commit {cfg.commit[:10]} cannot be built, so {len(todo)} "
-                          f"UNKNOWN case(s) stay: {exc}"]
+                          f"case(s) to confirm stay as they are: {exc}"]
     by_name = {c.name: c for c in cases}
     # One A/B per transport over every benchmark's open cases: each pair runs every world once
     # per arm, so the budget is not split between benchmarks.
@@ -124,7 +124,7 @@ def confirm(verdicts: list[Verdict], cases: Sequence[Case], suite_cfg: suite.Sui
     for i, (transport, group) in enumerate(groups.items()):
         left = cfg.budget_s - (time.monotonic() - started)
         if left <= 1.0:
-            lines.append(f"# --confirm: budget spent; {len(group)} case(s) on {transport} left UNKNOWN")
+            lines.append(f"# --confirm: budget spent; {len(group)} case(s) on {transport} left as the store read them")
             continue
         chosen = tuple(by_name[v.case] for v in group)
         names = sorted({c.benchmark for c in chosen})
