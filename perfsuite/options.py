@@ -128,8 +128,9 @@ COMMON: list[Opt] = [
         f"deciding only changes beyond the prior x{PRIOR_SPAN:g}", kind="flag"),
     Opt("strict", False, "a gate that must decide: a comparison left UNKNOWN, or nothing compared (no "
         "baseline), fails (pytest fails the case; the CLI exits 3)", kind="flag"),
-    Opt("confirm", False, "decide each case left UNKNOWN against its stored baseline by an interleaved A/B "
-        "against the commit that measured the baseline (perfsuite ab --a-ref), within --confirm-budget",
+    Opt("confirm", False, "decide each case left UNKNOWN against its stored baseline, and each one "
+        "decided from fewer than 8 sittings, by an interleaved A/B against the commit that measured the "
+        "baseline (perfsuite ab --a-ref), within --confirm-budget; under pytest at the session's end",
         kind="flag"),
     Opt("confirm-budget", "120", "seconds of A/B pairs --confirm may take, all its cases together (the "
         "baseline's commit is built once, not counted)", metavar="S", parse=lambda v: seconds(v, "confirm budget")),

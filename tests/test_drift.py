@@ -101,6 +101,9 @@ def test_confirm_takes_unknowns_and_differents_from_few_sittings():
     left = [v("regression", enough), v("same", 1), v("regression", few, "assumed"),
             v("regression", few, xfail="known"), v("regression", 1, test="paired")]
     assert regress.to_confirm(taken + left) == taken
+    # --help says the same number (options.py sits below the verdicts, so it states it)
+    from perfsuite import options
+    assert f"decided from fewer than {regress.CONFIRM_SITTINGS} sittings" in options.reference_markdown()
 
 
 def test_under_perf_confirm_a_case_the_ab_will_decide_is_not_failed_at_its_test(tmp_path):
