@@ -196,6 +196,10 @@ def test_the_stored_gate_decides_from_a_one_session_baseline_by_confirming(tmp_p
            "PERF_BENCHMARKS": BENCH, "PERF_ARGS": "--timeout 120", "PERFSUITE_ENV_DIR": str(tmp_path / "envs"),
            "GITHUB_STEP_SUMMARY": str(summary)}
     base = git(repo, "rev-parse", "HEAD")
+    first = script("stored-gate.sh", repo, **{**env, "GITHUB_STEP_SUMMARY": str(tmp_path / "first.md")})
+    assert first.returncode == 3 and first.stdout.splitlines()[-1] == (
+        f"perfsuite run: {base[:10]} judged against the stored baseline, but {home}/baselines holds none yet: "
+        "record one with PERF_RECORD=update (gh workflow run perf-stored.yml -f record=update): exit 3"), said(first)
     got = script("stored-gate.sh", repo, **env, PERF_RECORD="update")
     assert got.returncode == 0 and list(home.glob("baselines/*/*.json")), said(got)
     slow_down(repo)

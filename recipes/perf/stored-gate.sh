@@ -31,6 +31,9 @@ perfsuite run --benchmarks "$PERF_BENCHMARKS" --baseline-dir "$PERF_HOME/baselin
   "${perf_args[@]}" --json "$PERF_RESULTS/run.json" 2>&1 | tee "$PERF_RESULTS/run.txt" || status=$?
 # the run's own last line says what it decided (or what was left UNKNOWN, and the command that decides it)
 last=$(grep -v '^\s*$' "$PERF_RESULTS/run.txt" | tail -n 1 || true)
+if [ -z "${PERF_RECORD:-}" ] && [ -z "$(ls -A "$PERF_HOME/baselines" 2>/dev/null)" ]; then
+  title="$title, but $PERF_HOME/baselines holds none yet: record one with PERF_RECORD=update (gh workflow run perf-stored.yml -f record=update)"
+fi
 echo "perfsuite run: $head $title: exit $status"
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
   { echo "## perfsuite run: $head $title: exit $status"
