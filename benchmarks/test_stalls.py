@@ -1,7 +1,7 @@
 """Stash stall breakdown as pytest-benchmark entries: `pytest benchmarks --perf-stalls small-cnn
 --perf-emulated-network 1gbit --benchmark-only -k stall` (root for the network and cold-cache runs).
 
-The five epochs run once per session (``perfsuite.experiments.stalls.run_stalls``, the same call
+The five epochs run once per session (``perfsuite.stalls.experiment.run_stalls``, the same call
 as ``perfsuite stalls``); each part (compute and the four stalls, ms per step, lower is better)
 is its own entry, whose rounds are that part's per-step values, so pytest-benchmark's
 statistics show its spread. A part that could not be measured here is skipped with the reason.
@@ -11,9 +11,9 @@ import tempfile
 
 import pytest
 
-from perfsuite import dataset
-from perfsuite.verdicts import stalls
-from perfsuite.experiments.stalls import StallConfig, run_stalls
+from perfsuite.stalls import dataset
+from perfsuite.stalls import stash as stalls
+from perfsuite.stalls.experiment import StallConfig, run_stalls
 from perfsuite.records.model import Sample
 from perfsuite.suite import SuiteConfig
 

@@ -8,7 +8,7 @@ step); extra_info carries img_per_s (tokens_per_s for gpt-tiny, gpt2-small), sca
 """
 import pytest
 
-from perfsuite.kernels.training import rate_of
+from perfsuite.kernels.training.loop import rate_of
 
 
 @pytest.mark.perf_benchmark("torch-epoch")

@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .store.fingerprint import gpus, nccl_version_string
-from .launch.world import OFFLINE, default_program
+from .launch.commands import OFFLINE, default_program
 from .transports import has_module
 from .transports.cuda_aware import libmpi_paths
 from .transports.gpu import CupyOps, compile_reason, nvml_gpu_count

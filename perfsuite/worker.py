@@ -54,8 +54,8 @@ def main(argv: list[str]) -> int:
     placement = _place(job)  # before MPI_Init: a CUDA-aware MPI starts CUDA inside it
     import mpi4py
 
-    # mpi4py asks for MPI_THREAD_MULTIPLE by default, and under it MPICH's large-message
-    # allreduce ran ~40% slower here (64 MiB: 56 ms vs 40 ms for the same loop in C). Ranks call
+    # mpi4py asks for MPI_THREAD_MULTIPLE by default, under which MPICH takes slower paths for
+    # large messages than a C benchmark's MPI_Init gets (docs/measurements.md). Ranks call
     # MPI from their main thread only, so ask for FUNNELED, as a C benchmark's MPI_Init gives;
     # transports whose library calls MPI from its own thread (Horovod) ask for more.
     mpi4py.rc.thread_level = job.get("options", {}).get("mpi_thread_level") or thread_level(job)

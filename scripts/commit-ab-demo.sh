@@ -36,7 +36,7 @@ step() {
     local name=$1; shift
     local t0 rc=0
     t0=$EPOCHREALTIME
-    "$PYTHON" -P -m perfsuite.cli "$@" || rc=$?
+    "$PYTHON" -P -m perfsuite.faces.cli "$@" || rc=$?
     printf '== %s: exit %s, %s s\n' "$name" "$rc" "$(awk "BEGIN { printf \"%.0f\", $EPOCHREALTIME - $t0 }")"
 }
 step "ab cold" ab "${common[@]}" --a-ref "$bad~1" --b-ref "$bad" --json "$work/ab-cold.json"

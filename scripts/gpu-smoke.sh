@@ -350,7 +350,7 @@ run_one() {
     echo "== $label (perfsuite run $*; its output: smoke.log)"
     start=$(( $(stat -c %s "$log") + 1 ))
     echo "---- perfsuite run output ($label) ----" >>"$log"
-    timeout -k "$kill_s" $(( step_s - kill_s )) "$PYTHON" -m perfsuite.cli run "$@" --sizes "$sizes" \
+    timeout -k "$kill_s" $(( step_s - kill_s )) "$PYTHON" -m perfsuite.faces.cli run "$@" --sizes "$sizes" \
         --json "$file" --max-contention off --timeout "$per_world" >>"$log" 2>&1 || rc=$?
     echo "---- end of perfsuite run output ($label): exit $rc ----" >>"$log"
     if (( rc != 0 )); then

@@ -11,7 +11,7 @@
 #  2. perfsuite run --benchmarks torch-epoch --transports torch-nccl --world-sizes 1
 #     --models gpt2-small --parallel ddp,fsdp --amp bf16,off --rounds ROUNDS (default 3):
 #     the four worlds interleaved round by round, tokens/s with its interval over rounds, MFU
-#     against the GPU's peak (perfsuite/kernels/peaks.py), each collective's time and exposed time,
+#     against the GPU's peak (perfsuite/kernels/training/peaks.py), each collective's time and exposed time,
 #     the harness against a plain loop of the same model in the same world.
 #
 # $OUT (default a new temp folder) gets bringup.log, transformer.log (everything printed) and

@@ -175,12 +175,35 @@ def main(argv: list[str]) -> None:
             table[op + "/"] = np_ + "/"
             table[short + "/"] = short_new + "/"
     keys = sorted(table, key=len, reverse=True)
-    rx = re.compile(r"(?<![\w/.])(" + "|".join(re.escape(k) for k in keys) + r")(?![\w])")
+    # A name ends where a word does; a folder's path ('cli/') goes on with what is in it.
+    rx = re.compile(r"(?<![\w/.])(" + "|".join(re.escape(k) + ("" if k.endswith("/") else r"(?![\w])")
+                                                for k in keys) + r")")
+    me = Path(__file__).resolve()
     for p in files():
+        if p.resolve() == me:
+            continue  # this script's own examples
         text = p.read_text(errors="surrogateescape")
-        new = rx.sub(lambda m: table[m.group(1)], text)
+        new = rx.sub(lambda m: table[m.group(1)], text) if p.suffix != ".py" else _outside_imports(rx, table, text)
         if new != text:
             p.write_text(new, errors="surrogateescape")
+
+
+def _outside_imports(rx: re.Pattern, table: dict, text: str) -> str:
+    """The text rewrite of a Python file, except its import statements: the AST pass wrote those
+    already, and a move whose new name extends its old one ('perfsuite.launch.native' ->
+    'perfsuite.launch.native.mpi') would rewrite them a second time."""
+    lines = text.splitlines(keepends=True)
+    spans = sorted((n.lineno, n.end_lineno) for n in ast.walk(ast.parse(text))
+                   if isinstance(n, (ast.Import, ast.ImportFrom)))
+    out, at = [], 1
+    for first, last in spans:
+        if first < at:
+            continue
+        out.append(rx.sub(lambda m: table[m.group(1)], "".join(lines[at - 1:first - 1])))
+        out.append("".join(lines[first - 1:last]))
+        at = last + 1
+    out.append(rx.sub(lambda m: table[m.group(1)], "".join(lines[at - 1:])))
+    return "".join(out)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -19,7 +19,7 @@ out=${1:?usage: straggler-rates.sh OUT [RUNS]}
 runs=${2:-20}
 py=${PYTHON:-python}
 mkdir -p "$out"
-ps() { "$py" -m perfsuite.cli "$@" > /dev/null 2>&1 || true; }  # exit 1 names a node: not an error here
+ps() { "$py" -m perfsuite.faces.cli "$@" > /dev/null 2>&1 || true; }  # exit 1 names a node: not an error here
 # On 2 cores, 4 emulated nodes share the machine: each node's fair share is half a core, so the
 # throttled node gets half of that (CPU_QUOTA overrides).
 cpu=${CPU_QUOTA:-0.25}

@@ -21,7 +21,7 @@ REQUIRE_NATIVE_ENV = "PERFSUITE_REQUIRE_NATIVE"
 def native_build():
     """The native loop's build for this Python's MPI, as the suite gets it. Where
     PERFSUITE_REQUIRE_NATIVE=1, a failed build fails the calling test with the compiler's line."""
-    from perfsuite.launch import native
+    from perfsuite.launch.native import mpi as native
 
     built = native.build()
     if built.why is not None and os.environ.get(REQUIRE_NATIVE_ENV) == "1":
@@ -45,7 +45,7 @@ def no_copy_bandwidth(monkeypatch):
     inherit the environment) skips the allreduce kernel's copy-bandwidth measurement, 64 MiB
     copied 11 times (0.1-0.3 s a world on a 2-core VM), which no test reads; a test that reads
     it passes the kernel option ``copy_bw: True``."""
-    from perfsuite.kernels.allreduce import NO_COPY_BW_ENV
+    from perfsuite.kernels.collectives.allreduce import NO_COPY_BW_ENV
 
     monkeypatch.setenv(NO_COPY_BW_ENV, "1")
 
@@ -64,10 +64,10 @@ SWITCHES = ("PERFSUITE_INJECT_SLOWDOWN", "PERFSUITE_TEST_FAULT")
 
 
 def perfsuite(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    """``python -m perfsuite.cli ARGS`` as a user runs it (its exit status is the process's),
+    """``python -m perfsuite.faces.cli ARGS`` as a user runs it (its exit status is the process's),
     without the test's own switches or MPICH settings, plus ``env``."""
     clean = {k: v for k, v in os.environ.items() if k not in SWITCHES and not k.startswith("MPIR_CVAR_")}
-    return subprocess.run([sys.executable, "-m", "perfsuite.cli", *args], cwd=cwd, env={**clean, **env},
+    return subprocess.run([sys.executable, "-m", "perfsuite.faces.cli", *args], cwd=cwd, env={**clean, **env},
                           capture_output=True, text=True, timeout=600)
 
 
@@ -115,7 +115,7 @@ def slowed_runs(tmp_path_factory) -> Path:
     one-session reference allows for this machine's states. Made once per session: the exit
     statuses (tests/test_exit_status.py) and the report's verdict table (tests/test_report.py)
     read the same two runs. Both exit 0: a run without --compare judges nothing."""
-    from perfsuite.kernels.allreduce import NO_COPY_BW_ENV
+    from perfsuite.kernels.collectives.allreduce import NO_COPY_BW_ENV
 
     where = tmp_path_factory.mktemp("slowed")
     # A session fixture starts before the autouse no_copy_bandwidth: its worlds skip the copy too.

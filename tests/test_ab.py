@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfsuite.cli import main
+from perfsuite.faces.cli import main
 from perfsuite.records.errors import RankFailure
 from perfsuite.experiments import ab
 from perfsuite.records.model import Case, Metric, Sample
@@ -180,7 +180,7 @@ def test_a_wrong_sum_stops_the_run_at_its_pair_and_keeps_it_marked():
     """Arm B's sums go wrong on rank 1 from the 3rd pair: the run stops there (every later pair
     would be wasted), the pairs before it stay, the wrong one is kept marked invalid, never
     judged, and the command's status is 4 with one line naming the arm, case and rank."""
-    from perfsuite.cli.ab import ab_status
+    from perfsuite.faces.cli.ab import ab_status
 
     clean = fake(1.0)
     calls = {"n": 0}

@@ -9,7 +9,7 @@ import pytest
 
 from perfsuite.store import formats
 from perfsuite.bench import allreduce as bench_allreduce
-from perfsuite.kernels.allreduce import summarize
+from perfsuite.kernels.collectives.allreduce import summarize
 from perfsuite.records.model import Case, Result
 
 CASE = Case("allreduce", "mpi", 2, size_bytes=4 << 10, dtype="float32")

@@ -9,56 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.house import FACES, FLOORS, GROUND, STARTERS, TOP
+from perfsuite.house import FACES, GROUND, STARTERS, TOP, census, floor, imports, module_name, sources
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "perfsuite"
 MAX_LINES = 600
 
-ASV_STORE = ("perfsuite.asv.layout", "perfsuite.asv.compat", "perfsuite.asv.project",
-             "perfsuite.asv.record", "perfsuite.asv.read")
+ASV_STORE = ("perfsuite.asv.compat", "perfsuite.asv.project", "perfsuite.asv.record", "perfsuite.asv.read")
 ASV_FACES = ("perfsuite.faces.asv_run", "perfsuite.faces.asv_offline")
-
-
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def floor(module: str) -> int:
-    for prefix, level in FLOORS:
-        if module == prefix or module.startswith(prefix + "."):
-            return level
-    raise AssertionError(f"{module} has no room in perfsuite.house.ROOMS: add it")
-
-
-def imports(path: Path, me: str | None = None) -> list[tuple[int, str]]:
-    """(line, absolute module) for every perfsuite module ``path`` (module ``me``) imports."""
-    me = me or module_name(path)
-    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
-    out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[:len(anchor) - (node.level - 1)]
-                base = ".".join(anchor + ([node.module] if node.module else []))
-            # `from . import x` imports the module x when there is one
-            for a in node.names:
-                sub = f"{base}.{a.name}"
-                is_module = (ROOT / Path(*sub.split("."))).with_suffix(".py").exists() or \
-                    (ROOT / Path(*sub.split("."))).is_dir()
-                out.append((node.lineno, sub if is_module else base))
-    return [(line, m) for line, m in out if m == "perfsuite" or m.startswith("perfsuite.")]
-
-
-def sources(folder: Path = PACKAGE) -> list[Path]:
-    return sorted(folder.rglob("*.py"))
 
 
 def test_no_room_is_over_the_alarm():
@@ -79,16 +37,19 @@ def test_floors_import_downward_only():
 
 
 def test_the_asv_store_sits_below_the_registry_and_its_faces_on_the_top_floor():
-    """The asv package is split by floor: the store (how cases appear, recording, reading the
-    history) below the benchmark registry that carries each benchmark's layout, so the store
-    can never look a benchmark up itself; asv run's classes and the offline site are faces,
-    beside the CLI and the plugin."""
+    """The asv store (its project, recording, reading the history) sits below the benchmark
+    registry, and how a benchmark's cases appear in asv is declared in its record
+    (``bench/asv_layout.py``) and handed to the store, so the store can never look a benchmark up
+    itself; asv run's classes and the offline site are faces, beside the CLI and the plugin."""
     for store in ASV_STORE:
-        assert (PACKAGE / Path(*store.split(".")[1:])).with_suffix(".py").exists(), store
+        path = (PACKAGE / Path(*store.split(".")[1:])).with_suffix(".py")
+        assert path.exists(), store
         assert floor(store) < floor("perfsuite.bench"), f"{store} is not below perfsuite.bench"
+        looked_up = [t for _, t in imports(path) if t.startswith("perfsuite.bench") and t != "perfsuite.bench.asv_layout"]
+        assert not looked_up, f"{store} imports the registry: {looked_up}"
     for face in ASV_FACES:
         assert (PACKAGE / Path(*face.split(".")[1:])).with_suffix(".py").exists(), face
-        assert floor(face) == TOP == floor("perfsuite.cli") == floor("perfsuite.plugin"), face
+        assert floor(face) == TOP == floor("perfsuite.faces.cli") == floor("perfsuite.faces.plugin"), face
     # Nothing else under perfsuite/asv: a new module there must be placed on purpose.
     assert {module_name(p) for p in sources(PACKAGE / "asv")} == {"perfsuite.asv", *ASV_STORE}
 
@@ -110,7 +71,7 @@ def commands_defined(path: Path) -> list[str]:
 CLI_SHARED = ("__init__.py", "__main__.py", "common.py")
 
 
-@pytest.mark.parametrize("path", [p for p in sorted((PACKAGE / "cli").glob("*.py")) if p.name not in CLI_SHARED],
+@pytest.mark.parametrize("path", [p for p in sorted((PACKAGE / "faces" / "cli").glob("*.py")) if p.name not in CLI_SHARED],
                          ids=lambda p: p.name)
 def test_each_cli_module_is_one_command(path):
     """asv's ``commands/``: one module per command, named as the command (``asv_offline.py`` is
@@ -119,12 +80,12 @@ def test_each_cli_module_is_one_command(path):
 
 
 def test_every_command_comes_from_its_own_module():
-    from perfsuite import cli
+    from perfsuite.faces import cli
 
-    modules = {p.stem.replace("_", "-") for p in (PACKAGE / "cli").glob("*.py") if p.name not in CLI_SHARED}
+    modules = {p.stem.replace("_", "-") for p in (PACKAGE / "faces" / "cli").glob("*.py") if p.name not in CLI_SHARED}
     assert set(cli.COMMANDS) == modules
     for name in CLI_SHARED:
-        assert commands_defined(PACKAGE / "cli" / name) == [], name
+        assert commands_defined(PACKAGE / "faces" / "cli" / name) == [], name
 
 
 def test_kernels_and_transports_stand_on_the_ground_alone():
@@ -140,23 +101,35 @@ def test_kernels_and_transports_stand_on_the_ground_alone():
 
 @pytest.mark.parametrize("folder", ["perfsuite", "benchmarks"])
 def test_nothing_imports_a_face(folder):
+    """A face is what people call. asv's own benchmark files (``benchmarks/asv_bench``) are how
+    asv calls its face, so they import ``faces.asv_run`` and nothing else of the faces."""
+    entry = ("perfsuite.faces.asv_run",) if folder == "benchmarks" else ()
     bad = []
     for path in sources(ROOT / folder):
         me = module_name(path)
         for line, target in imports(path):
             face = next((f for f in FACES if target == f or target.startswith(f + ".")), None)
-            if face and not (me == face or me.startswith(face + ".")):
+            if face and not (me == face or me.startswith(face + ".")) and target not in entry:
                 bad.append(f"{me}:{line} imports {target}")
     assert not bad, "\n".join(bad)
+
+
+def test_folders_form_no_cycle():
+    """One story per folder, and folders stacked: no folder (a package under perfsuite/, or a
+    module at its top) imports from a folder that imports from it, through any chain. The rule
+    above holds module by module; this one holds where a newcomer reads the house."""
+    found = census(ROOT)
+    assert not found.cycles, "folders that import each other: " + "; ".join(
+        " <-> ".join(c) + " (" + ", ".join(found.why(c)) + ")" for c in found.cycles)
 
 
 def test_the_checker_sees_an_upward_import(tmp_path):
     """The rules above must be able to fail: a kernel importing the suite is caught, however
     it spells the import."""
     probe = tmp_path / "probe.py"
-    probe.write_text("from .. import suite\nimport perfsuite.plugin\ndef f():\n    from ..cli import main\n")
+    probe.write_text("from .. import suite\nimport perfsuite.faces.plugin\ndef f():\n    from ..faces.cli import main\n")
     found = imports(probe, "perfsuite.kernels.probe")
-    assert found == [(1, "perfsuite.suite"), (2, "perfsuite.plugin"), (4, "perfsuite.cli")]
+    assert found == [(1, "perfsuite.suite"), (2, "perfsuite.faces.plugin"), (4, "perfsuite.faces.cli")]
     assert all(floor(t) > floor("perfsuite.kernels.probe") for _, t in found)
 
 
@@ -167,7 +140,7 @@ def test_commands_start_without_importing_scipy():
     import subprocess
     import sys
 
-    probe = ("import sys, perfsuite.cli, perfsuite.plugin; "
+    probe = ("import sys, perfsuite.faces.cli, perfsuite.faces.plugin; "
              "print(sorted(m for m in sys.modules if m.startswith(('scipy.stats', 'scipy.special'))))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
@@ -234,8 +207,7 @@ def test_every_module_has_a_room_of_its_own():
              and not any(module_name(p) == n or module_name(p).startswith(n + ".") for n in named)]
     assert not loose, f"modules with no room in perfsuite.house.ROOMS: {loose}"
     flat = sorted(p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
-    assert flat == ["__main__", "dataset", "house", "interrupts", "machine", "options", "plugin", "replay", "suite",
-                    "worker"], \
+    assert flat == ["__main__", "gate", "house", "interrupts", "machine", "suite", "worker"], \
         f"the package's top holds only the entry points and the orchestration: {flat}"
 
 

@@ -18,15 +18,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite import bench, cli
-from perfsuite.verdicts import history, rounds, stats, stragglers
-from perfsuite.asv import layout, record
+from perfsuite import bench
+from perfsuite.faces import cli
+from perfsuite.verdicts import history, rounds, stragglers
+from perfsuite.records import stats
+from perfsuite.bench import asv_layout as layout
+from perfsuite.asv import record
 from perfsuite.faces import asv_offline as offline
 from perfsuite.faces import asv_run as asv_bench
 from perfsuite.asv.project import RecordTarget
 from perfsuite.records.errors import ConfigError
-from perfsuite.kernels.allreduce import busbw_factor, summarize
-from perfsuite.launch.world import run_command
+from perfsuite.kernels.collectives.allreduce import busbw_factor, summarize
+from perfsuite.launch.commands import run_command
 from perfsuite.store.formats import WorldOutcome
 from perfsuite.records.model import Case, Metric, Result, round_values
 

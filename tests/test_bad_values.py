@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import cli, suite
+from perfsuite.faces import cli
+from perfsuite import suite
 from perfsuite.store import formats
 from perfsuite.store.formats import SuiteRun, WorldOutcome
 from perfsuite.launch import world

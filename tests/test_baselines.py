@@ -168,11 +168,12 @@ def test_a_version_2_baseline_migrates_to_one_session_per_entry(tmp_path):
 @pytest.mark.parametrize("root", ["baselines", "elsewhere/my baselines"])
 def test_an_empty_show_advises_a_command_that_parses_and_records_enough_rounds(tmp_path, monkeypatch, root):
     """The advice is a `perfsuite` command line: run's parser takes it, and the rounds it records
-    (suite.judging_rounds, as run computes them) are as many as `baseline update` asks for."""
+    (judging.judging_rounds, as run computes them) are as many as `baseline update` asks for."""
     import shlex
 
-    from perfsuite import options, suite
-    from perfsuite.cli import build_parser
+    from perfsuite.faces import options
+    from perfsuite.verdicts import judging, regress
+    from perfsuite.faces.cli import build_parser
 
     monkeypatch.chdir(tmp_path)
     advice = baselines.show(root)
@@ -180,7 +181,7 @@ def test_an_empty_show_advises_a_command_that_parses_and_records_enough_rounds(t
     args = build_parser().parse_args(shlex.split(command))
     assert args.command == "run" and args.baseline_update
     assert (args.baseline_dir or "baselines") == root  # unset: the option's default, baselines
-    policy, _ = suite.judging_rounds(options.rounds_policy(vars(args)), update=True,
+    policy, _ = judging.judging_rounds(options.rounds_policy(vars(args)), update=True,
                                      rounds_given=args.rounds is not None)
     assert policy.rounds >= regress.MIN_BASELINE_ROUNDS
 

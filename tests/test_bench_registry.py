@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from perfsuite import bench
-from perfsuite.asv.layout import metrics_for
+from perfsuite.bench.asv_layout import metrics_for
 
 SLEEP_US = 2000
 
@@ -83,7 +83,7 @@ def test_a_registered_toy_gets_the_generic_table_and_asv_layout(toy):
 def test_toy_runs_through_the_cli(toy, no_leftover_ranks):
     out = toy / "toy.json"
     env = {**os.environ, "PERFSUITE_BENCHMARKS": "toy_sleep", "CI": "true"}
-    r = subprocess.run([sys.executable, "-m", "perfsuite.cli", "run", "--benchmarks", "toy-sleep",
+    r = subprocess.run([sys.executable, "-m", "perfsuite.faces.cli", "run", "--benchmarks", "toy-sleep",
                         "--transports", "mpi", "--world-sizes", "2", "--iters", "20", "--json", str(out)],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -96,7 +96,7 @@ def test_toy_runs_through_the_cli(toy, no_leftover_ranks):
     # machine can delay a wake-up by milliseconds; 10x still tells an iteration from the whole
     # 20-iteration loop or the world's start, which a harness timing the wrong thing would report.
     assert SLEEP_US <= median < 10 * SLEEP_US, median
-    r = subprocess.run([sys.executable, "-m", "perfsuite.cli", "run", "--benchmarks", "toy-sleep,nope"],
+    r = subprocess.run([sys.executable, "-m", "perfsuite.faces.cli", "run", "--benchmarks", "toy-sleep,nope"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 2 and "benchmark 'nope' is unknown; choose from" in r.stderr
     assert "toy-sleep" in r.stderr
@@ -124,7 +124,7 @@ def test_toy(benchmark, perf_case, perf_measure):
 
 def test_a_benchmark_module_that_cannot_be_imported_is_one_line(pytester, monkeypatch):
     monkeypatch.setenv("PERFSUITE_BENCHMARKS", "no_such_benchmark_module")
-    r = subprocess.run([sys.executable, "-m", "perfsuite.cli", "transports"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "perfsuite.faces.cli", "transports"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "perfsuite: error: PERFSUITE_BENCHMARKS names 'no_such_benchmark_module', which cannot be "

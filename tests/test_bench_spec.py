@@ -20,13 +20,13 @@ from perfsuite.bench import BenchmarkSpec, register, training
 from perfsuite.bench.tf_epoch import OPTIONS as TF_OPTIONS
 from perfsuite.bench.tf_epoch import SPEC as TF_SPEC
 from perfsuite.records.errors import ConfigError
-from perfsuite.kernels.allreduce import injected_turns
+from perfsuite.kernels.collectives.allreduce import injected_turns
 from perfsuite.records.model import Case, Metric, Opt, Result, Sample, Tolerance
 from perfsuite.transports.base import AllreduceTransport
 from perfsuite.transports.gpu import GpuTransport
 
 ROOT = Path(__file__).resolve().parents[1] / "perfsuite"
-GENERIC = ("reading/report.py", "reading/plots.py", "cli/report.py", "verdicts/regress.py")
+GENERIC = ("reading/report.py", "reading/plots.py", "faces/cli/report.py", "verdicts/regress.py")
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_a_new_benchmark_brings_its_report_table_layouts_and_size_plots(toys, tm
     assert report.text_tables([run]).rstrip().endswith("# osu mpi")
     assert report.layout_table(r, "toy-osu") == "# osu mpi"
     assert report.layout_table(r, "omb") == report.result_table(r)  # a layout it lacks: its table
-    from perfsuite.cli.report import print_formats
+    from perfsuite.faces.cli.report import print_formats
 
     assert print_formats() == ("nccl", "omb", "toy-osu", "csv", "md")
     plot = plots.latency_plot([("", r)], tmp_path / "l.png")

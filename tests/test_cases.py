@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from perfsuite import options, suite
+from perfsuite.faces import options
+from perfsuite import suite
 from perfsuite.bench import allreduce
 from perfsuite.records.errors import ConfigError
 from perfsuite.records.model import Case, format_size
@@ -80,5 +81,5 @@ def test_option_reference_in_docs_is_generated_from_the_options():
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "options.md").read_text()
     assert docs == options.reference_markdown(), (
-        "docs/options.md is out of date: python -m perfsuite.options > docs/options.md")
+        "docs/options.md is out of date: python -m perfsuite.faces.options > docs/options.md")
     assert all(f"| `{o.name}` |" in docs for o in options.all_options())

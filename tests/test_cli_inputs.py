@@ -7,7 +7,8 @@ import json
 import pytest
 
 from perfsuite.store import baselines, formats
-from perfsuite import cli, suite
+from perfsuite.faces import cli
+from perfsuite import suite
 from perfsuite.records.errors import LaunchError, RankFailure
 from perfsuite.store.formats import SuiteRun, WorldOutcome
 from perfsuite.records.model import Case, Metric, Result, Sample, WorldSpec

@@ -206,7 +206,7 @@ def test_device_batches_rotate_through_copies_of_the_buffers(monkeypatch, no_lef
 
     from perfsuite import suite
     from perfsuite.bench.allreduce import allreduce_cases
-    from perfsuite.kernels.buffers import MAX_COPIES
+    from perfsuite.kernels.collectives.buffers import MAX_COPIES
     from perfsuite.launch.launchers import LaunchConfig
     from perfsuite.verdicts.rounds import RoundsPolicy
 

@@ -30,7 +30,7 @@ SLOW_WORKER = ('\nos.environ.setdefault("MPIR_CVAR_DEVICE_COLLECTIVES", "none")\
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MPIR_CVAR_", "PERFSUITE_INJECT"))}
-    return subprocess.run([sys.executable, "-P", "-m", "perfsuite.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-P", "-m", "perfsuite.faces.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=900)
 
 

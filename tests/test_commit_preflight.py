@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.cli.ab import ab_status
+from perfsuite.faces.cli.ab import ab_status
 from perfsuite.experiments import ab
 from perfsuite.launch import envs
 from perfsuite.records.errors import ConfigError
@@ -42,7 +42,7 @@ def cli(python: str, *args: str, cwd: Path, **env: str) -> tuple[subprocess.Comp
     switches or MPICH settings, plus ``env``; and its seconds."""
     clean = {k: v for k, v in os.environ.items() if k not in SWITCHES and not k.startswith("MPIR_CVAR_")}
     started = time.monotonic()
-    got = subprocess.run([python, "-P", "-m", "perfsuite.cli", *args], cwd=cwd, env={**clean, **env},
+    got = subprocess.run([python, "-P", "-m", "perfsuite.faces.cli", *args], cwd=cwd, env={**clean, **env},
                          capture_output=True, text=True, timeout=600)
     return got, time.monotonic() - started
 

@@ -33,7 +33,7 @@ SECONDS = 300
 def cli(python: str, *args: str, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
     clean = {k: v for k, v in os.environ.items() if k not in SWITCHES and not k.startswith("MPIR_CVAR_")}
     started = time.monotonic()
-    got = subprocess.run([python, "-P", "-m", "perfsuite.cli", *args], cwd=cwd, capture_output=True, text=True,
+    got = subprocess.run([python, "-P", "-m", "perfsuite.faces.cli", *args], cwd=cwd, capture_output=True, text=True,
                          timeout=900, env={**clean, "PERFSUITE_ENV_DIR": str(cwd.parent / "envs")})
     return got, time.monotonic() - started
 

@@ -34,7 +34,7 @@ class Machine:
         return self.now
 
     def __call__(self, spec, slowdown):
-        if spec.kernel == "perfsuite.kernels.injection":  # the in-world check: what was asked
+        if spec.kernel == "perfsuite.kernels.collectives.injection":  # the in-world check: what was asked
             f = spec.options["fraction"]
             return [Sample(c, {}, info={"measured": f, "turns": 5}) for c in spec.cases]
         self.now += WALL
@@ -167,7 +167,7 @@ def test_bad_config_is_one_line(kw, match):
 def test_a_saved_stream_is_judged_again_with_the_same_rules(tmp_path, capsys):
     """--from: the stream's worlds, read back, give the same windows as when they were measured,
     and another --max-pairs judges them anew without running a world."""
-    from perfsuite import cli
+    from perfsuite.faces import cli
 
     rep = report(Machine(spell=0.005), blocks=30)
     path = tmp_path / "d.json"

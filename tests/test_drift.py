@@ -101,8 +101,8 @@ def test_confirm_takes_unknowns_and_differents_from_few_sittings():
     left = [v("regression", enough), v("same", 1), v("regression", few, "assumed"),
             v("regression", few, xfail="known"), v("regression", 1, test="paired")]
     assert regress.to_confirm(taken + left) == taken
-    # --help says the same number (options.py sits below the verdicts, so it states it)
-    from perfsuite import options
+    # --help says the same number (faces/options.py sits below the verdicts, so it states it)
+    from perfsuite.faces import options
     assert f"decided from fewer than {regress.CONFIRM_SITTINGS} sittings" in options.reference_markdown()
 
 
@@ -112,11 +112,12 @@ def test_under_perf_confirm_a_case_the_ab_will_decide_is_not_failed_at_its_test(
     from dataclasses import replace
 
     from perfsuite.records.model import Verdict
-    from perfsuite.verdicts import gate
+    from perfsuite import gate
+    from perfsuite.faces import options
 
     few = Verdict("c", "t", "regression", test="stored", facts={"sittings": 1, "drift_from": "machine"})
     enough = replace(few, facts={"sittings": regress.CONFIRM_SITTINGS, "drift_from": "machine"})
-    plain = gate.Gate(gate.plan({}, compare=True, root=tmp_path))
+    plain = gate.Gate(options.gate_plan({}, compare=True, root=tmp_path))
     confirming = gate.Gate(replace(plain.plan, confirm=True))
     assert plain.case_failure("c", [few])[0] == "fail"
     assert confirming.case_failure("c", [few]) is None

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SLOWED_WORLD, SWITCHES, default_sigint, perfsuite, rank_pids, said, signalled
-from perfsuite import cli
-from perfsuite.cli import common
+from perfsuite.faces import cli
+from perfsuite.faces.cli import common
 
 pytestmark = pytest.mark.world
 
@@ -50,7 +50,7 @@ def table_statuses() -> list[str]:
 
 
 def test_the_table_is_the_constants():
-    """docs/running.md has one table, and its rows are the statuses cli/common.py names."""
+    """docs/running.md has one table, and its rows are the statuses faces/cli/common.py names."""
     assert table_statuses() == ["0", "1", "2", "3", "4", "128+N"]
     assert (common.EXIT_OK, common.EXIT_REGRESSION, common.EXIT_USAGE, common.EXIT_UNKNOWN,
             common.EXIT_WORLD, common.EXIT_INTERRUPTED) == (0, 1, 2, 3, 4, 128)
@@ -131,7 +131,7 @@ def test_128_plus_n_interrupted(tmp_path, sig, monkeypatch, no_leftover_ranks):
     """Rank 1 hangs in its first timed call; the signal arrives once both ranks are up."""
     token = os.environ["PERFSUITE_TEST_TOKEN"]  # set by no_leftover_ranks: finds this world's ranks
     env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
-    proc = subprocess.Popen([sys.executable, "-m", "perfsuite.cli", "run", *WORLD, "--json", "t.json"],
+    proc = subprocess.Popen([sys.executable, "-m", "perfsuite.faces.cli", "run", *WORLD, "--json", "t.json"],
                             cwd=tmp_path, env={**env, "PERFSUITE_TEST_FAULT": "hang@1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=default_sigint)
@@ -156,7 +156,8 @@ def test_the_pytest_summary_names_the_row(tmp_path):
     the status the gate gives both faces; tests/test_plugin.py sees it at the end of real sessions).
     "nothing wrong" only where every judged case was decided: an UNKNOWN is counted, with the
     command that decides it."""
-    from perfsuite.verdicts import gate
+    from perfsuite import gate
+    from perfsuite.faces import options
     from perfsuite.records.errors import RankFailure
     from perfsuite.store.formats import SuiteRun, WorldOutcome
     from perfsuite.records.model import Verdict, WorldSpec
@@ -167,7 +168,7 @@ def test_the_pytest_summary_names_the_row(tmp_path):
     regression = Verdict("allreduce[mpi-n2-4B]", "latency_us", "regression")
     unknown = Verdict("allreduce[mpi-n2-4B]", "latency_us", "unknown")
 
-    judging = gate.Gate(gate.plan({}, compare=True, root=tmp_path / "none"))
+    judging = gate.Gate(options.gate_plan({}, compare=True, root=tmp_path / "none"))
 
     def line(run=ok, verdicts=(), strict=False, nothing=False, kept=True, stop=None):
         status = gate.run_status(run, list(verdicts), kept=kept, nothing=nothing, strict=strict, stop=stop)

@@ -6,7 +6,7 @@ from importlib import metadata
 
 import pytest
 
-from perfsuite import cli
+from perfsuite.faces import cli
 
 
 def test_version_is_the_installed_one_and_exits_0(capsys):

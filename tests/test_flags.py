@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import perfsuite
-from perfsuite import cli, options
+from perfsuite.faces import cli, options
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,7 +177,7 @@ ENTRY = "allreduce.Allreduce.track_inv_busbw('mpi_cuda', 2, '1MiB', 'float32', '
 
 
 def test_history_k_is_pytests_expression_over_the_entrys_words():
-    from perfsuite.cli.history import entry_words, keyword_match
+    from perfsuite.faces.cli.history import entry_words, keyword_match
 
     assert {"allreduce", "Allreduce", "track_inv_busbw", "mpi_cuda", "2", "1MiB", "float32", "none"} <= entry_words(ENTRY)
     match = lambda k: keyword_match(k)(ENTRY)  # noqa: E731
@@ -191,7 +191,7 @@ def test_history_k_is_pytests_expression_over_the_entrys_words():
 
 @pytest.mark.parametrize("bad", ["inv_busbw\\('mpi'", "mpi and", "foo(x=1)"])
 def test_a_history_k_that_is_no_expression_is_one_line(bad):
-    from perfsuite.cli.history import keyword_match
+    from perfsuite.faces.cli.history import keyword_match
     from perfsuite.records.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"is not a pytest -k expression .* -k \"inv_busbw and mpi"):
@@ -272,7 +272,7 @@ def test_ab_exits_as_the_others_for_the_same_verdicts():
     judged 3 under --strict, an improvement 0 (an A/B has no --fail-on-improvement)."""
     from types import SimpleNamespace
 
-    from perfsuite.cli.ab import ab_status
+    from perfsuite.faces.cli.ab import ab_status
     from perfsuite.records.model import Verdict
 
     def rep(*statuses: str):

@@ -1,4 +1,4 @@
-"""One gate below both faces (perfsuite/verdicts/gate.py): the same results judged through ``perfsuite run``
+"""One gate below both faces (perfsuite/gate.py): the same results judged through ``perfsuite run``
 and through the pytest plugin give the same verdicts, the same answer to "nothing compared", the
 same lines for wrong results and failed writes, and the exit statuses of docs/running.md's table
 (pytest keeps its own numbers: 1 for anything the CLI exits non-zero for).
@@ -28,7 +28,8 @@ import scipy.stats  # noqa: F401
 
 from conftest import SWITCHES, perfsuite
 from perfsuite.store import baselines, formats
-from perfsuite import cli, suite
+from perfsuite.faces import cli
+from perfsuite import suite
 
 pytestmark = pytest.mark.world
 

@@ -40,7 +40,7 @@ CASES = ("allreduce[mpi-n2-4B]", "allreduce[mpi-n2-64B]")
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PERFSUITE_INJECT_SLOWDOWN" and k not in RING}
-    return subprocess.run([sys.executable, "-m", "perfsuite.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "perfsuite.faces.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=900)
 
 

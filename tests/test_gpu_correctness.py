@@ -18,14 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite import cli, suite, transports
+from perfsuite.faces import cli
+from perfsuite import suite, transports
 from perfsuite.bench.allreduce import allreduce_cases, table
 from perfsuite.records.errors import ConfigError, TransportUnavailable
-from perfsuite.kernels.allreduce import (MIN_BATCH_CALLS, MIN_ITERS, MIN_WARMUP, batched, busbw_factor,
-                                        calls_per_sample, default_iters, summarize, timed_loop,
-                                        zero_sum_pattern)
+from perfsuite.kernels.collectives.allreduce import MIN_BATCH_CALLS, MIN_ITERS, MIN_WARMUP, batched, busbw_factor, calls_per_sample, default_iters, summarize, timed_loop, zero_sum_pattern
 from perfsuite.launch.launchers import OPENMPI_ROOT_ENV, LaunchConfig
-from perfsuite.launch.world import default_program, run_command
+from perfsuite.launch.commands import default_program, run_command
 from perfsuite.records.model import Case, Result
 from perfsuite.verdicts.rounds import RoundsPolicy
 from perfsuite.transports import cuda_aware, gpu, nccl, placement

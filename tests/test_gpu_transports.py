@@ -18,9 +18,9 @@ from perfsuite.bench import allreduce as bench_allreduce
 from perfsuite.bench.allreduce import allreduce_cases
 from perfsuite.records.errors import ConfigError, TransportUnavailable
 from perfsuite.store.formats import SuiteRun
-from perfsuite.kernels.allreduce import summarize
+from perfsuite.kernels.collectives.allreduce import summarize
 from perfsuite.launch.launchers import OPENMPI_ROOT_ENV, LaunchConfig
-from perfsuite.launch.world import default_program, run_command
+from perfsuite.launch.commands import default_program, run_command
 from perfsuite.records.model import Case, Result
 from perfsuite.transports import cuda_aware, gpu
 from perfsuite.transports.gpu_ring import choose_path

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import suite
-from perfsuite.cli import build_parser
+from perfsuite.verdicts import judging
+from perfsuite.faces.cli import build_parser
 from perfsuite.launch.netns import parse_shaping
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def test_every_option_with_a_default_says_it_in_its_help(command):
 
 
 def test_max_rounds_says_the_cap_a_judging_run_uses():
-    assert f"{suite.COMPARE_MAX_ROUNDS}" in flag("run", "--max-rounds").help
+    assert f"{judging.COMPARE_MAX_ROUNDS}" in flag("run", "--max-rounds").help
 
 
 def emulated_networks() -> list[tuple[str, str]]:

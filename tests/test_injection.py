@@ -24,7 +24,7 @@ def test_the_injection_check_measures_what_the_spin_adds(no_leftover_ranks):
     # another process held a core is off for that whole world (2.3-2.9x seen with tests
     # running beside it), which says nothing about whether the spin follows its calibration.
     for _ in range(3):
-        res = run_world(replace(spec, kernel="perfsuite.kernels.injection"), LaunchConfig(), timeout=120)
+        res = run_world(replace(spec, kernel="perfsuite.kernels.collectives.injection"), LaunchConfig(), timeout=120)
         (s,) = res.samples
         assert s.info["asked"] == 1.0 and s.info["blocks"] == 6 and s.info["turns"] > 0
         seen.append({k: s.info[k] for k in ("measured", "measured_min", "measured_max", "turns")})

@@ -21,7 +21,7 @@ import pytest
 from conftest import SWITCHES, perfsuite, said
 from perfsuite.store import formats
 from perfsuite import suite
-from perfsuite.cli import main
+from perfsuite.faces.cli import main
 from perfsuite.records.model import Case, Metric, Result, Sample
 
 WORLD = ["--transports", "mpi", "--world-sizes", "2", "--sizes", "4", "--iters", "20", "--warmup", "5"]

@@ -15,7 +15,7 @@ import pytest
 
 from perfsuite.store import formats
 from perfsuite import suite
-from perfsuite.cli import main
+from perfsuite.faces.cli import main
 from perfsuite.records.model import Metric, Result, Sample
 
 EROFS = "Read-only file system"

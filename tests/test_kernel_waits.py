@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from perfsuite.kernels import allreduce
+from perfsuite.kernels.collectives import allreduce
 from perfsuite.kernels.context import RankContext
 from perfsuite.records.model import Case, Metric, Sample
 from perfsuite.verdicts.rounds import pool_rounds

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from perfsuite import cli, options, suite
+from perfsuite.faces import cli, options
+from perfsuite import suite
 from perfsuite.bench.allreduce import allreduce_cases
 from perfsuite.records.errors import ConfigError
-from perfsuite.kernels.allreduce import (DEVICE_SAMPLES, MIN_BATCH_CALLS, MIN_ITERS, MIN_WARMUP, WARMUP_SHARE,
-                                         budget_iters, default_iters, iters_floor, warm_up)
+from perfsuite.kernels.collectives.allreduce import DEVICE_SAMPLES, MIN_BATCH_CALLS, MIN_ITERS, MIN_WARMUP, WARMUP_SHARE, budget_iters, default_iters, iters_floor, warm_up
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
 from perfsuite.transports.base import AllreduceTransport

@@ -16,7 +16,7 @@ from perfsuite.verdicts import regress
 from perfsuite import suite
 from perfsuite.reading import verdict_text as vt
 from perfsuite.bench.allreduce import allreduce_cases, table
-from perfsuite.launch import native
+from perfsuite.launch.native import mpi as native
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
 from perfsuite.records.model import Baseline, Case, timing_of

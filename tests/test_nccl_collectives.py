@@ -16,7 +16,7 @@ import pytest
 
 from perfsuite.records.errors import ConfigError, TransportUnavailable
 from perfsuite.launch.launchers import OPENMPI_ROOT_ENV
-from perfsuite.launch.world import default_program, run_command
+from perfsuite.launch.commands import default_program, run_command
 from perfsuite.transports import gpu, nccl
 from perfsuite.transports.base import COLLECTIVES, OPS, TIMINGS, Call
 from test_tf_gpu_training import FakeCupyNccl, FakeMpiComm, install_fake_cupy

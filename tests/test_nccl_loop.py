@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from perfsuite.records.errors import ConfigError, LaunchError
-from perfsuite.launch import native_nccl as builder
-from perfsuite.launch.native import NativeBuild
+from perfsuite.launch.native import nccl as builder
+from perfsuite.launch.native.mpi import NativeBuild
 from perfsuite.transports import native_nccl
 
 REPO = Path(__file__).resolve().parents[1]

@@ -238,7 +238,7 @@ def no_namespaces_left():
 
 @needs_root
 def test_real_session_builds_and_removes(no_namespaces_left):
-    from perfsuite.launch.world import run_command
+    from perfsuite.launch.commands import run_command
 
     net = netns.Shaping(10**9).network(2)
     with netns.NetnsSession(net, run_command) as s:

@@ -13,7 +13,8 @@ import textwrap
 import pytest
 
 from perfsuite.store import baselines
-from perfsuite import bench, options, suite
+from perfsuite import bench, suite
+from perfsuite.faces import options
 from perfsuite.reading import report
 from perfsuite.asv.project import RecordTarget
 from perfsuite.asv import record
@@ -74,7 +75,7 @@ def test_two_gpus_keep_the_default_of_two(gpus):
 
 
 def test_the_cli_says_it_once_per_transport(gpus, capsys):
-    from perfsuite import cli
+    from perfsuite.faces import cli
 
     gpus(1)
     # CuPy is not installed here, so the world is skipped with that reason after the note.

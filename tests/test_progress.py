@@ -101,7 +101,7 @@ def test_perfsuite_run_under_a_real_terminal(ci, no_leftover_ranks):
     """``perfsuite run`` in a pseudo-terminal: a bar for a person, none under CI=true."""
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TERM")}
     env.update(TERM="xterm-256color", COLUMNS="120", **({"CI": ci} if ci else {}))
-    cmd = (f"{sys.executable} -m perfsuite.cli run --transports mpi,ring --sizes 4 --iters 20 --warmup 2")
+    cmd = (f"{sys.executable} -m perfsuite.faces.cli run --transports mpi,ring --sizes 4 --iters 20 --warmup 2")
     proc = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, text=True,
                           timeout=180, env=env, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

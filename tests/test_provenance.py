@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 import perfsuite
-from perfsuite.cli import main
+from perfsuite.faces.cli import main
 from perfsuite.records.errors import ConfigError
 from perfsuite.experiments import ab, provenance
 from perfsuite.store.fingerprint import IMPORTS_KEY, imported

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import cli
+from perfsuite.faces import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "docs" / "quickstart.md"

@@ -12,7 +12,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from perfsuite.verdicts import decision, regress, rounds as rounds_mod, stats
+from perfsuite.verdicts import decision, regress, rounds as rounds_mod
+from perfsuite.records import stats
 from perfsuite.reading import verdict_text as vt
 from perfsuite.records.errors import ConfigError
 from perfsuite.records.model import VERDICT_ORDER, Baseline, Case, Metric, Sample, Tolerance, Verdict, round_values
@@ -635,15 +636,15 @@ def test_rounds_policy_adds_rounds_until_decided():
 
 
 def test_judging_rounds_record_ten_and_add_rounds_while_unknown():
-    from perfsuite import suite
+    from perfsuite.verdicts import judging, regress
 
-    policy, looks = suite.judging_rounds(None, update=True, rounds_given=False)
-    assert policy.rounds == suite.BASELINE_ROUNDS and looks == 1 and policy.decided is None
+    policy, looks = judging.judging_rounds(None, update=True, rounds_given=False)
+    assert policy.rounds == regress.BASELINE_ROUNDS and looks == 1 and policy.decided is None
     asked = rounds_mod.RoundsPolicy(rounds=3)
-    assert suite.judging_rounds(asked, update=True, rounds_given=True)[0].rounds == 3
+    assert judging.judging_rounds(asked, update=True, rounds_given=True)[0].rounds == 3
     base = {(LARGE.name, "busbw_GBps"): base_of(rounds(LARGE, "busbw_GBps", 1.0, 10, seed=1), "busbw_GBps")}
-    policy, looks = suite.judging_rounds(None, update=False, rounds_given=False, baselines=base)
-    assert policy.max_rounds == suite.COMPARE_MAX_ROUNDS and looks == len(decision.stored_looks(1, 12)) == 4
+    policy, looks = judging.judging_rounds(None, update=False, rounds_given=False, baselines=base)
+    assert policy.max_rounds == judging.COMPARE_MAX_ROUNDS and looks == len(decision.stored_looks(1, 12)) == 4
     one = rounds(LARGE, "busbw_GBps", 0.5, 1, seed=2)  # 1 round against 10 cannot be bounded
     assert policy.more(1, 0.0, [one])
     # -50% against one session at the default drift (10%): decided at the look of 8 rounds ...
@@ -655,7 +656,7 @@ def test_judging_rounds_record_ten_and_add_rounds_while_unknown():
     other = Case("allreduce", "mpi", 2, size_bytes=4)
     assert not policy.more(1, 0.0, [rounds(other, "busbw_GBps", 1.0, 1, seed=3)])
     # ... or, with max rounds asked, until its median is precise (the adaptive rule it asked for)
-    precise, _ = suite.judging_rounds(rounds_mod.RoundsPolicy(rounds=1, max_rounds=8, precision=0.01),
+    precise, _ = judging.judging_rounds(rounds_mod.RoundsPolicy(rounds=1, max_rounds=8, precision=0.01),
                                       update=False, rounds_given=True, baselines=base)
     assert precise.more(5, 0.0, [rounds(other, "busbw_GBps", 1.0, 5, seed=3, between=0.2)])
     assert not precise.more(5, 0.0, [rounds(other, "busbw_GBps", 1.0, 5, seed=3, between=0.0005)])

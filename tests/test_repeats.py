@@ -122,7 +122,7 @@ batch = 16
 def test_a_study_point_that_fails_the_same_way_twice_is_not_run_again(tmp_path):
     """The broken arm's allreduce point fails in rounds 1 and 2 and runs no more; the plain
     arm's point runs its four rounds (the training points are left out to keep this quick)."""
-    from perfsuite import options
+    from perfsuite.faces import options
 
     plan = sp.parse(tomllib.loads(PLAN), "plan.toml")
     cannot = {k: "left out by this test" for k, p in plan.points.items() if p.benchmark != "allreduce"}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import cli
+from perfsuite.faces import cli
 from perfsuite.reading import plots, report
 from perfsuite.records.errors import FormatError
 from perfsuite.store.formats import RUN as RUN_FORMAT

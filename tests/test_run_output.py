@@ -12,7 +12,8 @@ import pytest
 from rich.console import Console
 
 from conftest import perfsuite, said
-from perfsuite import bench, cli, options, suite, transports
+from perfsuite import bench, suite, transports
+from perfsuite.faces import cli, options
 from perfsuite.reading import report
 from perfsuite.records.errors import RankFailure
 from perfsuite.store.formats import SuiteRun, WorldOutcome

@@ -13,7 +13,7 @@ import pytest
 
 from perfsuite import bench, suite
 from perfsuite.experiments import provenance
-from perfsuite.kernels import user
+from perfsuite.kernels.user import step as user
 from perfsuite.launch import envs
 from perfsuite.reading import verdict_text as vt
 from perfsuite.records import userbench

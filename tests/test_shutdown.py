@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import default_sigint, reap, signalled
-from perfsuite import cli, interrupts
+from perfsuite.faces import cli
+from perfsuite import interrupts
 from perfsuite.store import formats
 from perfsuite.records.errors import FormatError, Interrupted
 from perfsuite.launch import proctree
@@ -75,7 +76,7 @@ def test_a_signal_stops_the_world_and_keeps_what_finished(tmp_path, sig, status)
     out, workdir = tmp_path / "t.json", tmp_path / "worlds"
     workdir.mkdir()
     env = {**os.environ, "PERFSUITE_TEST_TOKEN": token, "PERFSUITE_TEST_FAULT": "hang@1@1024"}
-    proc = subprocess.Popen([sys.executable, "-m", "perfsuite.cli", "run", "--transports", "mpi",
+    proc = subprocess.Popen([sys.executable, "-m", "perfsuite.faces.cli", "run", "--transports", "mpi",
                              "--world-sizes", "1,2", "--sizes", "4,1024", "--iters", "20", "--json", str(out),
                              "--workdir", str(workdir),  # where the test reads the world's record
                              # one round each, or a contended round of the first world is re-run
@@ -129,7 +130,7 @@ def test_a_timeout_kills_a_world_that_left_the_launchers_group(tmp_path, monkeyp
     token = f"timeout-{os.getpid()}"
     monkeypatch.setenv("PERFSUITE_TEST_TOKEN", token)
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "hang@1")
-    from perfsuite.launch.world import default_program
+    from perfsuite.launch.commands import default_program
 
     wrapper = tmp_path / "mpiexec-wrapper"
     wrapper.write_text(f"#!/bin/sh\ntrap '' TERM\nsetsid sleep 300 &\n"

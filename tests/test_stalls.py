@@ -12,13 +12,13 @@ import subprocess
 import numpy as np
 import pytest
 
-from perfsuite import dataset
-from perfsuite.verdicts import stalls
+from perfsuite.stalls import dataset
+from perfsuite.stalls import stash as stalls
 from perfsuite.records.errors import ConfigError, FormatError
-from perfsuite.experiments import stalls as stall_runs
-from perfsuite.experiments.stalls import StallConfig, run_stalls
+from perfsuite.stalls import experiment as stall_runs
+from perfsuite.stalls.experiment import StallConfig, run_stalls
 from perfsuite.store.formats import WorldOutcome
-from perfsuite.kernels.input_files import input_options, shard
+from perfsuite.kernels.training.input_files import input_options, shard
 from perfsuite.records.model import Case
 
 RNG = np.random.default_rng(7)
@@ -156,7 +156,7 @@ def test_dataset_written_reused_and_refused(tmp_path):
 
 
 def test_cli_rejects_bad_input():
-    from perfsuite.cli import main
+    from perfsuite.faces.cli import main
 
     assert main(["stalls", "--world-sizes", "1"]) == 2
     assert main(["stalls", "--emulated-network", "fast"]) == 2

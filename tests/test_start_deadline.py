@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import perfsuite, said
-from perfsuite.launch import world
+from perfsuite.launch import commands, world
 from perfsuite.records.errors import RankFailure
 from perfsuite.records.model import Case, WorldSpec
 
@@ -29,8 +29,8 @@ RUN = ["run", "--transports", "mpi,ring", "--world-sizes", "2,3", "--sizes", "4"
 
 
 def _mpich_wheel() -> Path:
-    beside = Path(world.default_program("mpiexec"))
-    if world.detect_flavor(str(beside)) != "mpich":
+    beside = Path(commands.default_program("mpiexec"))
+    if commands.detect_flavor(str(beside)) != "mpich":
         pytest.skip("the copied-launcher faults are Hydra's (the mpich wheel); this venv's MPI is another")
     return beside
 

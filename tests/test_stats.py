@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from perfsuite.verdicts import stats
+from perfsuite.records import stats
 
 
 def test_robust_summaries_by_hand():

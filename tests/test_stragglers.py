@@ -15,7 +15,7 @@ import pytest
 
 from perfsuite.verdicts import stragglers as st
 from perfsuite.kernels import ranks
-from perfsuite.kernels.p2p import partner_in, schedule
+from perfsuite.kernels.collectives.p2p import partner_in, schedule
 from perfsuite.records.model import Case, Sample
 
 SIMS = 200
@@ -203,7 +203,7 @@ def test_what_a_world_keeps_is_what_the_analysing_side_judges():
 
 
 def test_a_p2p_case_keeps_every_link_and_names_the_slow_node():
-    from perfsuite.kernels.p2p import summarize
+    from perfsuite.kernels.collectives.p2p import summarize
 
     rng = np.random.default_rng(10)
     nodes = [f"node{r}" for r in range(4)]

@@ -25,7 +25,7 @@ SLOW = "1gbit,node2=100mbit"
 
 
 def perfsuite(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfsuite.cli", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "perfsuite.faces.cli", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=600, env={k: v for k, v in os.environ.items()
                                                        if k != "PERFSUITE_INJECT_SLOWDOWN"})
 

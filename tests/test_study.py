@@ -15,7 +15,7 @@ import pytest
 
 from perfsuite.store import formats
 from perfsuite import suite, transports
-from perfsuite.cli import main
+from perfsuite.faces.cli import main
 from perfsuite.experiments import study, study_analysis, study_plan as sp
 from perfsuite.records.model import Metric, Result, Sample
 
@@ -95,7 +95,7 @@ def test_the_shipped_plans_name_all_four_vectors_and_share_points_between_them()
     cluster = sp.parse(formats.read_plan(ROOT / "studies/seed-tf-cluster.toml"), "seed-tf-cluster.toml")
     assert cluster.vectors["scaling"]["world_sizes"][-1] == 64
     assert cluster.vectors["mpi-library"]["libraries"] == ("mvapich2", "openmpi", "cray-mpich")
-    from perfsuite.cli import study as cli_study
+    from perfsuite.faces.cli import study as cli_study
 
     launch = cli_study._base(cluster).launch  # read as perfsuite run reads its launch options
     assert launch.launcher == "srun" and launch.extra_args == ("--mpi=pmix",) and launch.ranks_per_node == 4
@@ -349,7 +349,7 @@ def test_the_report_has_a_section_per_vector_the_headline_and_a_picture_each(tmp
 def test_a_real_study_interrupted_keeps_its_worlds_and_resume_finishes_the_report(tmp_path):
     pytest.importorskip("tensorflow")
     plan, out = mini(tmp_path), tmp_path / "out"
-    cmd = [sys.executable, "-m", "perfsuite.cli", "study", str(plan), "--out", str(out)]
+    cmd = [sys.executable, "-m", "perfsuite.faces.cli", "study", str(plan), "--out", str(out)]
     env = {**os.environ, "CI": "true"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline, kept = time.monotonic() + 600, []

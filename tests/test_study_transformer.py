@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from perfsuite.store import formats
-from perfsuite.verdicts import stats
+from perfsuite.records import stats
 from perfsuite import suite, transports
-from perfsuite.cli import main
+from perfsuite.faces.cli import main
 from perfsuite.experiments import study, study_analysis, study_cost, study_plan as sp
 from perfsuite.records.model import Metric, Result, Sample
 

@@ -17,14 +17,14 @@ import time
 import numpy as np
 import pytest
 
-from perfsuite import cli, suite, transports
+from perfsuite.faces import cli
+from perfsuite import suite, transports
 from perfsuite.bench import Selection
 from perfsuite.bench.tf_epoch import parse_batches, tf_cases, transport_ratios
 from perfsuite.records.errors import ConfigError, PortInUse, RankFailure
-from perfsuite.kernels.training import (epoch_options, plain_epoch, quiet_barrier, summarize,
-                                       timed_epoch)
+from perfsuite.kernels.training.loop import epoch_options, plain_epoch, quiet_barrier, summarize, timed_epoch
 from perfsuite.launch.environment import free_ports
-from perfsuite.kernels.tf_models import check_batch, check_image_size, model_spec
+from perfsuite.kernels.models.catalogue import check_batch, check_image_size, model_spec
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
 from perfsuite.records.model import Case, WorldSpec
@@ -498,8 +498,8 @@ def test_horovod_sweeps_batches_and_its_baseline_runs_at_full_speed(no_leftover_
 def test_yardsticks_off_leaves_out_the_loops_beside_the_epoch(capsys):
     """--yardsticks off: no baseline (so no scaling efficiency) and no plain DDP loop; a bad value
     is one line naming it."""
-    from perfsuite import cli, options
-    from perfsuite.kernels.training import epoch_options
+    from perfsuite.faces import cli, options
+    from perfsuite.kernels.training.loop import epoch_options
 
     cfg = options.suite_config(options.with_defaults({"yardsticks": "off"}))
     assert cfg.options["yardsticks"] is False and epoch_options(cfg.options)["baseline"] is False

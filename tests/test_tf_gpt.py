@@ -10,12 +10,14 @@ import math
 import numpy as np
 import pytest
 
-from perfsuite import cli, transports
+from perfsuite.faces import cli
+from perfsuite import transports
 from perfsuite.bench import Selection, get as get_benchmark
 from perfsuite.bench.tf_epoch import cases as tf_epoch_cases
 from perfsuite.records.errors import ConfigError
-from perfsuite.kernels import gpt, tf_gpt
-from perfsuite.kernels.tf_models import MODELS, workload
+from perfsuite.kernels.models import catalogue, gpt_keras as tf_gpt, gpt_torch as gpt
+from perfsuite.kernels.models.catalogue import MODELS
+from perfsuite.kernels.models.keras_models import workload
 from perfsuite.records.model import Case, WorldSpec
 
 from test_tf_epoch import measured
@@ -84,9 +86,9 @@ def test_keras_gpt_tiny_is_torchs_gpt_tiny(tf):
     spec = MODELS["gpt-tiny"]
     assert facts == {"params": GPT_TINY_PARAMS, "classes": 2048, "seq_len": 64, "vocab": 2048,
                      "architecture": "GPT-2 decoder in Keras, 2 blocks x 128, 4 heads, vocab 2048, tied head",
-                     "flops_per_token": gpt.flops_per_token(GPT_TINY_PARAMS, 64 * 128, spec.lm, 64)}
+                     "flops_per_token": catalogue.flops_per_token(GPT_TINY_PARAMS, 64 * 128, spec.lm, 64)}
     x, y = tf_gpt.synthetic_tokens(tf, 4, 64, 2048, seed=7)
-    tokens = gpt.zipf_tokens(4, 64, 2048, seed=7)
+    tokens = catalogue.zipf_tokens(4, 64, 2048, seed=7)
     assert x.dtype == tf.int32 and np.array_equal(x.numpy(), tokens[:, :-1])
     assert np.array_equal(y.numpy(), tokens[:, 1:])
     if HAS_TORCH:

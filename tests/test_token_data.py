@@ -1,4 +1,4 @@
-"""A language model's real data: token shards written by ``perfsuite.dataset`` (deterministic,
+"""A language model's real data: token shards written by ``perfsuite.stalls.dataset`` (deterministic,
 versioned, ids inside the vocabulary, something to learn), each rank's shard of them, read by
 PyTorch's DataLoader (``torch_input.TokenFeed``) in a real gpt-tiny epoch, and ``perfsuite
 stalls --models gpt-tiny`` end to end; wrong input (no folder, a JPEG folder, an image size for a
@@ -11,9 +11,10 @@ import os
 import numpy as np
 import pytest
 
-from perfsuite import dataset, suite, transports
+from perfsuite.stalls import dataset
+from perfsuite import suite, transports
 from perfsuite.records.errors import ConfigError, FormatError
-from perfsuite.kernels.input_files import TOKEN_DTYPE, check_token_file, list_images, list_tokens, shard
+from perfsuite.kernels.training.input_files import TOKEN_DTYPE, check_token_file, list_images, list_tokens, shard
 
 needs_torch = pytest.mark.skipif(not transports.has_module("torch"),
                                  reason="PyTorch is not installed (pip install 'perfsuite[torch]')")
@@ -122,7 +123,7 @@ def test_token_shards_split_across_ranks_as_jpegs_do(tmp_path):
     (["--seq-len", "1"], "sequence length '1' for gpt-tiny must be a whole number >= 2"),
 ])
 def test_stalls_refuses_what_a_language_model_cannot_take(argv, says, capsys):
-    from perfsuite.cli import main
+    from perfsuite.faces.cli import main
 
     assert main(["stalls", "--models", "gpt-tiny", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -130,7 +131,7 @@ def test_stalls_refuses_what_a_language_model_cannot_take(argv, says, capsys):
 
 
 def test_stalls_refuses_a_jpeg_folder_for_a_language_model(tmp_path, capsys):
-    from perfsuite.cli import main
+    from perfsuite.faces.cli import main
 
     dataset.ensure_dataset(tmp_path / "jpeg", dataset.DatasetSpec(count=2, image_px=16))
     assert main(["stalls", "--models", "gpt-tiny", "--data-dir", str(tmp_path / "jpeg")]) == 2
@@ -191,8 +192,8 @@ def test_stalls_on_gpt_tiny_read_token_shards(tmp_path, monkeypatch, capsys, no_
     replaced here (it would slow every process on the machine; the measured run in the docs
     drops it for real): this test is the plumbing, not the size of the fetch stall."""
     from perfsuite.store import formats
-    from perfsuite.cli import main
-    from perfsuite.experiments import stalls as stall_runs
+    from perfsuite.faces.cli import main
+    from perfsuite.stalls import experiment as stall_runs
 
     monkeypatch.setattr(stall_runs, "DROP_CACHES", ["true"])
     monkeypatch.setattr(stall_runs.fingerprint, "is_root", lambda: True)

@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from perfsuite import cli, suite, transports
+from perfsuite.faces import cli
+from perfsuite import suite, transports
 from perfsuite.store import formats
 from perfsuite.bench import get as get_benchmark
 from perfsuite.bench.allreduce import allreduce_cases
@@ -89,7 +90,7 @@ def test_torch_epoch_cases_and_options():
     cases = torch_cases(["torch-gloo"], [2], "small-cnn", "16,32")
     assert [c.name for c in cases] == ["torch-epoch[torch-gloo-n2-small-cnn-b16]", "torch-epoch[torch-gloo-n2-small-cnn-b32]"]
     spec = get_benchmark("torch-epoch")
-    assert spec.kernel == "perfsuite.kernels.torch_epoch"
+    assert spec.kernel == "perfsuite.kernels.training.torch_epoch"
     # The training options are the very objects tf-epoch lists: one option, one meaning.
     tf_opts = {o.name: o for o in get_benchmark("tf-epoch").options}
     assert all(tf_opts[o.name] is o for o in spec.options if o.name in ("models", "batches", "image-size"))
@@ -169,7 +170,7 @@ def test_torch_nccl_training_code_runs_on_host_tensors(monkeypatch, no_leftover_
 @needs_torch
 @pytest.mark.world
 def test_torch_epoch_reads_jpeg_files_through_a_dataloader(tmp_path, no_leftover_ranks):
-    from perfsuite import dataset
+    from perfsuite.stalls import dataset
 
     dataset.ensure_dataset(tmp_path / "data", dataset.DatasetSpec(count=2 * 8 * 8, image_px=40))
     (world,) = suite.plan(torch_cases(["torch-gloo"], [2], "small-cnn", "8"),
@@ -240,7 +241,7 @@ def test_the_frameworks_plan_puts_both_frameworks_side_by_side():
 @needs_torch
 @pytest.mark.world
 def test_stalls_run_on_pytorch(no_leftover_ranks):
-    from perfsuite.experiments.stalls import StallConfig, run_stalls
+    from perfsuite.stalls.experiment import StallConfig, run_stalls
 
     out = run_stalls(StallConfig(model="small-cnn", transport="torch-gloo", world_size=2, batch=8,
                                  options={"iters": 6, "warmup": 1}), ONE_WORLD)
@@ -255,7 +256,7 @@ def _simulated_world(rng, extra_s: float, blocks: int = 100, calls: int = 10) ->
     """One yardstick world of a gloo-like 4 B call as measured here: a fast (0.4 ms) and a slow
     (0.9 ms) spell that persist over blocks (2% chance of a switch per block pair), lognormal
     spread (sigma 0.3) and 5% of calls 2-10x longer; the harness's calls cost ``extra_s`` more."""
-    from perfsuite.kernels.yardstick import paired_estimate
+    from perfsuite.kernels.collectives.yardstick import paired_estimate
 
     slow = rng.random() < 0.3
     harness, plain = [], []

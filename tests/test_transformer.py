@@ -15,9 +15,10 @@ from perfsuite import suite
 from perfsuite.bench import get as get_benchmark
 from perfsuite.bench.torch_epoch import torch_cases
 from perfsuite.records.errors import ConfigError
-from perfsuite.kernels import exposure, gpt, peaks
-from perfsuite.kernels.tf_models import MODELS, check_image_size, check_seq_len
-from perfsuite.kernels.training import loss_checks, parallel_amp, summarize, training_variant
+from perfsuite.kernels.training import exposure, peaks
+from perfsuite.kernels.models import catalogue, gpt_torch as gpt
+from perfsuite.kernels.models.catalogue import MODELS, check_image_size, check_seq_len
+from perfsuite.kernels.training.loop import loss_checks, parallel_amp, summarize, training_variant
 from perfsuite.records.model import Case
 
 from test_torch import TINY, measured, needs_torch
@@ -78,7 +79,7 @@ def test_flops_per_token_counts_as_torchtitan():
     d, n_layer, vocab, seq = shape.d_model, shape.n_layer, shape.vocab, 1024
     params = vocab * d + seq * d + n_layer * (12 * d * d + 13 * d) + 2 * d  # GPT-2 small, head tied
     assert params == 124_439_808  # the 124M of the GPT-2 paper's smallest model
-    f = gpt.flops_per_token(params, seq * d, shape, seq)
+    f = catalogue.flops_per_token(params, seq * d, shape, seq)
     assert f == 6 * (params - seq * d) + 12 * n_layer * d * seq
 
 
@@ -204,7 +205,7 @@ def test_fsdp_over_ddp_and_bf16_over_float32_are_paired_by_round():
 
 
 def test_both_frameworks_say_why_an_epoch_is_invalid_in_one_rule():
-    from perfsuite.kernels.training import invalid_why, world_checks
+    from perfsuite.kernels.training.loop import invalid_why, world_checks
 
     ok = world_checks([loss_checks([7.0, 6.0, 5.0]), loss_checks([7.0, 6.1, 5.1])])
     assert invalid_why(ok, True, is_lm=True) is None

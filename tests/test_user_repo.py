@@ -41,7 +41,7 @@ def cli(python: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     """``perfsuite ARGS`` run by ``python`` (the user's environment), without the test's own
     switches or MPICH settings."""
     env = {k: v for k, v in os.environ.items() if k not in SWITCHES and not k.startswith("MPIR_CVAR_")}
-    return subprocess.run([python, "-P", "-m", "perfsuite.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([python, "-P", "-m", "perfsuite.faces.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=900)
 
 

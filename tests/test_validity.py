@@ -1,6 +1,6 @@
 """The verdict rules' false-alarm rates, shown by seeded simulation through the code the
 commands run (``experiments/validity.py``: baselines recorded through ``baselines.merge``,
-candidates added under ``suite.judging_rounds``'s looks, ``regress.compare``; ``ab.run`` with
+candidates added under ``judging.judging_rounds``'s looks, ``regress.compare``; ``ab.run`` with
 its own looks). A run counts as a false alarm when any case says DIFFERENT at any look.
 
 Every check runs with the tolerance at zero, below the noise, so a verdict's interval alone
@@ -17,7 +17,8 @@ import math
 
 import pytest
 
-from perfsuite.verdicts import decision, stats
+from perfsuite.verdicts import decision
+from perfsuite.records import stats
 from perfsuite.experiments import ab, validity
 from perfsuite.records.model import Tolerance
 
@@ -118,7 +119,7 @@ def test_the_family_check_fails_when_each_case_spends_all_of_alpha(monkeypatch):
 
 
 def test_the_validity_command_prints_its_table_and_a_versioned_file(tmp_path, capsys):
-    from perfsuite import cli
+    from perfsuite.faces import cli
     from perfsuite.store import formats
 
     path = tmp_path / "v.json"

@@ -221,7 +221,7 @@ def unknown_perfsuite_options(texts: list[str]) -> tuple[dict[str, set[str]], di
             used.setdefault(cmd, set()).update(opts)
     unknown = {}
     for cmd, opts in used.items():
-        proc = subprocess.run([sys.executable, "-m", "perfsuite.cli", cmd, "--help"], cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-m", "perfsuite.faces.cli", cmd, "--help"], cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr[-500:]
         missing = opts - set(re.findall(r"(--[a-z][a-z0-9-]*)", proc.stdout))

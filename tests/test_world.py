@@ -11,7 +11,7 @@ import pytest
 from perfsuite import suite
 from perfsuite.bench.allreduce import allreduce_cases
 from perfsuite.records.errors import LaunchError, RankFailure
-from perfsuite.kernels.allreduce import expected_sum, pattern, summarize
+from perfsuite.kernels.collectives.allreduce import expected_sum, pattern, summarize
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
 from perfsuite.records.model import Case
@@ -201,7 +201,7 @@ def _slurm_unavailable() -> str | None:
     why = slurm_unavailable("srun")
     if why is not None:
         return why
-    from perfsuite.launch.world import default_program, detect_flavor
+    from perfsuite.launch.commands import default_program, detect_flavor
 
     flavor = detect_flavor(default_program("mpiexec"))
     if flavor != "mpich":
@@ -382,7 +382,7 @@ def test_overhead_fills_every_column_and_its_exit_status_follows_its_targets(cap
     from pathlib import Path
 
     from conftest import native_build
-    from perfsuite import cli
+    from perfsuite.faces import cli
 
     # A transport with no yardstick (mpi has C, torch-gloo a plain torch loop) is bad input.
     assert cli.main(["overhead", "--transports", "ring"]) == 2
@@ -407,7 +407,7 @@ def test_overhead_fills_every_column_and_its_exit_status_follows_its_targets(cap
 
 
 def _c_loop(tmp_path):
-    """The plain C loop (kernels/c/collective_loop.c) built with this MPI's mpicc, or a skip
+    """The plain C loop (launch/native/c/collective_loop.c) built with this MPI's mpicc, or a skip
     where there is no compiler (the overhead command then says so in its table)."""
     import importlib.resources
     import shutil
@@ -415,7 +415,7 @@ def _c_loop(tmp_path):
     from pathlib import Path
 
     from perfsuite.experiments.overhead import C_SOURCE
-    from perfsuite.launch.world import build_c_program
+    from perfsuite.launch.commands import build_c_program
 
     if not ((Path(sys.executable).parent / "mpicc").exists() or shutil.which("mpicc")) or not shutil.which("cc"):
         pytest.skip("no mpicc and cc to build the C loop with")
@@ -458,7 +458,7 @@ def test_the_plain_c_loop_of_every_collective_runs_the_records_buffers(tmp_path,
 def test_overhead_compares_each_collective_asked_for(capsys, no_leftover_ranks):
     """--benchmarks runs every loop of each collective, the C loop of the same call included,
     and prints each collective's rows under its heading with its own targets."""
-    from perfsuite import cli
+    from perfsuite.faces import cli
 
     rc = cli.main(["overhead", "--benchmarks", "reduce_scatter,broadcast", "--root", "1", "--sizes", "4",
                    "--iters", "20", "--warmup", "2", "--rounds", "1"])

@@ -108,7 +108,7 @@ def user_env(venv: Path, repo: Path) -> str:
     python = str(venv / "bin" / "python")
     subprocess.run([python, "-P", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
                     "--no-build-isolation", "-e", str(repo)], check=True, capture_output=True)
-    script = venv / "bin" / "perfsuite"  # [project.scripts] perfsuite = "perfsuite.cli:main"
-    script.write_text(f"#!{python}\nimport sys\nfrom perfsuite.cli import main\nsys.exit(main())\n")
+    script = venv / "bin" / "perfsuite"  # [project.scripts] perfsuite = "perfsuite.faces.cli:main"
+    script.write_text(f"#!{python}\nimport sys\nfrom perfsuite.faces.cli import main\nsys.exit(main())\n")
     script.chmod(0o755)
     return python

@@ -1,6 +1,6 @@
 """The asv project perfsuite records into: asv.conf.json, its git repository, and where one
 run's results go (``RecordTarget``). The options that name a target (the CLI's ``--asv*``,
-pytest's ``--perf-asv*``) live with every other option, in ``perfsuite.options``."""
+pytest's ``--perf-asv*``) live with every other option, in ``perfsuite.faces.options``."""
 from __future__ import annotations
 
 import os
@@ -60,7 +60,7 @@ def load_project(config_path: str = DEFAULT_CONFIG) -> AsvProject:
 
 
 def _git(project: AsvProject, *args: str) -> str:
-    from ..launch.world import run_command  # the one room that starts processes
+    from ..launch.commands import run_command  # the one room that starts processes
 
     return run_command(["git", "-C", project.repo_dir, *args], timeout=30).stdout.strip()
 

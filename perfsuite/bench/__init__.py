@@ -10,7 +10,7 @@ A benchmark outside perfsuite registers the same way from its own module, named 
 ``PERFSUITE_BENCHMARKS`` (comma list of importable modules or ``.py`` files), on the command
 line (``--benchmarks path/to/file.py``) or in the ``perfsuite.benchmarks`` entry-point group;
 see docs/design.md. A user's step declared with ``perfsuite.benchmark`` (``userbench``) becomes
-a record here, with the user kernel (``kernels/user.py``).
+a record here, with the user kernel (``kernels/user/step.py``).
 """
 from __future__ import annotations
 
@@ -22,16 +22,14 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from ..verdicts import stragglers
 from ..records import userbench
-from ..reading import verdict_text
-from ..asv.layout import AsvLayout, generic_layout
+from .asv_layout import AsvLayout, generic_layout
 from ..records.errors import ConfigError
 from ..records.model import Case, Opt, Result, Sample, Tolerance, WorldSpec, time_sliced
 from .. import transports as transport_registry
 
 BUILTIN = ("perfsuite.bench.allreduce", "perfsuite.bench.collectives", "perfsuite.bench.tf_epoch", "perfsuite.bench.torch_epoch",
-           "perfsuite.bench.stalls", "perfsuite.bench.p2p")
+           "perfsuite.stalls.benchmark", "perfsuite.bench.p2p")
 ENV = "PERFSUITE_BENCHMARKS"
 ENTRY_POINTS = "perfsuite.benchmarks"
 
@@ -195,7 +193,7 @@ def register_declared(declared: userbench.UserBenchmark) -> BenchmarkSpec:
 
     _users[declared.name] = declared
     return register(BenchmarkSpec(
-        declared.name, declared.summary, kernel="perfsuite.kernels.user", cases=cases, table=user_table,
+        declared.name, declared.summary, kernel="perfsuite.kernels.user.step", cases=cases, table=user_table,
         transport_set=userbench.TRANSPORT_SET, judged=(userbench.METRIC,),
         short_names={userbench.METRIC: "step"},
         world_options={"user_benchmark": {**declared.source(), "name": declared.name}}))
@@ -382,13 +380,9 @@ def default_tolerance(metric: str, case_name: str | None = None) -> Tolerance | 
 
 
 def short_names() -> dict[str, str]:
-    """Every benchmark's short metric names (verdict text reads them through ``use_short_names``)."""
+    """Every benchmark's short metric names, as verdict text shows them."""
     return {metric: word for s in all_specs() for metric, word in s.short_names.items()}
 
-
-# The verdict text room sits below the registry: it asks through this lookup, installed as soon
-# as the registry is imported, and the lookup loads the benchmarks on first use.
-verdict_text.use_short_names(short_names)
 
 
 def heading(result: Result, *facts: str, late: str = "") -> str:
@@ -403,17 +397,12 @@ def heading(result: Result, *facts: str, late: str = "") -> str:
 
 
 def table(result: Result) -> str:
-    """The benchmark's own table of one world (or one line per case), then the world's
-    straggler line where one of its cases named a rank (``stragglers``)."""
+    """The benchmark's own table of one world (or one line per case)."""
     spec = find(result.benchmark)
     if spec is not None and spec.table is not None:
-        text = spec.table(result)
-    else:
-        text = "\n".join(f"{s.case.name}: " + ", ".join(f"{m.name}={m.value:.4g} {m.unit}"
-                                                         for m in s.metrics.values())
-                         for s in result.samples)
-    late = [line for line in [stragglers.world_line(result.samples)] if line]
-    return "\n".join([text, *late, *stragglers.link_lines(result.samples)])
+        return spec.table(result)
+    return "\n".join(f"{s.case.name}: " + ", ".join(f"{m.name}={m.value:.4g} {m.unit}" for m in s.metrics.values())
+                     for s in result.samples)
 
 
 def report_rows(result: Result) -> tuple[tuple[str, ...], list[tuple[str, ...]]] | None:

@@ -1,6 +1,6 @@
 """allreduce: latency and bus bandwidth per transport, world size, message size, dtype and op.
 
-The kernel (``perfsuite.kernels.allreduce``) has OSU and nccl-tests semantics; this record says
+The kernel (``perfsuite.kernels.collectives.allreduce``) has OSU and nccl-tests semantics; this record says
 how its cases are chosen (sizes x dtypes x ops inside one world per transport and world size),
 how a world's results are tabled (nccl-tests columns, and OSU's layout on request), how they
 land in asv, and how many bytes its calls must put on the wires between emulated nodes. The
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import collectives
-from ..asv.layout import STRAGGLER, AsvLayout, AsvMetric, AxisAdded, MeasuredAxis
+from .asv_layout import STRAGGLER, AsvLayout, AsvMetric, AxisAdded, MeasuredAxis
 from ..collectives import Collective
 from ..records.errors import ConfigError
 from ..records.model import DTYPES, Case, Opt, Result, Sample, Tolerance, format_size, parse_names, parse_size, split_list, timing_of
@@ -281,7 +281,7 @@ OP_AXIS = MeasuredAxis(_op_of, lambda case: (collectives.op_root(case.variant)[0
 
 # Version 2 adds the timing axis: the native and the mpi4py loop draw separate lines, so a
 # fallback from one to the other is never read as a step. Version 3: asv's samples are one value
-# per round, no longer per iteration (perfsuite.asv.layout.round_samples); asv never pools or
+# per round, no longer per iteration (perfsuite.bench.asv_layout.round_samples); asv never pools or
 # compares them with version 2's. Version 4 adds the straggler axis (a world with a late rank
 # draws its own line); version 3's points read as "none" on it. Version 5 adds the op axis
 # (allreduce with max is another line than with sum); version 4's points read as "sum".
@@ -343,7 +343,7 @@ def collective_spec(coll: Collective) -> BenchmarkSpec:
     return BenchmarkSpec(
         coll.name, f"{coll.name} latency and busbw per transport, world size, size, dtype"
         + (" and op" if coll.reduces else "") + (" (root --root)" if coll.rooted else ""),
-        kernel="perfsuite.kernels.allreduce", cases=cases, options=OPTIONS, table=table,
+        kernel="perfsuite.kernels.collectives.allreduce", cases=cases, options=OPTIONS, table=table,
         asv=ASV if coll.name == "allreduce" else asv_layout(coll),
         wire_bytes=wire_bytes, judged=("latency_us",), report_rows=report_rows, layouts={"omb": omb_table},
         plots_by_size=True, tolerances=TOLERANCES, short_names=SHORT_NAMES)

@@ -57,7 +57,7 @@ OPTIONS = (
 
 SPEC = register(BenchmarkSpec(
     "p2p", "point-to-point latency and bandwidth of every node pair, slow nodes and links named",
-    kernel="perfsuite.kernels.p2p", cases=cases, options=OPTIONS, table=table,
+    kernel="perfsuite.kernels.collectives.p2p", cases=cases, options=OPTIONS, table=table,
     judged=("latency_us", "bw_min_GBps"),
     short_names={"latency_median_us": "latency median", "bw_min_GBps": "slowest link",
                  "bw_median_GBps": "median link"}))

@@ -1,7 +1,7 @@
 """tf-epoch: short TensorFlow training epochs per transport, model and per-worker batch: images/s,
-or tokens/s for a language model (GPT-2 in Keras, ``kernels/tf_gpt``).
+or tokens/s for a language model (GPT-2 in Keras, ``kernels/models/gpt_keras.py``).
 
-The kernel (``perfsuite.kernels.tf_epoch``) times every step on every rank; this record says how
+The kernel (``perfsuite.kernels.training.tf_epoch``) times every step on every rank; this record says how
 cases are chosen (one world per transport, world size and model sweeps its batches), how a
 world is tabled, which cross-transport ratios the seed study reads (img/s of a No-gRPC design
 over gRPC), and how many gradient bytes a step must put on the wires between emulated nodes;
@@ -65,6 +65,6 @@ OPTIONS = TRAINING_OPTIONS + (
 
 SPEC = register(BenchmarkSpec(
     "tf-epoch", "short TensorFlow training epochs: images/s or tokens/s, step times, scaling efficiency",
-    kernel="perfsuite.kernels.tf_epoch", cases=cases, options=OPTIONS, table=table,
+    kernel="perfsuite.kernels.training.tf_epoch", cases=cases, options=OPTIONS, table=table,
     wire_bytes=wire_bytes, comparisons=ratio_comparisons("tf-epoch", RATIOS), judged=JUDGED,
     short_names=SHORT_NAMES))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..records.errors import ConfigError
-from ..kernels.training import AMP, PARALLEL, rate_of
+from ..kernels.training.loop import AMP, PARALLEL, rate_of
 from ..records.model import Case, Opt, Result, Sample, parse_names, whole_number
 from ..transports.torch.train import FSDP_PREFETCH
 from . import BenchmarkSpec, Selection, register
@@ -117,6 +117,6 @@ OPTIONS = TRAINING_OPTIONS + (
 SPEC = register(BenchmarkSpec(
     "torch-epoch", "short PyTorch training epochs, DDP or FSDP, float32 or bf16: images/s or tokens/s, "
     "step times, scaling efficiency, exposed collectives, MFU",
-    kernel="perfsuite.kernels.torch_epoch", cases=cases, options=OPTIONS, table=table,
+    kernel="perfsuite.kernels.training.torch_epoch", cases=cases, options=OPTIONS, table=table,
     wire_bytes=wire_bytes, comparisons=comparisons, judged=JUDGED,
     short_names=SHORT_NAMES))

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from ..verdicts import stats
+from ..records import stats
 from ..records.errors import ConfigError
-from ..kernels.tf_models import MODELS, check_batch, check_image_size, check_seq_len, model_spec
-from ..kernels.training import AMP, PARALLEL, parallel_amp, rate_of, training_variant
+from ..kernels.models.catalogue import MODELS, check_batch, check_image_size, check_seq_len, model_spec
+from ..kernels.training.loop import AMP, PARALLEL, parallel_amp, rate_of, training_variant
 from ..records.model import Case, Opt, Result, Sample, parse_names, round_values, split_list, whole_number
 from . import heading
 from .allreduce import allreduce_wire_bytes
 
 DEFAULT_MODELS = "small-cnn"  # the CPU CI model; mobilenet, resnet50, gpt-tiny, gpt2-small on request
-DEFAULT_BATCHES = None  # each model's own (tf_models.ModelSpec.batch: 32 images, 8 sequences)
+DEFAULT_BATCHES = None  # each model's own (catalogue.ModelSpec.batch: 32 images, 8 sequences)
 #: A step's time and its rate are one number: a case is judged once, on images/s (tokens/s for a
 #: language model).
 JUDGED = ("img_per_s", "tokens_per_s")

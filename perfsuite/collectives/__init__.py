@@ -2,7 +2,7 @@
 ``src/all_gather.cu`` and its siblings): its buffers' counts, nccl-tests' busbw factor, the
 bytes it must put on the wires, the values each rank sends and the exact values each rank must
 receive. The timed loop, checking, statistics and tables are the shared kernel's
-(``perfsuite.kernels.allreduce``); which transports make the call is theirs (``collectives``).
+(``perfsuite.kernels.collectives.allreduce``); which transports make the call is theirs (``collectives``).
 
 The records sit on the ground floor beside ``model`` because both sides read them: the ranks
 (buffers, expected values) and the benchmark registry (cases, tables, asv).

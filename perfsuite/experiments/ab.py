@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..verdicts import decision, regress, rounds, stats
+from ..verdicts import decision, regress, rounds
+from ..records import stats
 from ..store import fingerprint
 from .. import suite
 from ..records.errors import ConfigError, PerfsuiteError
@@ -49,8 +50,8 @@ from .repeats import Repeats, collapse, signature
 #: The change an A/B run is asked to resolve: with both arms measured side by side there is no
 #: drift to allow for, so the tolerance is what matters, not what the machine wanders by.
 DEFAULT_TOLERANCE = Tolerance(-0.02, 0.02)
-#: Pairs at most: at ~1.7 s a pair of small worlds here, about five minutes, in which the
-#: upgrades and regressions of docs/measurements.md's A/B section are decided.
+#: Pairs at most: a few minutes of small worlds, in which the upgrades and regressions of
+#: docs/measurements.md's A/B section are decided.
 DEFAULT_MAX_PAIRS = 200
 #: A pair whose two worlds differ by more than this (log; x2, half the prior span between
 #: states, regress.PRIOR_SPAN) straddled a change of state the canary may not see.

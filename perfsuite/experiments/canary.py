@@ -16,7 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats as sps
 
-from ..verdicts import rounds, stats
+from ..verdicts import rounds
+from ..records import stats
 from .windows import _pairs, canary_adjusted, raw
 
 #: The adjusted spread of pair differences must be at most this share of the raw one.

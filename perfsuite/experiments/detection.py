@@ -21,7 +21,7 @@ From that one stream (``windows.py``):
   windows that grow one round per look up to ``max_rounds``. The next baseline is the next
   unused clean worlds, and so on: no world serves twice.
 
-Before the stream, the injection is checked inside worlds (``kernels/injection.py``: plain and
+Before the stream, the injection is checked inside worlds (``kernels/collectives/injection.py``: plain and
 spun blocks alternate in one world), for both slowdowns and both sizes.
 
 And ``canary.py``: does the canary explain the worlds' spread (correlation, lag-1
@@ -38,6 +38,7 @@ import numpy as np
 
 from ..verdicts import decision, rounds
 from .. import suite
+from ..verdicts import judging, regress
 from ..bench.allreduce import allreduce_cases
 from ..records.errors import ConfigError, PerfsuiteError
 from ..kernels.faults import MAX_SLOWDOWN, SLOWDOWN_ENV
@@ -63,16 +64,16 @@ class DetectionConfig:
     large: int = 16 << 20
     transport: str = "mpi"
     world_size: int = 2
-    # Each block: one pair of each kind, 6 worlds, ~10 s here. 0: blocks
+    # Each block: one pair of each kind, 6 worlds. 0: blocks
     # until the stream has outlasted the gap by CANDIDATE_S, which is what leaves the stored mode
     # candidates to judge whatever a block costs.
     blocks: int = 0
     small_slowdown: float = 0.05  # what A/B mode is asked to catch
     large_slowdown: float = 0.30  # what the stored-baseline gate is asked to catch
-    baseline_rounds: int = suite.BASELINE_ROUNDS  # what --baseline-update records
+    baseline_rounds: int = regress.BASELINE_ROUNDS  # what --baseline-update records
     gap_s: float = 600.0
     max_pairs: int = ab.DEFAULT_MAX_PAIRS
-    max_rounds: int = suite.COMPARE_MAX_ROUNDS  # what run --compare adds up to
+    max_rounds: int = judging.COMPARE_MAX_ROUNDS  # what run --compare adds up to
     ab_tolerance: Tolerance = ab.DEFAULT_TOLERANCE
     tolerance: Tolerance | None = None  # stored mode; None: the gate's default
     alpha: float = decision.DEFAULT_ALPHA
@@ -229,7 +230,7 @@ def check_injection(cfg: DetectionConfig, runner: Runner) -> list[dict]:
     for _ in range(INJECTION_WORLDS):
         for f in (cfg.small_slowdown, cfg.large_slowdown):
             spec = replace(suite.plan(cases, {"fraction": f, "copy_bw": False})[0],
-                           kernel="perfsuite.kernels.injection")
+                           kernel="perfsuite.kernels.collectives.injection")
             try:
                 samples = runner(spec, 0.0)
             except PerfsuiteError as exc:
@@ -349,7 +350,7 @@ TARGETS = {("A/B", "slowed"): ("flagged a regression", 0.95, ">="),
 
 def format_report(rep: DetectionReport) -> str:
     from . import canary
-    from ..verdicts import stats
+    from ..records import stats
     from ..reading import verdict_text as vt
 
     cfg = rep.config

@@ -1,6 +1,6 @@
 """What the harness adds to a collective: the ``mpi`` transport timed by its native C loop and
 by the kernel's mpi4py loop, beside a plain C program running the same barrier-separated loop of
-the same MPI call (kernels/c/collective_loop.c, built with the MPI's own ``mpicc``: the native
+the same MPI call (launch/native/c/collective_loop.c, built with the MPI's own ``mpicc``: the native
 loop's buffers and call, out of place, float32, op sum, the case's root), over the same sizes and
 iteration counts, for each collective asked for (``--benchmarks``, default allreduce). The loops
 run in rounds: each round visits every collective (in an order rotated between rounds) and runs
@@ -26,19 +26,20 @@ from typing import Any
 from .. import collectives, suite
 from ..bench.allreduce import allreduce_cases
 from ..records.errors import LaunchError, RankFailure
-from ..kernels.allreduce import default_iters
-from ..launch.world import build_c_program, run_program
+from ..kernels.collectives.allreduce import default_iters
+from ..launch.commands import build_c_program
+from ..launch.world import run_program
 from ..records.model import Result, timing_of
 
 SIZES = (4, 1 << 20, 64 << 20)
 LOOPS = ("c", "native", "python")
 ROUNDS = 5
 BENCHMARKS = ("allreduce",)
-#: The MPI call each collective's loops make (kernels/c/native_loop.c, collective_loop.c).
+#: The MPI call each collective's loops make (launch/native/c/native_loop.c, collective_loop.c).
 MPI_CALLS = {"allreduce": "MPI_Allreduce", "all_gather": "MPI_Allgather",
              "reduce_scatter": "MPI_Reduce_scatter_block", "alltoall": "MPI_Alltoall",
              "broadcast": "MPI_Bcast", "reduce": "MPI_Reduce"}
-C_SOURCE = "c/collective_loop.c"  # in perfsuite.kernels
+C_SOURCE = "c/collective_loop.c"  # in perfsuite.launch.native
 #: The floor the native loop is held to against the C program (issue targets, printed as met or not).
 TARGET_4B_US, TARGET_1MIB_RATIO, TARGET_64MIB_BUSBW = 0.2, 1.02, 0.98
 
@@ -172,7 +173,7 @@ def overhead(cfg: suite.SuiteConfig, world_size: int = 2, sizes: Sequence[int] =
     with tempfile.TemporaryDirectory(prefix="perfsuite-c-") as tmp:
         binary = f"{tmp}/collective_loop"
         try:
-            source = importlib.resources.files("perfsuite.kernels").joinpath(C_SOURCE)
+            source = importlib.resources.files("perfsuite.launch.native").joinpath(C_SOURCE)
             with importlib.resources.as_file(source) as path:
                 build_c_program(str(path), binary)
         except LaunchError as exc:
@@ -265,7 +266,7 @@ def plain_overhead(cfg: suite.SuiteConfig, transport: str, world_size: int = 2,
     cfg = replace(cfg, rounds=None)
     options = {**cfg.options, "copy_bw": False}
     worlds = {name: replace(suite.plan(allreduce_cases([transport], [world_size], list(sizes), benchmark=name),
-                                       options)[0], kernel="perfsuite.kernels.yardstick")
+                                       options)[0], kernel="perfsuite.kernels.collectives.yardstick")
               for name in benchmarks}
     got: dict[str, list[dict[int, dict]]] = {name: [] for name in benchmarks}
     for r in range(rounds):

@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..store import formats
-from ..verdicts import stats, stragglers
+from ..records import stats
+from ..verdicts import stragglers
 
 #: What each kind of run should name: a node, or nobody (None).
 EXPECTED = {"link-allreduce": "node2", "link-nodes": "node2", "cpu-training": "node3",

@@ -29,7 +29,7 @@ from ..store import formats
 from ..verdicts import rounds
 from ..bench.allreduce import allreduce_cases
 from ..bench.training import training_cases
-from ..kernels.training import parallel_amp
+from ..kernels.training.loop import parallel_amp
 from ..launch.launchers import LaunchConfig
 from .ab import Arm as LaunchArm
 from .study_plan import Plan, Point, interpreter, schedule

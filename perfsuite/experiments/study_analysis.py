@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..store import formats
-from ..verdicts import stats
-from ..kernels.tf_models import model_spec
-from ..kernels.training import rate_of, training_variant
+from ..records import stats
+from ..kernels.models.catalogue import model_spec
+from ..kernels.training.loop import rate_of, training_variant
 from ..records.model import Result, Sample
 from .study_plan import NO_GRPC_REFERENCE, PARALLELISM_BENCHMARK, Plan, Point, training
 

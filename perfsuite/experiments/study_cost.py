@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import os
 
-from ..kernels.tf_models import model_spec
-from ..kernels.training import parallel_amp
+from ..kernels.models.catalogue import model_spec
+from ..kernels.training.loop import parallel_amp
 from .study_plan import Point
 
 #: Seconds of one world's fixed part (start, TensorFlow import, model build) and of one batch's
 #: steps plus its one-worker yardstick, for small-cnn at 32 px and batch 32, ranks within the
-#: cores; fitted to seed-tf's 78 worlds on the 2-core VM (docs/measurements.md, 2026-11-25:
-#: 11 s for one worker sweeping 3 batches, 9 s for two workers and one batch, 28-44 s for
-#: MobileNet at 32 px). Only a first guess: the time left is taken from the worlds timed.
+#: cores; fitted to seed-tf's worlds (docs/measurements.md, 2026-11-25, has the worlds they were
+#: fitted to). Only a first guess: the time left is taken from the worlds timed.
 TF_WORLD_S, TF_BATCH_S, ALLREDUCE_WORLD_S = 6.5, 0.9, 2.0
 #: Relative cost of a step, per model at its reference image size of 32 px.
 MODEL_COST = {"small-cnn": 1.0, "mobilenet": 13.0, "resnet50": 50.0}
@@ -25,9 +24,8 @@ MODEL_COST = {"small-cnn": 1.0, "mobilenet": 13.0, "resnet50": 50.0}
 #: one-process run, the epoch, the plain loop beside it), then PROFILED steps under the
 #: profiler. Relative to that step: FSDP's, and a step at 2+ ranks within the cores (a thread
 #: each, and the exchange); with more ranks than cores every step crowds. Fitted to
-#: studies/transformer.toml's worlds on the 2-core VM (docs/study.md, "The shipped plans": 24 ms
-#: and 40 ms steps at 1 rank, 46 ms and 71 ms at 2, 122 ms and 196 ms at 4 ranks on emulated
-#: nodes). Only a first guess: the time left is taken from the worlds timed.
+#: studies/transformer.toml's worlds (docs/study.md, "The shipped plans", has the steps they
+#: were fitted to). Only a first guess: the time left is taken from the worlds timed.
 TORCH_WORLD_S, TORCH_LM_STEP_S, PROFILED = 4.0, 0.025, 4
 PARALLEL_COST = {"ddp": 1.0, "fsdp": 1.6}
 SPREAD_COST = 1.5

@@ -23,8 +23,8 @@ from typing import Any
 
 from .. import transports
 from ..records.errors import ConfigError
-from ..kernels.tf_models import LM_MODELS, MODELS, check_batch, check_image_size, check_seq_len, model_spec
-from ..kernels.training import AMP, PARALLEL, parallel_amp, training_variant
+from ..kernels.models.catalogue import LM_MODELS, MODELS, check_batch, check_image_size, check_seq_len, model_spec
+from ..kernels.training.loop import AMP, PARALLEL, parallel_amp, training_variant
 from ..records.model import format_size, parse_names, parse_size
 
 #: The vectors of the seed paper (its section on experiments), by the name a plan gives them.

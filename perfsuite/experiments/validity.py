@@ -2,7 +2,7 @@
 
 No world starts here: a synthetic machine stands in for the worlds, and everything after it is
 the real thing. Stored mode records baselines with ``baselines.merge`` (as ``--baseline-update``
-and ``--baseline-add`` do), adds candidate rounds under ``suite.judging_rounds``'s policy (its
+and ``--baseline-add`` do), adds candidate rounds under ``judging.judging_rounds``'s policy (its
 looks, its stop rule) and takes the final verdicts with ``regress.compare``, as ``run --compare``
 does. A/B mode runs ``ab.run`` over a runner that returns synthetic samples. The unit of
 replication is one **run**: a baseline and a later candidate session (stored), or one A/B
@@ -18,8 +18,8 @@ The synthetic machine, per round (world) in time order, in log units:
                        one spell for every case where ``spells_shared``)
           + AR(1) noise (marginal SD ``within_sd``, lag-1 correlation ``lag1``)
 
-and a canary that follows the spell state (x1.65, 5% noise), as this machine's memory canary
-does when it sees a spell. A change multiplies arm B's (or the candidate's) value.
+and a canary that follows the spell state (x1.65, 5% noise), as a memory canary does when it
+sees a spell (``canary_sees``; docs/measurements.md says where one did not). A change multiplies arm B's (or the candidate's) value.
 """
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..store import baselines
-from ..verdicts import decision, regress, stats
-from .. import suite
+from ..verdicts import decision, regress
+from ..records import stats
+from ..verdicts import judging
 from ..records.model import Case, Metric, Sample, Tolerance
 from ..verdicts.rounds import DEFAULT_CANARY_SHIFT, pool_by_case
 from . import ab, confirm
@@ -56,7 +57,7 @@ class Machine:
     mode_step: float = 0.0  # log step of the slow spell (0: one mode)
     switch: float = 0.0  # chance per world that the spell changes
     level_us: float = 1.0
-    canary_sees: bool = True  # the canary follows the spell (this VM's does not see its states)
+    canary_sees: bool = True  # the canary follows the spell (False: a machine whose canary misses them)
     shared_sd: float = 0.0  # a session's offset common to every case (the machine's state)
     case_spread: float = 0.0  # log-SD of how the cases' own session drift differs between cases
     spells_shared: bool = False  # one spell process for the machine, not one per case
@@ -195,8 +196,8 @@ def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_c
         machine.wait()
     for s in streams:
         s.session()
-    family = suite.family(cs, stored)
-    policy, looks = suite.judging_rounds(None, update=False, rounds_given=False, baselines=stored,
+    family = judging.family(cs, stored)
+    policy, looks = judging.judging_rounds(None, update=False, rounds_given=False, baselines=stored,
                                          tolerance=tolerance, alpha=alpha, canary_shift=canary_shift,
                                          family=family, session_sd=session_sd)
     taken: list[list[Sample]] = []
@@ -205,7 +206,7 @@ def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_c
         taken.append(world(change))
         pooled = pool_by_case(taken, policy.max_contention)
     verdicts = regress.compare(pooled, stored, tolerance=tolerance, alpha=alpha, looks=looks,
-                               canary_shift=canary_shift, judged=suite.judged, family=family,
+                               canary_shift=canary_shift, family=family,
                                session_sd=session_sd)
     todo = confirm.open_cases(verdicts) if confirm_pairs else []
     if not todo:

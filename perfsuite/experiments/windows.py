@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..verdicts import decision, regress, rounds, stats
+from ..verdicts import decision, regress, rounds
+from ..records import stats
 from ..records.model import Metric, Sample
 
 def raw(world, case: str, metric: str) -> float | None:

@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 
 from ..records.errors import ConfigError, LaunchError
-from .world import run_command
+from .commands import run_command
 
 
 def _git(repo: str | os.PathLike, *args: str, what: str) -> str:

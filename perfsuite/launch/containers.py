@@ -187,7 +187,7 @@ def probe(container: Container, python: str) -> dict:
     """What the arm's stack holds, read inside it before anything is measured: the
     distributions' versions (perfsuite, MPI, NCCL, torch ...), the MPI library's own version
     line, and the image's id. One line where the image cannot run a rank."""
-    from .world import run_command
+    from .commands import run_command
 
     argv = container.program_argv([python, "-c", PROBE, *STACK_DISTRIBUTIONS])
     try:
@@ -216,7 +216,7 @@ def remove(container: Container | None, name: str) -> None:
     for one that ``--rm`` removed already)."""
     argv = container.remove_argv(name) if container is not None else None
     if argv:
-        from .world import run_command
+        from .commands import run_command
 
         try:
             run_command(argv, timeout=60, check=False)

@@ -40,7 +40,7 @@ def prepared(world_size: int, launch: LaunchConfig, *, network: Any = None, disk
     """The environment of one world. ``network``: a ``netns.Shaping`` (one rank per emulated
     node); ``disk``: a ``diskio.DiskThrottle`` with its data folder, as ``(throttle, folder, tag)``.
     Raises ``Unavailable`` (a skip, with the reason) when this machine cannot make it."""
-    from .world import default_program, run_command
+    from .commands import default_program, run_command
 
     with contextlib.ExitStack() as stack:
         env = Prepared(launch)

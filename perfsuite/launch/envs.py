@@ -44,7 +44,7 @@ from pathlib import Path
 
 from ..store import formats
 from ..records.errors import ConfigError, FormatError, LaunchError
-from .world import run_command
+from .commands import run_command
 # Reading the repository lives in commits.py; its names stay reachable here, as callers know them.
 from .commits import (PROJECT_FILES, _git, added_by, commit_subject, commits_between, project_dir,  # noqa: F401
                       project_name, repo_root, resolve, tree_has)
@@ -450,7 +450,7 @@ _DECLARED = r"""
 import json, os, sys, traceback
 source = json.loads(sys.argv[1])
 try:
-    from perfsuite.kernels.user import find
+    from perfsuite.kernels.user.step import find
     from perfsuite.records.errors import ConfigError
 except ImportError as exc:  # a perfsuite without user benchmarks: nothing to tell
     print(json.dumps({"unknown": str(exc)}))

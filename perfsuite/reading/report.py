@@ -25,8 +25,10 @@ from ..store.formats import SuiteRun
 from ..records.model import Result, Verdict, time_sliced
 
 def result_table(result: Result) -> str:
-    """One world's table, as its benchmark's record lays it out."""
-    return bench.table(result)
+    """One world's table, as its benchmark's record lays it out, then the world's straggler line
+    where one of its cases named a rank (``stragglers``)."""
+    late = [line for line in [stragglers.world_line(result.samples)] if line]
+    return "\n".join([bench.table(result), *late, *stragglers.link_lines(result.samples)])
 
 
 def layout_table(result: Result, layout: str) -> str:

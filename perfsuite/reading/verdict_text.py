@@ -7,26 +7,17 @@ a change of wording reaches every face and every stored file alike (pyperf's hab
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from .. import bench
 from ..records.model import MIRRORS, VERDICT_ORDER, Tolerance, Verdict
 
 UNBOUNDED = "unbounded"
 
-#: Where the short names of metrics come from: the benchmarks' records
-#: (``BenchmarkSpec.short_names``). The registry sits above this room, so it installs its
-#: lookup here when it is imported; until then a metric goes by its full name.
-_short_names: Callable[[], Mapping[str, str]] = dict
-
-
-def use_short_names(lookup: Callable[[], Mapping[str, str]]) -> None:
-    global _short_names
-    _short_names = lookup
-
-
 def short(metric: str) -> str:
-    return _short_names().get(metric, metric)
+    """A metric's short name, as its benchmark's record declares it (``BenchmarkSpec.short_names``)."""
+    return bench.short_names().get(metric, metric)
 
 
 def number(x: float | None) -> str:

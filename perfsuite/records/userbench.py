@@ -14,7 +14,7 @@ one step, the first a warm-up)::
 
     test_allreduce_sum = allreduce_sum.test   # pytest collects one test per case
 
-The harness does the rest, as for a built-in benchmark (``kernels/user.py`` on the ranks):
+The harness does the rest, as for a built-in benchmark (``kernels/user/step.py`` on the ranks):
 warm-up, an iteration count chosen by a time budget (``--iters`` exact), the step timed
 barrier-separated on every rank (host clock, or CUDA events with ``device="cuda"``), the
 slowest rank per iteration, the straggler rule, contention and the canary; then the same

@@ -50,7 +50,7 @@ AB = "perfsuite-ab"
 DETECTION = "perfsuite-detection"
 VALIDITY = "perfsuite-validity"
 STUDY_PLAN, STUDY = "perfsuite-study-plan", "perfsuite-study"
-NATIVE = "perfsuite-native-loop"  # the stamp of a cached native-loop build (launch/native.py)
+NATIVE = "perfsuite-native-loop"  # the stamp of a cached native-loop build (launch/native/mpi.py)
 COMMIT_ENV = "perfsuite-commit-env"  # the stamp of a commit's built environment (launch/envs.py)
 JOB, RESULT, RUN, BASELINE, DATASET = ("perfsuite-job", "perfsuite-result", "perfsuite-run",
                                        "perfsuite-baseline", "perfsuite-dataset")

@@ -39,8 +39,8 @@ class TransportSpec:
     device: str = "host"  # host | gpu
     check: Callable[[], str | None] = field(default=need_mpi4py, compare=False)
     needs_ports: bool = False  # the launching side fills options["ports"]: one free port per rank
-    native: bool = False  # the launching side builds the native timed loop (launch/native.py)
-    device_native: bool = False  # ... or the native NCCL loop (launch/native_nccl.py)
+    native: bool = False  # the launching side builds the native timed loop (launch/native/mpi.py)
+    device_native: bool = False  # ... or the native NCCL loop (launch/native/nccl.py)
     # MPI thread level the rank asks of MPI_Init_thread: Horovod's background thread calls MPI
     # itself, so it needs "multiple"; every other transport calls MPI from the main thread only.
     thread_level: str = "funneled"
@@ -200,14 +200,14 @@ for _name, _summary, _cls, _device, _check in (
 
 
 # A user's own benchmark (perfsuite.benchmark): its step gets the mpi4py communicator, or a
-# torch.distributed group of the backend (kernels/user.py starts it); keyed "user:NAME".
+# torch.distributed group of the backend (kernels/user/step.py starts it); keyed "user:NAME".
 for _name, _summary, _device, _check in (
         ("mpi", "the user's step, with the world's mpi4py communicator", "host", need_mpi4py),
         ("torch-gloo", "the user's step, in a torch.distributed gloo group", "host", _torch.need_torch),
         ("torch-nccl", "the user's step, in a torch.distributed NCCL group, one GPU per rank", "gpu",
          _torch.need_torch_gpu),
         ("torch-mpi", "the user's step, in a torch.distributed MPI group", "host", _torch.need_torch_mpi)):
-    register(TransportSpec(_name, _summary, ("user",), "perfsuite.kernels.user:World", device=_device,
+    register(TransportSpec(_name, _summary, ("user",), "perfsuite.kernels.user.step:World", device=_device,
                            check=_check), key=f"user:{_name}")
 
 

@@ -3,8 +3,8 @@ MPI_Reduce_scatter_block, MPI_Alltoall, MPI_Bcast, MPI_Reduce) on numpy buffers.
 
 Its timed loop runs in C when the launching side could build the native loop for this MPI
 (``transports/native.py``; option ``host_timing``): the barrier, clock reads and call are then
-C's, as in OMB or nccl-tests, and a 4-byte call is timed without the ~0.5 us (here) that a
-Python call into mpi4py adds. Otherwise, or with ``host_timing python``, the kernel's mpi4py loop times it;
+C's, as in OMB or nccl-tests, and a 4-byte call is timed without what a Python call into
+mpi4py adds. Otherwise, or with ``host_timing python``, the kernel's mpi4py loop times it;
 ``timing`` says which, and ``timing_why`` why not the native one.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The native timed loop on a rank: the library the launching side built
-(``perfsuite.launch.native``), checked and loaded through ctypes.
+(``perfsuite.launch.native.mpi``), checked and loaded through ctypes.
 
 Before anything in it runs, a rank checks that the file is the one that was built (sha256),
 that it speaks this interface (ABI), that its MPI is this rank's MPI (library version and the

@@ -1,5 +1,5 @@
 """The native NCCL timed loop on a rank: the library the launching side built
-(``perfsuite.launch.native_nccl``; option ``native_nccl``), checked and loaded through ctypes.
+(``perfsuite.launch.native.nccl``; option ``native_nccl``), checked and loaded through ctypes.
 
 The library links against nothing but libc. What it calls comes from the process itself: the
 libnccl CuPy loaded (its path read from /proc/self/maps, opened in C with RTLD_NOLOAD, so the

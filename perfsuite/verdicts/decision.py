@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 
-from . import stats
-from .stats import LazyModule
+from ..records import stats
+from ..records.stats import LazyModule
 from ..records.errors import ConfigError
 from ..records.model import Tolerance, Verdict
 

@@ -15,7 +15,7 @@ of freedom its estimate has:
   the pooled figure's degrees of freedom are Satterthwaite's over the two parts: about S - 1 (the
   sessions) where the shared part dominates, up to sum(n_c - 1) where each case drifts on its own.
   The split comes from an additive fit over the sessions that several cases share.
-* **Per case**: cases do not drift alike (4 B latency moves with this VM's states, a compute step
+* **Per case**: cases do not drift alike (a 4 B latency moves with a machine's states, a compute step
   hardly does), so each case's own variance is moderated toward the machine's (Smyth's empirical
   Bayes, limma's ``squeezeVar``: prior variance and degrees of freedom fitted to the cases' own
   variances; the prior's degrees of freedom at most one less than the cases it was fitted to),
@@ -27,7 +27,7 @@ Four sessions of thirty cases that drift on their own thus tell far more than fo
 one; four sessions of thirty cases that move together tell what four sessions tell.
 
 **Sittings.** Sessions that start less than SITTING_GAP apart are one sitting: a machine's state
-outlasts them (this project's VM keeps a spell for minutes, and sessions recorded back to back
+outlasts them (a machine can keep a state for minutes, and sessions recorded back to back then
 all show it), so they tell one level, their mean, not several. A session named otherwise than by
 when it started counts as a sitting of its own.
 """
@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..records.model import MIRRORS, Baseline
-from . import stats
+from ..records import stats
 
 
 #: Sessions that start closer together than this are one sitting (``sittings``).

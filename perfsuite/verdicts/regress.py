@@ -63,7 +63,8 @@ from dataclasses import replace
 import numpy as np
 
 from .. import bench
-from . import drift as _drift, stats
+from . import drift as _drift
+from ..records import stats
 from .decision import DEFAULT_ALPHA, DEFAULT_TOLERANCE, Question, band_evidence, judge, normal_evidence, rank_evidence
 from ..records.errors import ConfigError
 from ..records.model import MIRRORS, Baseline, Sample, Tolerance, Verdict, round_values, timing_of
@@ -110,9 +111,15 @@ def to_confirm(verdicts: Sequence[Verdict]) -> list[Verdict]:
     return [v for v in verdicts if v.test == "stored" and not v.xfail and (v.status == "unknown" or shaky(v))]
 
 
-def judged_metrics(sample: Sample, declared: Sequence[str] | None = None) -> list[str]:
+#: ``judged_metrics``'s default: the declared judged metrics of the case's benchmark.
+DECLARED: object = object()
+
+
+def judged_metrics(sample: Sample, declared: Sequence[str] | None | object = DECLARED) -> list[str]:
     """The metrics of ``sample`` that get a verdict: the benchmark's declared ones, else every
     metric but the mirror of one that is judged (busbw beside latency)."""
+    if declared is DECLARED:
+        declared = bench.declared_judged(sample.case.name)
     if declared is not None:
         return [m for m in declared if m in sample.metrics]
     names = list(sample.metrics)
@@ -355,7 +362,7 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
                    baseline=baseline.value, system=system, xfail=xfail, test="stored", facts=facts)
     timing = timing_of(sample.info)
     if baseline.timing and timing and baseline.timing != timing:
-        # The native loop and the mpi4py loop differ by ~0.5 us a call here: the change is the loop's.
+        # The native loop and the mpi4py loop differ by a Python call's cost: the change is the loop's.
         return Question(replace(base, reason="timing",
                                 facts={**facts, "baseline_timing": baseline.timing, "timing": timing}),
                         group=group)
@@ -500,7 +507,7 @@ def compare(samples: Iterable[Sample], baselines: Mapping[tuple[str, str], Basel
 
 
 def family_size(cases: Iterable[str], baselines: Mapping[tuple[str, str], Baseline],
-                declared: Callable[[str], Sequence[str] | None] = lambda case: None) -> int:
+                declared: Callable[[str], Sequence[str] | None] = bench.declared_judged) -> int:
     """How many stored verdicts a run of ``cases`` can take (the family alpha is shared over):
     each case's judged metrics that have a baseline. ``declared(case name)``: the benchmark's
     judged metrics (None: every metric but the mirror of a judged one)."""

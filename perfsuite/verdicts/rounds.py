@@ -13,18 +13,20 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from . import stats, stragglers
+from ..records import stats
+from . import stragglers
 from ..records.errors import ConfigError
 from ..records.model import ROUNDS_KEY, Metric, Result, Sample, round_values  # noqa: F401
 
-#: Run-queue wait over wall time above which a round is contended: quiet worlds here wait 0-3%
-#: of their timed loop, worlds sharing a core with another process 7-68% (docs/measurements.md).
+#: Run-queue wait over wall time above which a round is contended: between what a quiet world's
+#: timed loop waits and what one sharing a core with another process waits (both measured in
+#: docs/measurements.md).
 DEFAULT_MAX_CONTENTION = 0.05
 #: Extra worlds run, per world, in place of contended rounds.
 DEFAULT_RETRIES = 3
-#: Two rounds are in the same machine mode when their canaries differ by at most this much.
-#: This machine's canary sits at ~100 us or ~165 us (two modes, each within ~10%), and worlds
-#: in the same mode differ half as much as worlds in any (docs/measurements.md).
+#: Two rounds are in the same machine mode when their canaries differ by at most this much: more
+#: than a mode's own spread, less than the step between a machine's modes (docs/measurements.md
+#: has the canary's modes where they were measured).
 DEFAULT_CANARY_SHIFT = 0.15
 #: Key in ``Sample.info`` holding the canary of each pooled round (aligned with ROUNDS_KEY).
 CANARY_KEY = "round_canary"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import stats
+from ..records import stats
 
 ALPHA = 0.01
 #: The least lateness named: a collective's structure leaves ranks a little apart in every clean

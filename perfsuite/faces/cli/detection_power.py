@@ -1,0 +1,96 @@
+"""``perfsuite detection-power``: how often A/B and stored-baseline verdicts flag a slowdown and
+a clean rerun, measured on real worlds (or a saved stream judged again)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ...store import formats
+from .. import options
+from ... import suite, transports
+from ...records.model import parse_size, whole_number
+from .ab import write_kept
+from .common import ALPHA_HELP, EXIT_OK, EXIT_WORLD, exit_status, fraction, gate_settings, one_value, renamed, say
+
+COMMANDS = {}
+
+
+def add_detection_power(p: argparse.ArgumentParser) -> None:
+    from ...experiments import detection as d
+
+    c = d.DetectionConfig()
+    p.add_argument("--small", default=str(c.small), metavar="SIZE", help=f"latency size [default: {c.small}]")
+    p.add_argument("--large", default="16MiB", metavar="SIZE", help="busbw size [default: 16MiB]")
+    p.add_argument("--transports", default=c.transport, metavar="NAME",
+                   help=f"the transport measured, one value [default: {c.transport}]")
+    renamed(p, "--transport", "--transports", "transports")
+    p.add_argument("--blocks", default=str(c.blocks), metavar="K",
+                   help="blocks of three pairs (A/A, A/+small, A/+large), 6 worlds each [default: 0, "
+                        f"blocks until the stream has run the gap plus {d.CANDIDATE_S:.0f} s]")
+    p.add_argument("--small-slowdown", default=f"{c.small_slowdown:g}", metavar="F",
+                   help=f"slowdown A/B mode is asked to catch [default: {c.small_slowdown:g}]")
+    p.add_argument("--large-slowdown", default=f"{c.large_slowdown:g}", metavar="F",
+                   help=f"slowdown the stored-baseline gate is asked to catch [default: {c.large_slowdown:g}]")
+    p.add_argument("--gap", default=f"{c.gap_s:g}", metavar="S",
+                   help=f"seconds between a baseline and its candidates [default: {c.gap_s:g}]")
+    p.add_argument("--max-pairs", default=str(c.max_pairs), metavar="N",
+                   help=f"A/B mode: pairs per window at most [default: {c.max_pairs}]")
+    p.add_argument("--tolerance", metavar="TOL", help="stored mode: 0.05 or LOWER:UPPER [default: the gate's]")
+    p.add_argument("--alpha", default=str(c.alpha), metavar="P", help=ALPHA_HELP.format(
+        how="the gate's, whose rates this measures").replace("[default: 0.01]", f"[default: {c.alpha}]"))
+    p.add_argument("--max-contention", default="0.05", metavar="F",
+                   help="contended worlds are left out, as the gate does [default: 0.05; off]")
+    p.add_argument("--seed", default=str(c.seed), metavar="N", help=f"order of pairs [default: {c.seed}]")
+    p.add_argument("--timeout", default="120", metavar="S", help="seconds one world may take [default: 120]")
+    p.add_argument("--json", metavar="PATH", help="write the versioned file: every world, every window")
+    p.add_argument("--from", dest="source", metavar="PATH",
+                   help="judge the worlds of a stream written by --json again, with this perfsuite's "
+                        "rules (and --max-pairs, --gap if given), instead of running worlds")
+
+
+def do_detection_power(args: argparse.Namespace) -> int:
+    from ...experiments import detection as d
+
+    tol, alpha = gate_settings(args)
+    if args.source:
+        saved = formats.check_format(formats.read_json(args.source, "detection stream", "pass a file written "
+                                                       "by perfsuite detection-power --json"),
+                                     formats.DETECTION, args.source)
+        given = {"max_pairs": whole_number(args.max_pairs, "max pairs", low=2),
+                 "gap_s": options.seconds(args.gap, "gap") if args.gap != "0" else 0.0, "tolerance": tol}
+        cfg, worlds = d.from_dict(saved, **given)
+        say(f"# detection power: {len(worlds)} worlds of {args.source}, judged again")
+        rep = d.judge(cfg, worlds, float(saved.get("wall_s", 0.0)), saved.get("injection"))
+        say(d.format_report(rep))
+        return detection_status(rep)
+    cfg = d.DetectionConfig(small=parse_size(args.small), large=parse_size(args.large),
+                            transport=one_value(args.transports, "--transports", "detection-power", "mpi"),
+                            blocks=whole_number(args.blocks, "blocks", low=0),
+                            small_slowdown=fraction(args.small_slowdown, "small-slowdown"),
+                            large_slowdown=fraction(args.large_slowdown, "large-slowdown"),
+                            gap_s=options.seconds(args.gap, "gap") if args.gap != "0" else 0.0,
+                            max_pairs=whole_number(args.max_pairs, "max pairs", low=2),
+                            tolerance=tol, alpha=alpha,
+                            max_contention=options.contention_limit(args.max_contention),
+                            seed=whole_number(args.seed, "seed", low=0))
+    transports.spec(cfg.transport, "allreduce")
+    runner = d.world_runner(suite.SuiteConfig(timeout=options.seconds(args.timeout)))
+    say(f"# detection power: {cfg.blocks * 6} worlds in {cfg.blocks} blocks ..." if cfg.blocks else
+        f"# detection power: blocks of 6 worlds for {cfg.stream_s:.0f} s (the {cfg.gap_s:.0f} s "
+        f"gap, then {d.CANDIDATE_S:.0f} s of candidates) ...")
+    rep = d.run(cfg, runner, progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
+    say(d.format_report(rep))
+    return exit_status(detection_status(rep),
+                       write_kept(args.json, formats.DETECTION, rep.to_dict(), "detection-power", "detection stream"))
+
+
+def detection_status(rep) -> int:
+    """The rates are read from the calm, valid worlds that ran; one that failed (FAILED) or whose
+    results were wrong (INVALID, which ends a stream measured now) leaves the stream incomplete:
+    4, as a failed world."""
+    return EXIT_WORLD if rep.failures or rep.invalid_lines() else EXIT_OK
+
+
+COMMANDS["detection-power"] = (add_detection_power, do_detection_power,
+                               "measure how often A/B and stored-baseline verdicts flag a slowdown "
+                               "and a clean rerun, and whether the canary earns an adjustment")

@@ -1,0 +1,68 @@
+"""``perfsuite overhead``: the mpi transport's native and mpi4py loops beside a C program making
+the same MPI call (allreduce, or each collective ``--benchmarks`` names), with deltas."""
+from __future__ import annotations
+
+import argparse
+
+from .. import options
+from ...reading import report
+from ...records.errors import ConfigError
+from .common import EXIT_REGRESSION, EXIT_WORLD, exit_status, one_value, say
+
+COMMANDS = {}
+
+
+OVERHEAD_OPTIONS = ("transports", "world-sizes", "sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor",
+                    "hostfile", "hosts", "ppn", "oversubscribe", "env", "timeout", "start-timeout", "iters", "warmup", "workdir",
+                    "rounds", "root")
+
+
+def add_overhead(p: argparse.ArgumentParser) -> None:
+    # Only what applies: the mpi transport against C, or a transport against its framework's plain
+    # loop (kernels/plain/), float32, once.
+    options.add_options(p.add_argument, names=OVERHEAD_OPTIONS)
+    p.add_argument("--benchmarks", default="allreduce", metavar="LIST",
+                   help="comma list of the collectives to compare with a plain loop of the same call "
+                        "(mpi: a C program; torch-gloo: a plain torch loop): allreduce, all_gather, "
+                        "reduce_scatter, alltoall, broadcast, reduce, or all [default: allreduce]")
+
+
+def do_overhead(args: argparse.Namespace) -> int:
+    from ... import collectives
+    from ...experiments.overhead import ROUNDS, SIZES, overhead
+    from ...records.model import parse_names, whole_number
+
+    from ...experiments.overhead import PLAIN_LOOPS, PLAIN_TARGET_SIZES, plain_overhead
+
+    values = vars(args)
+    picked = one_value(args.transports, "--transports", "overhead", "mpi") if args.transports not in (None, "all") else "mpi"
+    if picked != "mpi" and picked not in PLAIN_LOOPS:
+        raise ConfigError(f"overhead compares transport {picked!r} with nothing; choose mpi (against a C "
+                          f"program) or {', '.join(PLAIN_LOOPS)} (against a plain loop of its framework)")
+    benchmarks = parse_names(args.benchmarks or "allreduce", collectives.NAMES, "benchmark")
+    sel = options.selection({**values, "transports": picked})
+    # --rounds here counts interleaved rounds of the three loops, not pooled rounds of one world.
+    rounds = whole_number(args.rounds, "rounds") if args.rounds is not None else ROUNDS
+    if picked != "mpi":
+        rep = plain_overhead(options.suite_config({**values, "rounds": None}), picked,
+                             world_size=sel.world_sizes[0], rounds=rounds,
+                             sizes=sel.values["sizes"] if args.sizes is not None else PLAIN_TARGET_SIZES,
+                             benchmarks=benchmarks)
+        say(report.plain_overhead_table(rep))
+        return exit_status(*(EXIT_WORLD if measured is None else EXIT_REGRESSION
+                             for _what, measured, met in rep.targets() if not met))
+    rep = overhead(options.suite_config({**values, "rounds": None}), world_size=sel.world_sizes[0],
+                   sizes=sel.values["sizes"] if args.sizes is not None else SIZES, rounds=rounds,
+                   benchmarks=benchmarks, root=int(sel.values.get("root") or 0))
+    say(report.overhead_table(rep))
+    # A missed target is the harness's own regression (1): a script or CI step running this
+    # command must see it without reading the table. A target nothing measured (no C program, no
+    # native loop) is not met either, but says nothing of performance: 4, as a failed world.
+    return exit_status(*(EXIT_WORLD if measured is None else EXIT_REGRESSION
+                         for _what, measured, met in rep.targets() if not met))
+
+
+COMMANDS["overhead"] = (add_overhead, do_overhead,
+                        "print the mpi transport's native and mpi4py loops beside a C program of the same MPI call "
+                        "(--benchmarks: allreduce or any of the six collectives; or "
+                        "torch-gloo beside a plain torch.distributed loop), with deltas; exit 1 when a target is missed, 4 when one could not be measured")

@@ -1,0 +1,128 @@
+"""``perfsuite run``: the suite on this machine (or a cluster), its tables, and its gate:
+``--compare`` against this system's baselines, ``--baseline-update``/``--baseline-add`` to record them."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from contextlib import nullcontext
+from dataclasses import replace
+
+from ... import bench, interrupts, suite, transports
+from .. import options
+from ... import gate
+from ...reading import report
+from ...records.errors import ConfigError
+from ...records.model import split_list
+from .common import say
+
+COMMANDS = {}
+
+
+def add_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--benchmarks", default="allreduce", metavar="LIST",
+                   help=f"comma list of benchmarks: {', '.join(bench.names())}, or a module or .py file "
+                   "of your own (@perfsuite.benchmark) [default: allreduce]")
+    options.add_options(p.add_argument)
+    p.add_argument("--json", metavar="PATH", help="write the versioned results file here")
+    p.add_argument("--compare", action="store_true", help="judge every case against the baselines "
+                   "of this system and exit 1 on any regression (see --baseline-dir, --system)")
+    p.add_argument("--keep-worlds", action="store_true", help="keep each world's scratch folder (debugging)")
+    # Progress goes to stderr and the results to stdout; these change stderr only.
+    said = p.add_mutually_exclusive_group()
+    said.add_argument("-v", "--verbose", action="store_true", help="progress for every world, a line for "
+                      "each one skipped too (default: one line per reason, at the end)")
+    said.add_argument("-q", "--quiet", action="store_true", help="no progress: only the tables, verdicts and "
+                      "the summary of skips and failures (on stdout)")
+    options.add_asv_options(p.add_argument)
+
+
+def run_cases_from_args(args: argparse.Namespace) -> tuple[list, suite.SuiteConfig]:
+    values = vars(args)
+    cases = []
+    for b in bench.selected(split_list(args.benchmarks, "benchmarks", "allreduce,tf-epoch")):
+        if b not in bench.names():
+            raise ConfigError(f"benchmark {b!r} is unknown; choose from {', '.join(bench.names())}")
+        sel = options.selection(values, b)
+        for note in sel.notes:
+            say(f"# {note}")
+        if not sel.transports:
+            raise ConfigError(f"none of the transports {args.transports!r} runs {b}; "
+                              f"{b} runs {', '.join(transports.names(bench.get(b).transports))}")
+        cases += suite.select_cases(sel)  # none is one line naming what the benchmark declares
+    cfg = options.suite_config(values)
+    return cases, replace(cfg, keep_worlds=bool(args.keep_worlds))
+
+
+def do_run(args: argparse.Namespace) -> int:
+    from ...reading.progress import SweepProgress
+
+    cases, cfg = run_cases_from_args(args)  # main() has checked every output location
+    values = vars(args)
+    asv_to = options.prepare_asv(options.asv_target(values))  # bad --asv* is a usage error now
+    if asv_to is not None:
+        from ...asv.record import check_store
+
+        check_store(asv_to)
+    g = gate.Gate(options.gate_plan(values, compare=bool(args.compare), asv=asv_to), cases,
+                  hint=lambda system, root: record_command(args, system, root))
+    g.prepare(cfg.launch)
+    cfg = replace(cfg, rounds=g.rounds(cfg.rounds, rounds_given=args.rounds is not None))
+    progress = nullcontext(None) if args.quiet else SweepProgress(suite.plan(cases, cfg.options),
+                                                                  verbose=args.verbose)
+    with interrupts.handled() as signals:
+        with progress as on_world:
+            run = suite.run(cases, cfg, on_world=on_world)
+        signals.defer()
+        say(report.run_summary(run))
+        done = g.finish(run, gate.Keep(json=args.json, report=args.report, source=args.json or "this run"),
+                        interrupted=signals.raised.name if signals.raised else None,
+                        confirm=confirmer(cases, cfg, g.plan))
+        for line, _ in done.lines:
+            say(line)
+        if done.undecided:
+            say(done.undecided)
+    return done.status
+
+
+def confirmer(cases, cfg, plan):
+    """--confirm's A/B, run with this run's launch (``experiments.confirm``)."""
+    if not plan.confirm:
+        return None
+    from ...experiments import confirm
+
+    return confirm.confirmer(cases, cfg, budget_s=plan.confirm_budget, alpha=plan.alpha,
+                             progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
+
+
+COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster) and print tables")
+
+
+
+# --- the command that records this run's baselines (the gate's hint) ---------------------
+
+#: What ``record_command`` leaves out of the run that found no baseline: how that run judged
+#: (a recording neither judges nor may take fewer rounds than a baseline needs) and where it
+#: wrote its own results.
+NOT_RECORDING = ("rounds", "max-rounds", "precision", "round-budget", "tolerance", "alpha", "session-drift",
+                 "strict", "confirm", "confirm-budget", "fail-on-improvement", "report", "baseline-update",
+                 "baseline-add", "system",
+                 "baseline-dir")
+
+
+def record_command(args: argparse.Namespace, system: str, root: str) -> str:
+    """The ``perfsuite run`` that records this run's cases as the baselines of ``system``: the
+    options this run was given that choose its cases and worlds, then --baseline-update."""
+    words = ["perfsuite", "run"]
+    if args.benchmarks != "allreduce":
+        words += ["--benchmarks", args.benchmarks]
+    for o in options.all_options():
+        value = getattr(args, o.dest, None)
+        if o.name in NOT_RECORDING or value in (None, [], False):
+            continue
+        if o.kind == "flag":
+            words.append(f"--{o.name}")
+        else:
+            for each in value if o.kind == "list" else [value]:
+                words += [f"--{o.name}", str(each)]
+    return shlex.join([*words, "--system", system, "--baseline-dir", root, "--baseline-update"])

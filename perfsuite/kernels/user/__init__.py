@@ -1,0 +1,1 @@
+"""The ranks' side of a user's own benchmark (``step.py``)."""
