@@ -55,7 +55,7 @@ ROOMS = (
          "rank's own clock"),
     Room("perfsuite.reading.verdict_text", 5, "reading", "the only place a verdict becomes words: the line, the table, the "
          "report's rows, the A/B cells, the family's guarantee"),
-    Room("perfsuite.bench.asv_layout", 2, "measuring", "how a benchmark's cases appear in asv, declared in its record (parameters, names, versions)"),
+    Room("perfsuite.bench.asv_view", 2, "measuring", "how a benchmark's cases appear in asv, declared in its record (parameters, names, versions)"),
     Room("perfsuite.asv.compat", 2, "store", "asv's private names, wrapped once"),
     Room("perfsuite.transports", 3, "measuring", "how bytes move (`mpi`, `ring`, `nccl`, `mpi_cuda`, `gpu_ring`; `tf/` and "
          "`torch/` for the training frameworks); each says which collectives and ops it has (`Call`, `lacks`) and why it "

@@ -39,13 +39,13 @@ def test_floors_import_downward_only():
 def test_the_asv_store_sits_below_the_registry_and_its_faces_on_the_top_floor():
     """The asv store (its project, recording, reading the history) sits below the benchmark
     registry, and how a benchmark's cases appear in asv is declared in its record
-    (``bench/asv_layout.py``) and handed to the store, so the store can never look a benchmark up
+    (``bench/asv_view.py``) and handed to the store, so the store can never look a benchmark up
     itself; asv run's classes and the offline site are faces, beside the CLI and the plugin."""
     for store in ASV_STORE:
         path = (PACKAGE / Path(*store.split(".")[1:])).with_suffix(".py")
         assert path.exists(), store
         assert floor(store) < floor("perfsuite.bench"), f"{store} is not below perfsuite.bench"
-        looked_up = [t for _, t in imports(path) if t.startswith("perfsuite.bench") and t != "perfsuite.bench.asv_layout"]
+        looked_up = [t for _, t in imports(path) if t.startswith("perfsuite.bench") and t != "perfsuite.bench.asv_view"]
         assert not looked_up, f"{store} imports the registry: {looked_up}"
     for face in ASV_FACES:
         assert (PACKAGE / Path(*face.split(".")[1:])).with_suffix(".py").exists(), face

@@ -22,7 +22,7 @@ from perfsuite import bench
 from perfsuite.faces import cli
 from perfsuite.verdicts import history, rounds, stragglers
 from perfsuite.records import stats
-from perfsuite.bench import asv_layout as layout
+from perfsuite.bench import asv_view as layout
 from perfsuite.asv import record
 from perfsuite.faces import asv_offline as offline
 from perfsuite.faces import asv_run as asv_bench

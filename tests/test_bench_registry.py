@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from perfsuite import bench
-from perfsuite.bench.asv_layout import metrics_for
+from perfsuite.bench.asv_view import metrics_for
 
 SLEEP_US = 2000
 

@@ -5,7 +5,7 @@ The parameters come from the pytest suite's case matrix (``perfsuite.suite.selec
 PERFSUITE_ASV_SIZES=4,1MiB PERFSUITE_ASV_TRANSPORTS=mpi,ring). ``setup_cache`` starts each world
 (one per transport and world size) once through ``perfsuite.suite.run_one``; every ``track_*``
 then reads its number from that cache (``perfsuite.faces.asv_run``). Numbers are lower-is-better
-for asv: latency in seconds and 1/busbw in s/GB (see perfsuite.bench.asv_layout). ``timing`` is the
+for asv: latency in seconds and 1/busbw in s/GB (see perfsuite.bench.asv_view). ``timing`` is the
 loop that timed a case (native or python on the host, a device timing on a GPU), ``straggler``
 whether its world named a late rank (none or named), ``op`` its reduction: only the combination
 measured has a number. The other collectives are in ``collectives.py``.

@@ -21,7 +21,7 @@ from ..records.errors import ConfigError, FormatError
 from ..verdicts.history import Point
 from ..records.model import Sample
 from .compat import ci_weight
-from ..bench.asv_layout import AsvLayout, AsvMetric, LayoutOf, entry_name, metrics_for
+from ..bench.asv_view import AsvLayout, AsvMetric, LayoutOf, entry_name, metrics_for
 from .project import AsvProject, commit_order
 
 

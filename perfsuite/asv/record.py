@@ -29,7 +29,7 @@ from ..records.errors import ConfigError, FormatError, PerfsuiteError
 from ..store.formats import SuiteRun
 from ..records.model import Sample, time_sliced
 from .compat import relayout_result
-from ..bench.asv_layout import AsvLayout, AsvMetric, AxisAdded, LayoutOf, metrics_for, round_samples
+from ..bench.asv_view import AsvLayout, AsvMetric, AxisAdded, LayoutOf, metrics_for, round_samples
 from .project import LOCK_TIMEOUT_S, AsvProject, RecordTarget, commit_date_ms, load_project, resolve_commit
 
 LOCK_NAME = ".perfsuite-asv.lock"  # not *.json, so asv's result walker never reads it

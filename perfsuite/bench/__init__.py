@@ -23,7 +23,7 @@ from importlib import metadata
 from typing import Any
 
 from ..records import userbench
-from .asv_layout import AsvLayout, generic_layout
+from .asv_view import AsvLayout, generic_layout
 from ..records.errors import ConfigError
 from ..records.model import Case, Opt, Result, Sample, Tolerance, WorldSpec, time_sliced
 from .. import transports as transport_registry

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import collectives
-from .asv_layout import STRAGGLER, AsvLayout, AsvMetric, AxisAdded, MeasuredAxis
+from .asv_view import STRAGGLER, AsvLayout, AsvMetric, AxisAdded, MeasuredAxis
 from ..collectives import Collective
 from ..records.errors import ConfigError
 from ..records.model import DTYPES, Case, Opt, Result, Sample, Tolerance, format_size, parse_names, parse_size, split_list, timing_of
@@ -281,7 +281,7 @@ OP_AXIS = MeasuredAxis(_op_of, lambda case: (collectives.op_root(case.variant)[0
 
 # Version 2 adds the timing axis: the native and the mpi4py loop draw separate lines, so a
 # fallback from one to the other is never read as a step. Version 3: asv's samples are one value
-# per round, no longer per iteration (perfsuite.bench.asv_layout.round_samples); asv never pools or
+# per round, no longer per iteration (perfsuite.bench.asv_view.round_samples); asv never pools or
 # compares them with version 2's. Version 4 adds the straggler axis (a world with a late rank
 # draws its own line); version 3's points read as "none" on it. Version 5 adds the op axis
 # (allreduce with max is another line than with sum); version 4's points read as "sum".

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import bench, suite
 from . import options
-from ..bench.asv_layout import metrics_for, round_samples
+from ..bench.asv_view import metrics_for, round_samples
 from ..records.model import Case
 
 ENV_PREFIX = "PERFSUITE_ASV_"  # PERFSUITE_ASV_SIZES=4,1MiB narrows what `asv run` measures

@@ -1,5 +1,5 @@
 /* The same barrier-separated loop of one collective as perfsuite's native loop
- * (kernels/c/native_loop.c), as a plain C program, so `perfsuite overhead` can print what the
+ * (launch/native/c/native_loop.c), as a plain C program, so `perfsuite overhead` can print what the
  * harness adds. Arguments: [-c COLLECTIVE] [-r ROOT] SIZE:ITERS:WARMUP ...
  * COLLECTIVE is allreduce (the default), all_gather, reduce_scatter, alltoall, broadcast or
  * reduce; ROOT (default 0) is broadcast's and reduce's. SIZE is the case's size in bytes, as
