@@ -1,8 +1,9 @@
 """Fail CI when a test skipped that .ci/expected-skips does not expect on this machine kind.
 
-    python .ci/check_skips.py SECTION JUNIT_XML [--list .ci/expected-skips]
+    python .ci/check_skips.py SECTION JUNIT_XML [JUNIT_XML ...] [--list .ci/expected-skips]
 
-JUNIT_XML is pytest's ``--junitxml`` report written with ``-o junit_family=xunit1`` (whose
+Each JUNIT_XML (one section's pytest runs: .ci/run runs the unmarked tests and the world tests
+apart) is pytest's ``--junitxml`` report written with ``-o junit_family=xunit1`` (whose
 testcases keep their ``file``, from which the node id is rebuilt). A skip that no entry of
 SECTION matches is unexpected: one line names them all, exit 1. Entries of SECTION that matched
 no skip are one informational line (a stale entry, or something that now runs), exit unchanged.
@@ -127,7 +128,7 @@ def check(section: str, skips: list[tuple[str, str]], entries: list[Entry]) -> t
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("section", help="the list's [section] for this pytest run (main, openmpi)")
-    p.add_argument("junit", type=Path, help="pytest --junitxml report (-o junit_family=xunit1)")
+    p.add_argument("junit", type=Path, nargs="+", help="pytest --junitxml reports (-o junit_family=xunit1)")
     p.add_argument("--list", type=Path, default=DEFAULT_LIST, help=f"[default: {DEFAULT_LIST}]")
     args = p.parse_args(argv)
     try:
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.section not in sections:
             raise BadInput(f"{args.list} has no [{args.section}] section (it has: "
                            f"{', '.join(sections) or 'none'})")
-        status, lines = check(args.section, read_skips(args.junit), sections[args.section])
+        skips = [skip for report in args.junit for skip in read_skips(report)]
+        status, lines = check(args.section, skips, sections[args.section])
     except BadInput as exc:
         print(f"check-skips: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,6 +1,7 @@
-"""The gate: a run's samples and options -> its verdicts, the lines to print, the writes to make
-and the exit status. Both faces (``perfsuite run`` and the pytest plugin) make one ``Gate`` from
-their option values and only print what it returns, so they answer every question alike
+"""The gate, the session above the rules it applies: a run's plan -> its rounds, verdicts, the
+lines to print, the writes to make and the exit status. Both faces (``perfsuite run`` and the
+pytest plugin) make one ``Gate`` from their option values (``faces.options.gate_plan``) and only
+print what it returns, so they answer every question alike
 (pytest-benchmark's habit: its pytest hook and its ``compare`` command only display one
 ``BenchmarkSession``). What the gate settles, once per run:
 
@@ -16,8 +17,8 @@ their option values and only print what it returns, so they answer every questio
 * **Writes, in order**: the results file first, then the report, asv, the baselines. One that fails
   is one line naming the path and the OS error, exit 4, and the results are kept (in the temp
   folder when their own path failed or none was asked for).
-* **The exit status** (``status.exit_status``): a failed world, an invalid case or a failed write 4,
-  a regression 1, UNKNOWN under --strict 3; pytest keeps its own numbers and prints which it is.
+* **The exit status**: ``records/status.exit_status`` of what the run found; pytest keeps its own
+  numbers and prints which it is.
 
 A run that records baselines is not judged: it becomes the reference (judge first with
 ``--compare``, then record).
@@ -28,12 +29,13 @@ import math
 import shlex
 import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .store import baselines, fingerprint, formats
-from . import bench
+from . import bench, interrupts, suite
 from .verdicts import judging
 from .verdicts import regress
 from .reading import verdict_text as vt
@@ -241,6 +243,38 @@ class Gate:
         return f"NOTHING COMPARED: {why}, so every case is new and no regression could be seen{fix}"
 
     # --- the end ------------------------------------------------------------------------------
+
+    def session(self, cfg: suite.SuiteConfig, keep: Keep = Keep(), *, rounds_given: bool = False,
+                progress: Callable[[list], Any] | None = None, summary: Callable[[formats.SuiteRun], None] | None = None,
+                where: str = ".", say: Callable[[str], None] | None = None) -> Finish:
+        """A whole session, as ``perfsuite run`` runs one: the system and its baselines read before
+        any world starts, the rounds the plan asks for, every world run (``progress(worlds)``: a
+        context giving the per-world callback), then ``finish``, with SIGINT and SIGTERM deferred
+        from the last world on so what finished is kept. ``summary`` sees the run before it is
+        judged; under --confirm the A/B runs this session's cases with its launch (``where``: the
+        user's repository, ``say``: its progress lines)."""
+        self.prepare(cfg.launch)
+        cfg = replace(cfg, rounds=self.rounds(cfg.rounds, rounds_given=rounds_given))
+        with interrupts.handled() as signals:
+            shown = progress(suite.plan(self.cases, cfg.options)) if progress is not None else nullcontext(None)
+            with shown as on_world:
+                run = suite.run(self.cases, cfg, on_world=on_world)
+            signals.defer()
+            if summary is not None:
+                summary(run)
+            return self.finish(run, keep, interrupted=signals.raised.name if signals.raised else None,
+                               confirm=self.confirmer(cfg, where=where, say=say))
+
+    def confirmer(self, cfg: suite.SuiteConfig, *, where: str = ".",
+                  say: Callable[[str], None] | None = None) -> Confirmer | None:
+        """Under --confirm, what decides the cases left to confirm: an A/B of this session's cases
+        with ``cfg``'s launch against the baseline's commit (``experiments.confirm``)."""
+        if not self.plan.confirm:
+            return None
+        from .experiments import confirm
+
+        return confirm.confirmer(self.cases, cfg, budget_s=self.plan.confirm_budget, alpha=self.plan.alpha,
+                                 where=where, progress=say)
 
     def finish(self, run: formats.SuiteRun, keep: Keep = Keep(), *, record_asv: bool = True,
                interrupted: str | None = None, confirm: Confirmer | None = None) -> Finish:

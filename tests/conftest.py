@@ -57,8 +57,29 @@ def no_copy_bandwidth(monkeypatch):
 #: round counts, so each world's 8 rounds can be recorded as a baseline (tests/test_report.py), and
 #: a round's value is the median of its 20 calls, which a neighbour's burst moves only by
 #: stalling most of them (the 1-rank world's calls are a copy in one process, about 1 us each).
-SLOWED_WORLD = ["--transports", "mpi", "--world-sizes", "1,2", "--sizes", "4", "--iters", "20", "--warmup", "5",
-                "--rounds", "8", "--max-contention", "off"]
+def small_world(*more: str, sizes: str | None = "4", world_sizes: str = "2", iters: int | None = 20,
+                warmup: int | None = 5, pytest: bool = False) -> list[str]:
+    """The suite's small MPI world, written once: mpi, 2 ranks, 4 B, 20 timed calls after 5
+    warm-up, as perfsuite's commands spell it (``pytest``: with pytest's --perf- prefix), then
+    ``more``. A None leaves that option to its default."""
+    given = [("transports", "mpi"), ("world-sizes", world_sizes), ("sizes", sizes), ("iters", iters),
+             ("warmup", warmup)]
+    prefix = "--perf-" if pytest else "--"
+    return [w for name, value in given if value is not None for w in (prefix + name, str(value))] + list(more)
+
+
+#: The user's benchmark file of the pytest face's tests, written once: allreduce's cases, each
+#: measured through pytest-benchmark's fixture.
+ALLREDUCE_BENCH = '''
+import pytest
+
+@pytest.mark.perf_benchmark("allreduce")
+def test_allreduce(benchmark, perf_case, perf_measure):
+    perf_measure(benchmark)
+'''
+
+
+SLOWED_WORLD = small_world("--rounds", "8", "--max-contention", "off", world_sizes="1,2")
 #: The test-only switches a run started by a test must not inherit from the test's own environment.
 SWITCHES = ("PERFSUITE_INJECT_SLOWDOWN", "PERFSUITE_TEST_FAULT")
 
@@ -224,3 +245,13 @@ def slurm_unavailable(*programs: str) -> str | None:
 
 # The container images' fixtures (podman_ready, images, no_leftover_containers), for every module.
 from stack import images, no_leftover_containers, podman_ready  # noqa: E402, F401
+
+
+@pytest.fixture(autouse=True)
+def world_marked(request, monkeypatch):
+    """A test not marked ``world`` may start no MPI world, here or in a command it runs
+    (``launch.world.UNMARKED``): CI runs the unmarked tests side by side, the marked ones alone."""
+    if request.node.get_closest_marker("world") is None:
+        from perfsuite.launch.world import UNMARKED
+
+        monkeypatch.setenv(UNMARKED, request.node.nodeid)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import ALLREDUCE_BENCH
 from perfsuite import bench
 from perfsuite.faces import cli
 from perfsuite.verdicts import history, rounds, stragglers
@@ -673,13 +674,7 @@ def test_published_graph_page_screenshot_is_a_real_image(served, tmp_path):
 @pytest.mark.world
 def test_pytest_perf_asv_records_the_session(pytester, tmp_path):
     conf, (commit,) = make_project(tmp_path, 1)
-    pytester.makepyfile(test_bench='''
-import pytest
-
-@pytest.mark.perf_benchmark("allreduce")
-def test_allreduce(benchmark, perf_case, perf_measure):
-    perf_measure(benchmark)
-''')
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     r = pytester.runpytest_subprocess(
         "--benchmark-only", "--perf-transports", "mpi", "--perf-sizes", "4,1MiB", "--perf-iters", "20",
         "--perf-warmup", "2", "--perf-max-contention", "off",  # recorded on a loaded runner too

@@ -30,9 +30,9 @@ tests/test_launchers.py::test_srun_world | *under Open MPI*
 """
 
 
-def junit(tmp_path: Path, *cases: str) -> Path:
+def junit(tmp_path: Path, *cases: str, name: str = "junit.xml") -> Path:
     """A pytest --junitxml report (xunit1: testcases keep their file) holding ``cases``."""
-    path = tmp_path / "junit.xml"
+    path = tmp_path / name
     path.write_text('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">'
                     + "".join(cases) + "</testsuite></testsuites>")
     return path
@@ -47,9 +47,9 @@ def passed(file: str, name: str) -> str:
     return f'<testcase classname="{file[:-3].replace("/", ".")}" name="{name}" file="{file}" time="0.1"/>'
 
 
-def run(tmp_path, capsys, section, report) -> tuple[int, list[str]]:
+def run(tmp_path, capsys, section, *reports) -> tuple[int, list[str]]:
     (tmp_path / "expected-skips").write_text(LIST)
-    rc = check_skips.main([section, str(report), "--list", str(tmp_path / "expected-skips")])
+    rc = check_skips.main([section, *map(str, reports), "--list", str(tmp_path / "expected-skips")])
     captured = capsys.readouterr()
     return rc, (captured.out + captured.err).splitlines()
 
@@ -143,3 +143,13 @@ def test_ci_run_times_out_both_pytest_runs_and_requires_the_native_loop():
     assert len(runs) == 2 and all('--timeout "$TEST_TIMEOUT"' in r for r in runs), runs
     assert re.search(r"^TEST_TIMEOUT=\d+$", ci, re.M)
     assert re.search(r"^export PERFSUITE_REQUIRE_NATIVE=1$", ci, re.M)
+
+
+def test_a_sections_runs_are_judged_together(tmp_path, capsys):
+    """.ci/run runs the unmarked tests and the world tests apart: a skip in either report is
+    judged, and an entry matched in one is not stale because the other lacks it."""
+    unmarked = junit(tmp_path, GPU, name="unmarked.xml")
+    worlds = junit(tmp_path, CHROMIUM, name="worlds.xml")
+    rc, lines = run(tmp_path, capsys, "main", unmarked, worlds)
+    assert rc == 1 and lines[0].startswith("check-skips main: 1 unexpected skip(s): tests/test_report.py::test_page_renders")
+    assert run(tmp_path, capsys, "main", unmarked, junit(tmp_path, passed("tests/test_x.py", "test_a"), name="w.xml"))[0] == 0

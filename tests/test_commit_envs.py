@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import small_world
+
 from perfsuite.experiments import ab
 from perfsuite.experiments import bisect as b
 from perfsuite.launch import envs
@@ -23,7 +25,7 @@ from perfsuite.records.model import Case, Metric, Sample, Tolerance, Verdict
 from userproj import GIT_ENV, commit, git  # noqa: F401 - one set of git helpers for the repositories tests make
 
 REPO = Path(__file__).resolve().parents[1]
-WORLD = ["--transports", "mpi", "--sizes", "4", "--world-sizes", "2", "--timeout", "120", "--max-pairs", "60"]
+WORLD = small_world("--timeout", "120", "--max-pairs", "60", iters=None, warmup=None)
 SLOW_WORKER = ('\nos.environ.setdefault("MPIR_CVAR_DEVICE_COLLECTIVES", "none")\n'
                'os.environ.setdefault("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", "ring")\n')
 

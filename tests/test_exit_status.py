@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SLOWED_WORLD, SWITCHES, default_sigint, perfsuite, rank_pids, said, signalled
+from conftest import SLOWED_WORLD, SWITCHES, default_sigint, perfsuite, rank_pids, said, signalled, small_world
 from perfsuite.faces import cli
 from perfsuite.faces.cli import common
 
 pytestmark = pytest.mark.world
 
 REPO = Path(__file__).resolve().parents[1]
-WORLD = ["--transports", "mpi", "--world-sizes", "2", "--sizes", "4", "--iters", "20", "--warmup", "5"]
+WORLD = small_world()
 #: The judged worlds of ``runs`` (conftest's ``slowed_runs``): 1 and 2 ranks, 8 rounds each.
 JUDGED = SLOWED_WORLD
 

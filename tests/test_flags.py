@@ -6,7 +6,6 @@ pytest's -k for ``history``; the docs write only the flags the commands have, ne
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import re
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import perfsuite
+from docflags import DOCS, SHELL, flags, subparsers, written_flags
 from perfsuite.faces import cli, options
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,17 +35,6 @@ RENAMED = [
 ]
 
 
-def subparsers() -> dict[str, argparse.ArgumentParser]:
-    parser = cli.build_parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return dict(sub.choices)
-
-
-def flags(p: argparse.ArgumentParser) -> tuple[set[str], set[str]]:
-    """(every flag the command's parser has, the old spellings among them)."""
-    every = {s for a in p._actions for s in a.option_strings}
-    old = {s for a in p._actions if isinstance(a, options.Renamed) for s in a.option_strings}
-    return every, old
 
 
 # --- old spellings -----------------------------------------------------------------------------
@@ -104,50 +93,6 @@ def test_a_command_of_one_value_says_so_in_one_line(argv, says, capsys):
 
 
 # --- the docs ----------------------------------------------------------------------------------
-
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SHELL = [*sorted((ROOT / "recipes").rglob("*.sh")), *sorted((ROOT / "recipes").rglob("*.yml")),
-         *sorted((ROOT / "scripts").glob("*.sh")), *sorted((ROOT / ".github" / "workflows").glob("*.yml")),
-         ROOT / ".ci" / "run"]
-COMMAND = re.compile(r"(?<![\w.-])perfsuite ([a-z][a-z-]*)(.*)")
-FLAG = re.compile(r"(?:^|(?<=\s))(--[a-z][a-z0-9-]*)")  # a word, not a value (--launcher-args=--mpi)
-
-
-def _command_flags(line: str, commands: set[str], bare: bool = False) -> list[tuple[str, str]]:
-    """(command, flag) for each ``perfsuite CMD ... --flag`` of one shell line or code span; with
-    ``bare``, a span written as ``CMD --flag`` (the docs' shorthand) too."""
-    m = COMMAND.search(line)
-    if m is None and bare:
-        m = re.match(r"\s*([a-z][a-z-]*)( .*)", line)
-    if m is None or m.group(1) not in commands:
-        return []
-    rest = re.split(r"\s#|\||;|&&|>|\)|`", m.group(2))[0]  # the command's own words
-    return [(m.group(1), f) for f in FLAG.findall(rest) if not f.startswith("--perf-")]
-
-
-def written_flags() -> list[tuple[str, str, str]]:
-    """(file, command, flag) for every perfsuite command line the docs, recipes and scripts hold:
-    Markdown's fenced blocks and code spans, and the shell files' lines (continuations joined)."""
-    commands = set(cli.COMMANDS)
-    found = []
-    for path in DOCS:
-        text = path.read_text()
-        blocks = re.findall(r"^```[^\n]*\n(.*?)^```", text, re.M | re.S)
-        for block in blocks:
-            for line in block.replace("\\\n", " ").splitlines():
-                found += [(path.name, *cf) for cf in _command_flags(line, commands)]
-        prose = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.M | re.S)
-        for span in re.findall(r"`([^`\n]+)`", prose):
-            found += [(path.name, *cf) for cf in _command_flags(span, commands, bare=True)]
-        for line in prose.replace("\\\n", " ").splitlines():  # indented code blocks
-            if re.match(r"(?: {4}|\t)\s*(?:\$ |sudo )?\S*perfsuite ", line):
-                found += [(path.name, *cf) for cf in _command_flags(line, commands)]
-    for path in SHELL:
-        for line in path.read_text().replace("\\\n", " ").splitlines():
-            if not line.lstrip().startswith("#"):
-                found += [(str(path.relative_to(ROOT)), *cf) for cf in _command_flags(line, commands)]
-    return found
-
 
 def test_the_docs_write_only_flags_the_commands_have_and_no_old_spelling():
     parsers = subparsers()

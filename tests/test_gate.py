@@ -26,24 +26,15 @@ import pytest
 import scipy.special  # noqa: F401
 import scipy.stats  # noqa: F401
 
-from conftest import SWITCHES, perfsuite
+from conftest import ALLREDUCE_BENCH, SWITCHES, perfsuite, small_world
 from perfsuite.store import baselines, formats
 from perfsuite.faces import cli
 from perfsuite import suite
 
 pytestmark = pytest.mark.world
 
-WORLD = ["--transports", "mpi", "--world-sizes", "2", "--sizes", "4,64", "--iters", "20", "--warmup", "5",
-         "--max-contention", "off"]
-PYTEST_WORLD = ["--perf-transports", "mpi", "--perf-world-sizes", "2", "--perf-sizes", "4,64",
-                "--perf-iters", "20", "--perf-warmup", "5", "--perf-max-contention", "off"]
-TEST_FILE = '''
-import pytest
-
-@pytest.mark.perf_benchmark("allreduce")
-def test_allreduce(benchmark, perf_case, perf_measure):
-    perf_measure(benchmark)
-'''
+WORLD = small_world("--max-contention", "off", sizes="4,64")
+PYTEST_WORLD = small_world("--perf-max-contention", "off", sizes="4,64", pytest=True)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +62,7 @@ def pytest_replay(pytester, monkeypatch, run: formats.SuiteRun, *args: str):
     """A pytest session over the same cases judging ``run``'s worlds in place of measuring."""
     by_label = {o.spec.label: o for o in run.outcomes}
     monkeypatch.setattr(suite, "run_one", lambda spec, cfg: by_label[spec.label])
-    pytester.makepyfile(test_bench=TEST_FILE)
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     return pytester.runpytest_inprocess("--benchmark-disable", "-p", "no:cacheprovider", *PYTEST_WORLD, *args)
 
 
@@ -193,7 +184,7 @@ def test_a_real_corrupt_world_fails_run_compare_and_pytest(tmp_path):
                   cwd=tmp_path, PERFSUITE_TEST_FAULT="corrupt@1")
     assert r.returncode == cli.EXIT_WORLD, r.stdout + r.stderr
     assert re.search(r"^INVALID: allreduce\[mpi-n2-4B\] returned wrong results on rank 1 ", r.stdout, re.M), r.stdout
-    (tmp_path / "test_bench.py").write_text(TEST_FILE)
+    (tmp_path / "test_bench.py").write_text(ALLREDUCE_BENCH)
     env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
     p = subprocess.run([sys.executable, "-m", "pytest", "test_bench.py", "--benchmark-disable", "-p",
                         "no:cacheprovider", *PYTEST_WORLD[:6], "--perf-baseline-dir", "nob"],

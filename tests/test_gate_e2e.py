@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import small_world
+
 from perfsuite.store import formats
 from perfsuite.verdicts import regress
 
@@ -34,7 +36,7 @@ pytestmark = pytest.mark.world
 REPO = Path(__file__).resolve().parents[1]
 RING = {"MPIR_CVAR_DEVICE_COLLECTIVES": "none", "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"}
 RING_ARGS = [arg for k, v in RING.items() for arg in ("--env", f"{k}={v}")]
-WORLD = ["--transports", "mpi", "--sizes", "4,64", "--world-sizes", "2", "--timeout", "120"]
+WORLD = small_world("--timeout", "120", sizes="4,64", iters=None, warmup=None)
 CASES = ("allreduce[mpi-n2-4B]", "allreduce[mpi-n2-64B]")
 
 

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import perfsuite, said
+from conftest import perfsuite, said, small_world
 from stack import BUILD_TIMEOUT_S  # the fixtures (images, podman_ready) come through conftest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: One world in a container takes 2-3 s here (podman's start and removal), a host world 1 s.
-WORLD = ["--transports", "mpi", "--world-sizes", "2", "--iters", "50", "--warmup", "5"]
+WORLD = small_world(sizes=None, iters=50)
 
 
 pytestmark = [pytest.mark.world, pytest.mark.timeout(BUILD_TIMEOUT_S + 300)]

@@ -18,13 +18,13 @@ import sys
 
 import pytest
 
-from conftest import SWITCHES, perfsuite, said
+from conftest import SWITCHES, perfsuite, said, small_world
 from perfsuite.store import formats
 from perfsuite import suite
 from perfsuite.faces.cli import main
 from perfsuite.records.model import Case, Metric, Result, Sample
 
-WORLD = ["--transports", "mpi", "--world-sizes", "2", "--sizes", "4", "--iters", "20", "--warmup", "5"]
+WORLD = small_world()
 CASE = "allreduce[mpi-n2-4B]"
 #: The line every command prints for rank 1's wrong sum (after "arm X: " where there are arms).
 WRONG = re.escape(CASE) + r" returned wrong results on rank 1 in {at} \(checked against the exact expected values\)"

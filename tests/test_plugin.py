@@ -7,20 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ALLREDUCE_BENCH
+
 pytestmark = pytest.mark.world
 
-BENCH = '''
-import pytest
-
-@pytest.mark.perf_benchmark("allreduce")
-def test_allreduce(benchmark, perf_case, perf_measure):
-    perf_measure(benchmark)
-'''
 QUICK = ["--perf-world-sizes", "2", "--perf-iters", "20", "--perf-warmup", "2", "-p", "no:cacheprovider"]
 
 
 def test_extra_info_and_real_per_iteration_rounds(pytester, no_leftover_ranks):
-    pytester.makepyfile(test_bench=BENCH)
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     out = pytester.path / "b.json"
     # One round each, whatever the load: this checks the stats plumbing, not the contention rule.
     r = pytester.runpytest_subprocess("--benchmark-only", "--perf-transports", "mpi,ring,grpc+mpi",
@@ -101,7 +96,7 @@ def test_part(benchmark, perf_record):
 
 
 def test_skipped_transports_show_their_reason(pytester):
-    pytester.makepyfile(test_bench=BENCH)
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     r = pytester.runpytest_subprocess("--perf-transports", "grpc+gdr", "--perf-sizes", "4", "-rs", *QUICK)
     r.assert_outcomes(skipped=1)
     r.stdout.fnmatch_lines(["*grpc+gdr: exists only in TensorFlow 1*"])
@@ -118,14 +113,14 @@ def test_skipped_transports_show_their_reason(pytester):
     (["--perf-launcher-args", "'--mpi=pmi2"], "*launcher args \"'--mpi=pmi2\" cannot be split like a shell*"),
 ])
 def test_bad_options_are_usage_errors(pytester, args, needle):
-    pytester.makepyfile(test_bench=BENCH)
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     r = pytester.runpytest_subprocess(*args)
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines([needle])
 
 
 def test_ini_twin(pytester):
-    pytester.makepyfile(test_bench=BENCH)
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     pytester.makeini("[pytest]\nperf_transports = ring\nperf_sizes = 8\nperf_world_sizes = 2\n")
     r = pytester.runpytest_subprocess("--collect-only", "-q")
     r.stdout.fnmatch_lines(["*test_allreduce?ring-n2-8B?*"])
@@ -134,7 +129,7 @@ def test_ini_twin(pytester):
 
 def test_rank_failure_fails_later_cases_and_keeps_earlier(pytester, monkeypatch, no_leftover_ranks):
     monkeypatch.setenv("PERFSUITE_TEST_FAULT", "raise@1@1024")
-    pytester.makepyfile(test_bench=BENCH)
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     r = pytester.runpytest_subprocess("--perf-transports", "mpi", "--perf-sizes", "4,1024,4096",
                                       "--benchmark-disable", *QUICK)
     r.assert_outcomes(passed=1, failed=2)
@@ -149,7 +144,7 @@ def test_rank_failure_fails_later_cases_and_keeps_earlier(pytester, monkeypatch,
 
 
 def test_k_selects_sizes_inside_one_world(pytester, no_leftover_ranks):
-    pytester.makepyfile(test_bench=BENCH)
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     r = pytester.runpytest_subprocess("--perf-transports", "mpi", "--perf-sizes", "4,16,64",
                                       "-k", "16B", "--benchmark-disable", *QUICK)
     r.assert_outcomes(passed=1)
@@ -159,7 +154,7 @@ def test_k_selects_sizes_inside_one_world(pytester, no_leftover_ranks):
 
 def test_xdist_is_refused_before_any_world_starts(pytester, no_leftover_ranks):
     pytest.importorskip("xdist", reason="pytest-xdist is not installed (pip install -e '.[test]')")
-    pytester.makepyfile(test_bench=BENCH)
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     # A benchmark run (--benchmark-only or any --perf-* option): one usage line, before
     # pytest-benchmark's own refusal of -n, which says nothing of why.
     for extra in (["--benchmark-only"], ["--perf-transports", "mpi", "--perf-sizes", "4,8"]):
@@ -176,7 +171,7 @@ def test_xdist_is_refused_before_any_world_starts(pytester, no_leftover_ranks):
 
 
 def test_a_report_location_that_cannot_be_written_fails_the_session(pytester, no_leftover_ranks):
-    pytester.makepyfile(test_bench=BENCH)
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     (pytester.path / "taken").write_text("a file, not a folder")
     r = pytester.runpytest_subprocess("--perf-transports", "mpi", "--perf-sizes", "4",
                                       "--perf-report", "taken", *QUICK)
@@ -214,7 +209,7 @@ def test_sigterm_kills_the_world_and_ends_the_session(pytester, no_leftover_rank
     # Only this test's ranks count (no_leftover_ranks put the token in the environment): another
     # run's world on a shared machine must not pass for ours.
     token = os.environ["PERFSUITE_TEST_TOKEN"]
-    pytester.makepyfile(test_bench=BENCH)
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "--perf-transports", "mpi",
                              "--perf-sizes", "4", "-p", "no:cacheprovider", *QUICK],
                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import small_world
+
 import perfsuite
 from perfsuite.faces.cli import main
 from perfsuite.records.errors import ConfigError
@@ -21,7 +23,7 @@ from perfsuite.records.model import Case, Metric, Sample
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = Case("allreduce", "mpi", 2, size_bytes=4)
-WORLD = ["--transports", "mpi", "--world-sizes", "2", "--sizes", "4", "--iters", "20", "--warmup", "2"]
+WORLD = small_world(warmup=2)
 
 
 def files(perfsuite_file: str, numpy_file: str = "/venv/numpy/__init__.py") -> dict:

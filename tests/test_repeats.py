@@ -14,13 +14,13 @@ import tomllib
 
 import pytest
 
-from conftest import perfsuite, said
+from conftest import perfsuite, said, small_world
 from perfsuite.experiments import study, study_plan as sp
 from perfsuite.experiments.ab import failure_lines
 from perfsuite.experiments.repeats import Repeats, collapse, signature
 from perfsuite.records.errors import RankFailure
 
-WORLD = ["--transports", "mpi", "--world-sizes", "2", "--sizes", "4", "--iters", "10", "--warmup", "2"]
+WORLD = small_world(iters=10, warmup=2)
 FAULT = "PERFSUITE_TEST_FAULT=raise@0"
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ALLREDUCE_BENCH
+
 from perfsuite.faces import cli
 from perfsuite.reading import plots, report
 from perfsuite.records.errors import FormatError
@@ -139,13 +141,7 @@ def test_page_renders_every_plot_and_red_regressions_first(run_json, tmp_path):
 
 @pytest.mark.world
 def test_pytest_perf_report_writes_the_same_report(pytester, no_leftover_ranks):
-    pytester.makepyfile(test_bench='''
-import pytest
-
-@pytest.mark.perf_benchmark("allreduce")
-def test_allreduce(benchmark, perf_case, perf_measure):
-    perf_measure(benchmark)
-''')
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     out = pytester.path / "rep"
     r = pytester.runpytest_subprocess("--benchmark-only", "--perf-transports", "mpi", "--perf-sizes", "4,64KiB",
                                       "--perf-iters", "20", "--perf-warmup", "2", "--perf-report", str(out),

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from rich.console import Console
 
-from conftest import perfsuite, said
+from conftest import ALLREDUCE_BENCH, perfsuite, said
 from perfsuite import bench, suite, transports
 from perfsuite.faces import cli, options
 from perfsuite.reading import report
@@ -146,18 +146,11 @@ def test_a_run_puts_results_on_stdout_and_progress_on_stderr(tmp_path, quiet, no
 
 # --- pytest: the same lines in perfsuite's summary section --------------------------------------
 
-BENCH = '''
-import pytest
-
-@pytest.mark.perf_benchmark("allreduce")
-def test_allreduce(benchmark, perf_case, perf_measure):
-    perf_measure(benchmark)
-'''
 
 
 @pytest.mark.parametrize("verbose", [False, True])
 def test_pytest_summary_groups_skips_by_reason_and_rs_stays_pytests(pytester, verbose):
-    pytester.makepyfile(test_bench=BENCH)
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     r = pytester.runpytest_subprocess("--benchmark-only", "--perf-transports", "grpc+verbs,grpc+gdr",
                                       "--perf-sizes", "4,1KiB", "-rs", "-p", "no:cacheprovider",
                                       *(["-v"] if verbose else []))
@@ -172,7 +165,7 @@ def test_pytest_summary_groups_skips_by_reason_and_rs_stays_pytests(pytester, ve
 
 
 def test_pytest_collects_no_tf1_design_by_default_and_says_no_skip_under_collect_only(pytester):
-    pytester.makepyfile(test_bench=BENCH)
+    pytester.makepyfile(test_bench=ALLREDUCE_BENCH)
     r = pytester.runpytest_subprocess("--collect-only", "-q", "--perf-sizes", "4", "-p", "no:cacheprovider")
     out = r.stdout.str()
     assert "test_allreduce[mpi-n2-4B]" in out and not any(t in out for t in TF1)

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from docflags import flags, subparsers, written_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
 FILES = ("ci.yml", "gpu.yml", "nightly.yml")
@@ -185,63 +187,29 @@ def test_workflows_use_only_options_that_exist():
     assert used and not used - known, f"workflows use options pytest does not know: {sorted(used - known)}"
 
 
-def perfsuite_options(text: str) -> dict[str, set[str]]:
-    """The perfsuite commands a shell text runs, each with the options it is given, those of the
-    bash arrays it is given included (comment lines left out, continued lines joined; a command
-    may follow srun or another prefix)."""
-    lines = text.replace("\\\n", " ").splitlines()
-    text = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
-    options = lambda s: set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", s))  # noqa: E731
-    arrays: dict[str, str] = {}  # name=(--opt ...) and name+=(...), given as "${name[@]}"
-    for name, items in re.findall(r"\b(\w+)\+?=\(([^)]*)\)", text):
-        arrays[name] = arrays.get(name, "") + " " + items
-
-    def given(words: str, seen: frozenset = frozenset()) -> set[str]:
-        out = options(words)
-        for name in set(re.findall(r"\$\{(\w+)\[@\]\}", words)) - seen:
-            out |= given(arrays.get(name, ""), seen | {name})
-        return out
-
+def given_options(paths: list[Path]) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
+    """(the options the files give each perfsuite command, those its parser does not have), read
+    by the one scanner of written command lines (tests/docflags.py)."""
+    names = {str(p.relative_to(ROOT)) for p in paths}
     used: dict[str, set[str]] = {}
-    for cmd, rest in re.findall(r'(?:^|[\s;(])perfsuite ([a-z][a-z-]*)( +[-"][^\n|;>]*)', text, re.M):
-        used.setdefault(cmd, set()).update(given(rest))
-    return used
-
-
-def run_steps(path: Path) -> str:
-    wf = yaml.safe_load(path.read_text())
-    return "\n".join(str(st.get("run", "")) for job in wf["jobs"].values() for st in job.get("steps", []))
-
-
-def unknown_perfsuite_options(texts: list[str]) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
-    """(what the texts give each perfsuite command, the options its --help does not list)."""
-    used: dict[str, set[str]] = {}
-    for text in texts:
-        for cmd, opts in perfsuite_options(text).items():
-            used.setdefault(cmd, set()).update(opts)
-    unknown = {}
-    for cmd, opts in used.items():
-        proc = subprocess.run([sys.executable, "-m", "perfsuite.faces.cli", cmd, "--help"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr[-500:]
-        missing = opts - set(re.findall(r"(--[a-z][a-z0-9-]*)", proc.stdout))
-        if missing:
-            unknown[cmd] = sorted(missing)
+    for where, cmd, flag in written_flags():
+        if where in names:
+            used.setdefault(cmd, set()).add(flag)
+    parsers = subparsers()
+    unknown = {cmd: sorted(opts - flags(parsers[cmd])[0]) for cmd, opts in used.items() if opts - flags(parsers[cmd])[0]}
     return used, unknown
 
 
 def test_workflows_use_only_perfsuite_options_that_exist():
     """The same for the perfsuite commands the workflows run (ab, run, history)."""
-    used, unknown = unknown_perfsuite_options([run_steps(WORKFLOWS / f) for f in FILES])
+    used, unknown = given_options([WORKFLOWS / f for f in FILES])
     assert {"ab", "run", "history"} <= set(used), used
     assert not unknown, f"workflows give perfsuite options it does not know: {unknown}"
 
 
 def test_the_recipes_use_only_perfsuite_options_that_exist():
     """The recipes' workflows and their step scripts (where the perfsuite commands are)."""
-    texts = [run_steps(f) for f in sorted(RECIPES.glob("*.yml"))]
-    texts.append("\n".join(f.read_text() for f in sorted(RECIPE_SCRIPTS.glob("*.sh"))))  # lib.sh is sourced
-    used, unknown = unknown_perfsuite_options(texts)
+    used, unknown = given_options([*sorted(RECIPES.glob("*.yml")), *sorted(RECIPE_SCRIPTS.glob("*.sh"))])
     assert set(used) == {"ab", "run"}, used
     assert {"--a-ref", "--a-image", "--a-python", "--container-runtime", "--strict", "--json"} <= used["ab"], used
     assert {"--compare", "--confirm", "--strict", "--baseline-update", "--baseline-add"} <= used["run"], used

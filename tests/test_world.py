@@ -420,7 +420,7 @@ def _c_loop(tmp_path):
     if not ((Path(sys.executable).parent / "mpicc").exists() or shutil.which("mpicc")) or not shutil.which("cc"):
         pytest.skip("no mpicc and cc to build the C loop with")
     binary = str(tmp_path / "collective_loop")
-    with importlib.resources.as_file(importlib.resources.files("perfsuite.kernels").joinpath(C_SOURCE)) as path:
+    with importlib.resources.as_file(importlib.resources.files("perfsuite.launch.native").joinpath(C_SOURCE)) as path:
         build_c_program(str(path), binary)
     return binary
 

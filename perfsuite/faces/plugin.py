@@ -435,12 +435,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if exitstatus == pytest.ExitCode.INTERRUPTED and state.interrupted is None:
         state.interrupted = "SIGINT"
     state.gate.extra = list(state.samples)
-    confirm = None
-    if state.gate.plan.confirm:  # --perf-confirm: the A/B runs the session's cases with its launch
-        from ..experiments.confirm import confirmer
-
-        confirm = confirmer(state.gate.cases, state.suite_config, budget_s=state.gate.plan.confirm_budget,
-                            alpha=state.gate.plan.alpha, where=str(session.config.rootpath))
+    # --perf-confirm: the A/B runs the session's cases with its launch
+    confirm = state.gate.confirmer(state.suite_config, where=str(session.config.rootpath))
     state.finished = state.gate.finish(
         state.run(), gate.Keep(json=Path(out) / "results.json" if out else None, report=out,
                                source="pytest session"), interrupted=state.interrupted, confirm=confirm)

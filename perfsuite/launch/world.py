@@ -378,6 +378,19 @@ def _start_failure(spec: WorldSpec, folder: Path, deadline: float, fatal: bool) 
                        case=spec.label, kind="start")  # the whole logs stay in .logs
 
 
+#: Test-only, as the fault switch is: the suite's own tests set it in every test not marked
+#: ``world`` (tests/conftest.py), so a test that starts an MPI world unmarked fails, naming itself,
+#: instead of running beside other tests where CI runs the unmarked ones side by side.
+UNMARKED = "PERFSUITE_TEST_UNMARKED"
+
+
+def _refuse_unmarked(what: str) -> None:
+    test = os.environ.get(UNMARKED)
+    if test:
+        raise LaunchError(f"{test} starts {what} but is not marked world (pytest.mark.world): mark it, "
+                          "so CI runs it alone")
+
+
 def run_world(spec: WorldSpec, cfg: LaunchConfig, timeout: float, workdir: str | None = None,
               keep: bool = False, start: float | None = None) -> Result:
     """Start the world for ``spec``, wait at most ``timeout`` seconds, return its Result.
@@ -386,6 +399,7 @@ def run_world(spec: WorldSpec, cfg: LaunchConfig, timeout: float, workdir: str |
     ranks did not all check in within the start deadline (``start``, else ``start_timeout``),
     LaunchError when the world cannot be started at all.
     """
+    _refuse_unmarked(f"the world {spec.label}")
     cfg = resolve(cfg)
     folder = Path(tempfile.mkdtemp(prefix="perfsuite-world-", dir=workdir))
     try:
@@ -489,6 +503,7 @@ def _run(spec: WorldSpec, cfg: LaunchConfig, timeout: float, folder: Path, start
 def run_program(command: list[str], world_size: int, cfg: LaunchConfig, timeout: float) -> str:
     """Run any MPI program (e.g. the C reference loop) as a world under the same bounds and kill
     rules as the suite's own worlds; return its stdout."""
+    _refuse_unmarked(f"the MPI program {command[0]}")
     cfg = resolve(cfg)
     folder = Path(tempfile.mkdtemp(prefix="perfsuite-prog-"))
     try:

@@ -1,18 +1,12 @@
-"""``perfsuite``: the command-line face. Thin: parse, call the suite or an experiment, print
-what ``report`` formats.
+"""``perfsuite``: the command-line face. Thin: parse, call the gate or one experiment, print what
+``reading`` formats.
 
 Each command is one module (``cli/run.py`` is ``perfsuite run``) and a pair in its
 ``COMMANDS``: ``add_<name>(parser)`` declares its arguments and ``do_<name>(args) -> exit
 status`` runs it, so tests call a command as a function (asv's ``commands/*.py`` habit).
 
-Exit statuses, the same for every command (``common.py`` names them; docs/running.md has the
-table): 0 nothing wrong (a transport that cannot run here is skipped, not wrong); 1 a
-regression (a verdict DIFFERENT, or a gate tripped); 2 bad input, refused before any world
-starts; 3 a verdict left UNKNOWN, or nothing compared, under ``--strict``; 4 a world failed or
-a case was invalid (wrong sum, crashed or hung rank, a launcher that could not start it, results
-that could not be kept): infrastructure, not performance; 128+N signal N stopped it (130 Ctrl-C, 143 SIGTERM;
-``run`` keeps what finished). Where one command finds several, 4 comes before 1 before 3
-(``common.exit_status``): a failed world leaves the comparison without part of its evidence.
+Exit statuses, the same for every command and the gate, are ``records/status.py``'s (its table
+is docs/running.md's); a command that finds several things wrong returns ``exit_status`` of them.
 """
 from __future__ import annotations
 

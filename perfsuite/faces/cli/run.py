@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from contextlib import nullcontext
 from dataclasses import replace
 
-from ... import bench, interrupts, suite, transports
+from ... import bench, suite, transports
 from .. import options
 from ... import gate
 from ...reading import report
@@ -66,33 +65,16 @@ def do_run(args: argparse.Namespace) -> int:
         check_store(asv_to)
     g = gate.Gate(options.gate_plan(values, compare=bool(args.compare), asv=asv_to), cases,
                   hint=lambda system, root: record_command(args, system, root))
-    g.prepare(cfg.launch)
-    cfg = replace(cfg, rounds=g.rounds(cfg.rounds, rounds_given=args.rounds is not None))
-    progress = nullcontext(None) if args.quiet else SweepProgress(suite.plan(cases, cfg.options),
-                                                                  verbose=args.verbose)
-    with interrupts.handled() as signals:
-        with progress as on_world:
-            run = suite.run(cases, cfg, on_world=on_world)
-        signals.defer()
-        say(report.run_summary(run))
-        done = g.finish(run, gate.Keep(json=args.json, report=args.report, source=args.json or "this run"),
-                        interrupted=signals.raised.name if signals.raised else None,
-                        confirm=confirmer(cases, cfg, g.plan))
-        for line, _ in done.lines:
-            say(line)
-        if done.undecided:
-            say(done.undecided)
+    done = g.session(cfg, gate.Keep(json=args.json, report=args.report, source=args.json or "this run"),
+                     rounds_given=args.rounds is not None,
+                     progress=None if args.quiet else lambda worlds: SweepProgress(worlds, verbose=args.verbose),
+                     summary=lambda run: say(report.run_summary(run)),
+                     say=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
+    for line, _ in done.lines:
+        say(line)
+    if done.undecided:
+        say(done.undecided)
     return done.status
-
-
-def confirmer(cases, cfg, plan):
-    """--confirm's A/B, run with this run's launch (``experiments.confirm``)."""
-    if not plan.confirm:
-        return None
-    from ...experiments import confirm
-
-    return confirm.confirmer(cases, cfg, budget_s=plan.confirm_budget, alpha=plan.alpha,
-                             progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
 
 
 COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster) and print tables")
