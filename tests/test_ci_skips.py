@@ -135,12 +135,18 @@ def test_the_list_ci_enforces_reads_and_has_a_section_for_each_checked_run():
     assert sum(len(e) for e in sections.values()) <= 25
 
 
-def test_ci_run_times_out_both_pytest_runs_and_requires_the_native_loop():
-    """What .ci/run promises beside the skip check: no test runs forever in either venv, and a
-    native loop that does not build is a failure there (tests/conftest.py reads the variable)."""
+def test_ci_run_times_out_every_pytest_run_and_requires_the_native_loop():
+    """What .ci/run promises beside the skip check: no test runs forever in either venv, the
+    README's `pytest tests` runs whole (the unmarked tests side by side, the world tests alone,
+    their skips judged together), and a native loop that does not build is a failure there
+    (tests/conftest.py reads the variable)."""
     ci = (ROOT / ".ci" / "run").read_text()
     runs = re.findall(r"-m pytest .*", ci.replace("\\\n", " "))  # continued lines joined
-    assert len(runs) == 2 and all('--timeout "$TEST_TIMEOUT"' in r for r in runs), runs
+    assert len(runs) == 3 and all('--timeout "$TEST_TIMEOUT"' in r for r in runs), runs
+    unmarked, worlds = runs[0], runs[1]
+    assert unmarked.startswith('-m pytest tests ') and '-m "not world" -n 2' in unmarked, unmarked
+    assert worlds.startswith("-m pytest tests ") and "-m world " in worlds and " -n " not in worlds, worlds
+    assert "check_skips.py main .ci/junit-unmarked.xml .ci/junit-worlds.xml" in ci
     assert re.search(r"^TEST_TIMEOUT=\d+$", ci, re.M)
     assert re.search(r"^export PERFSUITE_REQUIRE_NATIVE=1$", ci, re.M)
 

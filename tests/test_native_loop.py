@@ -101,6 +101,7 @@ def test_an_unwritable_cache_is_one_line_and_no_library():
     assert "not writable" in got.why and native.CACHE_ENV in got.why
 
 
+@pytest.mark.world
 @needs_build
 @pytest.mark.parametrize("damage", ["library", "stamp"])
 def test_a_damaged_cache_is_rebuilt_and_says_so(tmp_path, damage, no_leftover_ranks):
@@ -133,6 +134,7 @@ def test_host_timing_native_without_a_loop_is_refused_before_any_world(monkeypat
 
 # --- on the ranks ---------------------------------------------------------------------------
 
+@pytest.mark.world
 @needs_build
 @pytest.mark.parametrize("inplace", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32"])
@@ -148,6 +150,7 @@ def test_the_native_loop_times_exact_sums_in_every_dtype(dtype, inplace, no_left
     assert "# timing: native" in table(res)
 
 
+@pytest.mark.world
 def test_the_python_loop_when_asked_says_so(no_leftover_ranks):
     res = measure([4], host_timing="python", **BUILT.job_options())
     (s,) = res.samples
@@ -156,6 +159,7 @@ def test_the_python_loop_when_asked_says_so(no_leftover_ranks):
     assert "# timing: python" in table(res) and "not native: the mpi4py loop was asked" in table(res)
 
 
+@pytest.mark.world
 @needs_build
 def test_a_library_changed_after_its_build_is_not_loaded(tmp_path, no_leftover_ranks):
     lib = tmp_path / "lib.so"
@@ -186,6 +190,7 @@ def _fake_library(tmp_path, version: str, size: int) -> tuple[str, str]:
     return str(lib), hashlib.sha256(lib.read_bytes()).hexdigest()
 
 
+@pytest.mark.world
 def test_a_library_of_another_mpi_is_refused_before_any_call(tmp_path, no_leftover_ranks):
     path, sha = _fake_library(tmp_path, "Open MPI v0.0.1, package: another MPI", 4)
     res = measure([4], native_loop={"path": path, "sha256": sha})
@@ -196,6 +201,7 @@ def test_a_library_of_another_mpi_is_refused_before_any_call(tmp_path, no_leftov
     assert "set MPICC to this MPI's mpicc" in s.info["timing_why"]
 
 
+@pytest.mark.world
 def test_a_library_of_another_abi_of_this_mpi_is_refused(tmp_path, no_leftover_ranks):
     ours = measure([4]).fingerprint["mpi_library"]  # this MPI's own first line, from a rank
     path, sha = _fake_library(tmp_path, ours, 64)
@@ -205,6 +211,7 @@ def test_a_library_of_another_abi_of_this_mpi_is_refused(tmp_path, no_leftover_r
     assert s.info["timing_why"].startswith(f"native loop {path} uses [64, 64, 64]-byte MPI handles")
 
 
+@pytest.mark.world
 @needs_build
 def test_the_suite_prepares_the_native_loop_and_a_slowdown_acts_inside_it(monkeypatch, no_leftover_ranks):
     """suite.run_one builds (or finds) the library itself; an injected slowdown is spun by the C

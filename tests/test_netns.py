@@ -250,6 +250,7 @@ def test_real_session_builds_and_removes(no_namespaces_left):
         run_command(["ip", "netns", "list"]).stdout))
 
 
+@pytest.mark.world
 @needs_root
 @pytest.mark.skipif(shutil.which("mpiexec") is None and not os.path.exists(
     os.path.join(os.path.dirname(os.sys.executable), "mpiexec")), reason="no mpiexec")
@@ -281,6 +282,7 @@ def test_a_rank_on_an_emulated_node_gives_its_interface_address_not_the_shared_h
     assert tf_support.node_address() == "127.0.0.1"
 
 
+@pytest.mark.world
 @needs_root
 @pytest.mark.tf
 @pytest.mark.timeout(300)
@@ -301,6 +303,7 @@ def test_grpc_training_runs_across_emulated_nodes(no_namespaces_left, no_leftove
     assert outcome.result.extra["emulated_network"]["crossed"] is True
 
 
+@pytest.mark.world
 @needs_root
 def test_traffic_that_does_not_cross_fails_the_case(no_namespaces_left, no_leftover_ranks, monkeypatch):
     """Without MPICH's TCP settings the ranks silently use shared memory (the namespaces share
@@ -318,6 +321,7 @@ def test_traffic_that_does_not_cross_fails_the_case(no_namespaces_left, no_lefto
     assert "did not cross the emulated network" in sample.info["invalid_reason"]
 
 
+@pytest.mark.world
 @needs_root
 def test_a_hung_world_is_killed_and_namespaces_removed(no_namespaces_left, no_leftover_ranks, monkeypatch):
     from perfsuite import suite

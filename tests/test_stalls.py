@@ -209,6 +209,7 @@ def _epoch_ms(world_size: int, options: dict, network=None, model: str = "small-
     return [t * 1e3 for t in sample.times_s], sample.info
 
 
+@pytest.mark.world
 @needs_root_tf
 def test_network_stall_grows_when_bandwidth_is_cut(no_namespaces_left, no_leftover_ranks):
     """10 -> 1 Gbit/s raises the network stall by about gradient bytes x 2(n-1)/n / bandwidth."""
@@ -267,6 +268,7 @@ def heavy_jpegs(tmp_path_factory):
     return str(folder)
 
 
+@pytest.mark.world
 @needs_root_tf
 def test_prep_stall_grows_when_prep_threads_are_cut(heavy_jpegs, no_leftover_ranks):
     """Compute runs on one TensorFlow thread (SMALL's tf_threads), so a second prep thread has
@@ -287,6 +289,7 @@ def test_prep_stall_grows_when_prep_threads_are_cut(heavy_jpegs, no_leftover_ran
     assert one.raw_ms > 1.15 * max(two.raw_ms, 0.0) + 1, (one, two)
 
 
+@pytest.mark.world
 @needs_root_tf
 def test_fetch_stall_appears_on_a_cold_cache(big_jpegs, no_leftover_ranks):
     """Through the suite's own breakdown: the cold run reads every timed file from a disk

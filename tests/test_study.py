@@ -251,6 +251,7 @@ world_sizes = [2]
 """
 
 
+@pytest.mark.world
 def test_the_dry_run_counts_the_worlds_the_run_starts_and_names_each_reason_once(tmp_path, capsys, monkeypatch):
     """A plan whose GPU points cannot run here: the dry run's "N to run here" is the number of
     worlds the run then starts (both read study.worlds), and what skips is one line per reason."""
@@ -344,6 +345,7 @@ def test_the_report_has_a_section_per_vector_the_headline_and_a_picture_each(tmp
 
 # --- a real study ---------------------------------------------------------------------------------
 
+@pytest.mark.world
 @pytest.mark.tf
 @pytest.mark.timeout(900)
 def test_a_real_study_interrupted_keeps_its_worlds_and_resume_finishes_the_report(tmp_path):
