@@ -255,3 +255,8 @@ def world_marked(request, monkeypatch):
         from perfsuite.launch.world import UNMARKED
 
         monkeypatch.setenv(UNMARKED, request.node.nodeid)
+    # Under CI's pytest-xdist workers, the pytest sessions a test starts (pytester, a user's
+    # `pytest benchmarks`) are not xdist workers: pytest-benchmark and perfsuite would read
+    # these and think so.
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
