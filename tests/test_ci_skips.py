@@ -159,3 +159,18 @@ def test_a_sections_runs_are_judged_together(tmp_path, capsys):
     rc, lines = run(tmp_path, capsys, "main", unmarked, worlds)
     assert rc == 1 and lines[0].startswith("check-skips main: 1 unexpected skip(s): tests/test_report.py::test_page_renders")
     assert run(tmp_path, capsys, "main", unmarked, junit(tmp_path, passed("tests/test_x.py", "test_a"), name="w.xml"))[0] == 0
+
+
+def test_durations_sums_each_files_tests_over_a_sections_runs(tmp_path, capsys):
+    """.ci/durations.py, the per-file table docs/measurements.md keeps before and after a change to
+    CI's time: every report's tests summed per file, slowest first."""
+    spec = importlib.util.spec_from_file_location("durations", ROOT / ".ci" / "durations.py")
+    durations = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(durations)
+    old = junit(tmp_path, passed("tests/test_a.py", "t1"), passed("tests/test_b.py", "t2"), name="old.xml")
+    new = [junit(tmp_path, passed("tests/test_a.py", "t1"), name="u.xml"),
+           junit(tmp_path, passed("tests/test_b.py", "t2"), passed("tests/test_b.py", "t3"), name="w.xml")]
+    assert durations.main([*map(str, new), "--before", str(old)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "| tests/test_b.py | 1 | 0.1 | 2 | 0.2 |" and lines[3] == "| tests/test_a.py | 1 | 0.1 | 1 | 0.1 |"
+    assert lines[-1] == "| **all** | 2 | 0 | 3 | 0 |"
