@@ -170,6 +170,16 @@ def sources(folder: Path = ROOT / "perfsuite") -> list[Path]:
     return sorted(folder.rglob("*.py"))
 
 
+def imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module ``from ... import`` reads from, inside the package ``package``."""
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")
+        anchor = anchor[:len(anchor) - (node.level - 1)]
+        base = ".".join(anchor + ([node.module] if node.module else []))
+    return base
+
+
 def imports(path: Path, me: str | None = None, root: Path = ROOT) -> list[tuple[int, str]]:
     """(line, absolute module) for every perfsuite module ``path`` (module ``me``) imports, also
     inside functions (lazy imports are imports)."""
@@ -180,11 +190,7 @@ def imports(path: Path, me: str | None = None, root: Path = ROOT) -> list[tuple[
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[:len(anchor) - (node.level - 1)]
-                base = ".".join(anchor + ([node.module] if node.module else []))
+            base = imported_from(node, package)
             # `from . import x` imports the module x when there is one
             for a in node.names:
                 sub = f"{base}.{a.name}"

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from perfsuite.house import imported_from
+
 ROOT = Path.cwd()
 TEXT = {".py", ".md", ".toml", ".sh", ".yml", ".yaml", ".cfg", ".txt", ".json", ".c", ".cjs"}
 SKIP = {".git", ".venv", ".venv-ompi", "build", "node", "perfsuite.egg-info", "__pycache__", ".asv"}
@@ -75,11 +77,7 @@ def rewrite_imports(path: Path, old_me: str, new_me: str, moves: dict[str, str],
     edits = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = old_pkg.split(".")
-                anchor = anchor[:len(anchor) - (node.level - 1)]
-                base = ".".join(anchor + ([node.module] if node.module else []))
+            base = imported_from(node, old_pkg)
             if not (base == "perfsuite" or base.startswith("perfsuite.")):
                 continue
             # Each name: a module of its own (``from . import regress``) or a name in ``base``.
@@ -136,6 +134,8 @@ def rewrite_imports(path: Path, old_me: str, new_me: str, moves: dict[str, str],
 
 
 def main(argv: list[str]) -> None:
+    if not argv or any("=" not in a for a in argv):
+        raise SystemExit("usage: python scripts/house-move.py OLD=NEW [OLD=NEW ...] (dotted module names)")
     moves = dict(a.split("=", 1) for a in argv)
     old_modules = {module_of(p) for p in (ROOT / "perfsuite").rglob("*.py")}
     old_modules |= {module_of(p / "__init__.py") for p in (ROOT / "perfsuite").rglob("*") if p.is_dir()
