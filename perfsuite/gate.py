@@ -49,7 +49,7 @@ from .records.status import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_UNK
 
 @dataclass(frozen=True)
 class Plan:
-    """What a run asks of the gate, checked before any world starts (``plan``)."""
+    """What a run asks of the gate, checked before any world starts (``faces.options.gate_plan``)."""
 
     compare: bool = False  # judge the run against the stored baselines
     record: str | None = None  # "update" (replace the stored rounds) or "add" (one more session)
@@ -281,7 +281,8 @@ class Gate:
         """Judge the run, keep it (results file first, then the report, asv, the baselines),
         and give its lines and exit status. ``interrupted``: the signal that stopped it (the
         run is kept, neither judged nor recorded). ``confirm``: under --confirm, what decides
-        the cases left UNKNOWN (an A/B against the baseline's commit, which the face runs)."""
+        the cases left UNKNOWN (``confirmer``: an A/B against the baseline's commit with the face's
+        launch)."""
         lines: list[tuple[str, bool]] = []
         stop = interrupted or run.interrupted
         if self.plan.active and self.system is None:

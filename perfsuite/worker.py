@@ -159,6 +159,20 @@ def user_packages(job: dict) -> list[str]:
     return ["perfsuite_user_main" if module == "__main__" else module.partition(".")[0]]
 
 
+#: Kernel modules by the names a launcher of another version may write in its job (issue 53
+#: put the kernels in folders by kind). A launcher of this version names a built-in benchmark's
+#: kernel not at all (``bench.plan``), so a rank of any version runs its own registry's.
+MOVED_KERNELS = {
+    "perfsuite.kernels.allreduce": "perfsuite.kernels.collectives.allreduce",
+    "perfsuite.kernels.p2p": "perfsuite.kernels.collectives.p2p",
+    "perfsuite.kernels.injection": "perfsuite.kernels.collectives.injection",
+    "perfsuite.kernels.yardstick": "perfsuite.kernels.collectives.yardstick",
+    "perfsuite.kernels.tf_epoch": "perfsuite.kernels.training.tf_epoch",
+    "perfsuite.kernels.torch_epoch": "perfsuite.kernels.training.torch_epoch",
+    "perfsuite.kernels.user": "perfsuite.kernels.user.step",
+}
+
+
 def _kernel(job: dict):
     """The kernel module the job names, else the one its benchmark registered."""
     module = job.get("kernel")
@@ -166,7 +180,7 @@ def _kernel(job: dict):
         from .bench import get
 
         module = get(job["benchmark"]).kernel
-    return importlib.import_module(module)
+    return importlib.import_module(MOVED_KERNELS.get(module, module))
 
 
 if __name__ == "__main__":

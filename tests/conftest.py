@@ -247,16 +247,30 @@ def slurm_unavailable(*programs: str) -> str | None:
 from stack import images, no_leftover_containers, podman_ready  # noqa: E402, F401
 
 
-@pytest.fixture(autouse=True)
-def world_marked(request, monkeypatch):
-    """A test not marked ``world`` may start no MPI world, here or in a command it runs
-    (``launch.world.UNMARKED``): CI runs the unmarked tests side by side, the marked ones alone."""
-    if request.node.get_closest_marker("world") is None:
-        from perfsuite.launch.world import UNMARKED
+#: What CI's pytest-xdist workers set: the pytest sessions a test starts (pytester, a user's
+#: `pytest benchmarks`) are no xdist workers, and pytest-benchmark and perfsuite would read these.
+XDIST = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 
-        monkeypatch.setenv(UNMARKED, request.node.nodeid)
-    # Under CI's pytest-xdist workers, the pytest sessions a test starts (pytester, a user's
-    # `pytest benchmarks`) are not xdist workers: pytest-benchmark and perfsuite would read
-    # these and think so.
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test not marked ``world`` may start no MPI world, here or in a command it runs, nor in a
+    fixture it is the first to ask for (``launch.world.UNMARKED``, set before any fixture is
+    made): CI runs the unmarked tests side by side, the marked ones alone."""
+    from perfsuite.launch.world import UNMARKED
+
+    saved = {name: os.environ.get(name) for name in (UNMARKED, *XDIST)}
+    for name in XDIST:
+        os.environ.pop(name, None)
+    if item.get_closest_marker("world") is None:
+        os.environ[UNMARKED] = item.nodeid
+    else:
+        os.environ.pop(UNMARKED, None)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

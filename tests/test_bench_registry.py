@@ -4,6 +4,7 @@ through the CLI and through pytest without any perfsuite module being edited, an
 harness reports is the time the kernel slept."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -143,3 +144,21 @@ def test_a_benchmark_measured_by_its_own_experiment_is_not_selected_case_by_case
     assert "stalls" in bench.names(runnable=False) and "stalls" not in bench.names()
     with pytest.raises(ConfigError, match="'stalls' is not selected case by case.*perfsuite stalls"):
         suite.select_cases(bench.Selection("stalls", ("mpi",), (2,)))
+
+
+def test_a_builtin_world_names_no_kernel_and_a_rank_finds_a_moved_one():
+    """Arms of another perfsuite version run their own worker (``ab --a-ref``, images, venvs):
+    a built-in benchmark's job names no kernel, so such a rank runs its own registry's wherever
+    that version keeps it; a job from a launcher that still names a kernel by its name before
+    issue 53's move is run with the kernel where it is now."""
+    from perfsuite import worker
+    from perfsuite.kernels.collectives import allreduce as kernel
+    from perfsuite.records.model import Case
+    from perfsuite.store import formats
+
+    (spec,) = bench.plan([Case("allreduce", "mpi", 2, size_bytes=4)])
+    assert spec.kernel == "" and formats.job(spec, "f", "o", 0.0)["kernel"] == ""
+    assert worker._kernel({"benchmark": "allreduce", "kernel": ""}) is kernel
+    assert worker._kernel({"benchmark": "allreduce", "kernel": "perfsuite.kernels.allreduce"}) is kernel
+    for old, new in worker.MOVED_KERNELS.items():
+        assert importlib.util.find_spec(new) is not None, (old, new)

@@ -174,3 +174,24 @@ def test_durations_sums_each_files_tests_over_a_sections_runs(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == "| tests/test_b.py | 1 | 0.1 | 2 | 0.2 |" and lines[3] == "| tests/test_a.py | 1 | 0.1 | 1 | 0.1 |"
     assert lines[-1] == "| **all** | 2 | 0 | 3 | 0 |"
+
+
+def test_a_world_started_by_a_test_not_marked_world_is_refused_naming_the_test(monkeypatch):
+    """CI runs the tests not marked world side by side (.ci/run): one that starts a world there
+    fails at once, naming itself, before any process starts (tests/conftest.py sets the name)."""
+    import os
+
+    from perfsuite.launch.launchers import LaunchConfig
+    from perfsuite.launch.world import UNMARKED, run_program, run_world
+    from perfsuite.records.errors import LaunchError
+    from perfsuite.records.model import Case, WorldSpec
+
+    assert os.environ.get(UNMARKED, "").endswith("::test_a_world_started_by_a_test_not_marked_world_is_refused_naming_the_test")
+    spec = WorldSpec("allreduce", "mpi", 2, (Case("allreduce", "mpi", 2, size_bytes=4),))
+    with pytest.raises(LaunchError, match=r"test_ci_skips.py::test_a_world_started_.* starts the world .* not marked world"):
+        run_world(spec, LaunchConfig(program="/nonexistent/mpiexec"), timeout=5)
+    with pytest.raises(LaunchError, match=r"starts the MPI program /bin/true but is not marked world"):
+        run_program(["/bin/true"], 2, LaunchConfig(program="/nonexistent/mpiexec"), timeout=5)
+    monkeypatch.delenv(UNMARKED)  # a marked test: the launch goes on (and here finds no launcher)
+    with pytest.raises(LaunchError, match="not found|nonexistent"):
+        run_program(["/bin/true"], 2, LaunchConfig(program="/nonexistent/mpiexec"), timeout=5)

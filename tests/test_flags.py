@@ -35,8 +35,6 @@ RENAMED = [
 ]
 
 
-
-
 # --- old spellings -----------------------------------------------------------------------------
 
 def test_every_old_spelling_is_in_the_table():

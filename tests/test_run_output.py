@@ -147,7 +147,6 @@ def test_a_run_puts_results_on_stdout_and_progress_on_stderr(tmp_path, quiet, no
 # --- pytest: the same lines in perfsuite's summary section --------------------------------------
 
 
-
 @pytest.mark.parametrize("verbose", [False, True])
 def test_pytest_summary_groups_skips_by_reason_and_rs_stays_pytests(pytester, verbose):
     pytester.makepyfile(test_bench=ALLREDUCE_BENCH)

@@ -143,7 +143,6 @@ def test_a_rate_is_the_same_count_whatever_the_number_of_workers():
     assert 0 < alone.hits < 48  # a count that could differ
 
 
-
 #: Issue 52's machines (scripts/validity-pooled.py): the drift learned from every case a machine
 #: recorded, over 4 sittings an hour apart of 5 cases: a shift shared by every case of a session
 #: (the machine's state), and cases that drift unalike (each its own SD, x2 apart between cases
@@ -156,7 +155,6 @@ POOLED = [validity.Machine(0.02, 0.3, 0.02, shared_sd=0.10),
 def test_stored_verdicts_keep_alpha_with_the_machines_learned_drift(machine):
     r = validity.rate("stored", machine, 800, workers=WORKERS, n_cases=5, sessions=4)
     assert within_bound(r), (machine.label(), r.hits, r.runs, stats.rate_ci(r.hits, r.runs))
-
 
 
 #: A machine that keeps one of two states (x3 apart, its canary blind to them) for longer than a

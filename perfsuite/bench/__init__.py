@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -110,6 +111,9 @@ class NothingSelected(ConfigError):
     pytest session that runs several benchmarks on one --transports list skips instead."""
 
 
+_builtins: set[str] = set()  # the benchmarks BUILTIN's modules register
+
+
 def register(spec: BenchmarkSpec) -> BenchmarkSpec:
     """Add (or replace) a benchmark. Options and metric names are shared by name between
     benchmarks (one ``--models`` serves every training benchmark), so a name that means
@@ -118,6 +122,11 @@ def register(spec: BenchmarkSpec) -> BenchmarkSpec:
         if other.name != spec.name:
             _check_shared(other, spec)
     REGISTRY[spec.name] = spec
+    # Whether perfsuite's own modules (BUILTIN) declared it: its kernel is then every version's.
+    if sys._getframe(1).f_globals.get("__name__") in BUILTIN:
+        _builtins.add(spec.name)
+    else:
+        _builtins.discard(spec.name)
     return spec
 
 
@@ -384,7 +393,6 @@ def short_names() -> dict[str, str]:
     return {metric: word for s in all_specs() for metric, word in s.short_names.items()}
 
 
-
 def heading(result: Result, *facts: str, late: str = "") -> str:
     """'# allreduce  transport=mpi  world_size=2  <facts>  world start 0.18 s<late>': the first
     line of a world's table."""
@@ -448,7 +456,9 @@ def comparisons(samples: Sequence[Sample]) -> list[str]:
 
 def plan(cases: Iterable[Case], options: dict | None = None) -> list[WorldSpec]:
     """One world per (benchmark, transport, world size, ...): it runs that world's whole sweep,
-    with the kernel its benchmark registered."""
+    with the kernel its benchmark registered. A built-in benchmark's world names no kernel: the
+    ranks run their own registry's, so an arm of another perfsuite version (``ab --a-ref``, an
+    image, a venv) finds its kernel wherever that version keeps it."""
     worlds: dict[tuple, list[Case]] = {}
     for c in cases:
         worlds.setdefault(c.world_key, []).append(c)
@@ -457,5 +467,11 @@ def plan(cases: Iterable[Case], options: dict | None = None) -> list[WorldSpec]:
         spec = find(cs[0].benchmark)
         own = dict(spec.world_options) if spec else {}
         out.append(WorldSpec(cs[0].benchmark, cs[0].transport, cs[0].world_size, tuple(cs),
-                             {**(options or {}), **own}, kernel=spec.kernel if spec else ""))
+                             {**(options or {}), **own}, kernel=spec.kernel if spec and not _builtin(spec) else ""))
     return out
+
+
+def _builtin(spec: BenchmarkSpec) -> bool:
+    """A benchmark perfsuite registers itself (``BUILTIN``), whose kernel every version's
+    registry names."""
+    return spec.name in _builtins and REGISTRY.get(spec.name) is spec

@@ -174,8 +174,6 @@ def run(plan, plan_path: str | Path, base: suite.SuiteConfig, *, out: str | Path
     return Outcome(failed=failed, wrong=wrong, unwritten=unwritten, stopped=stopped)
 
 
-
-
 def _notes(plan, skipped: dict) -> list[str]:
     """The report's notes: how each figure was made, and what was skipped."""
     from .study_plan import IMAGE_VECTORS

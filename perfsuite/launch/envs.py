@@ -85,7 +85,6 @@ def default_env_dir(repo: str | os.PathLike) -> Path:
     return cache / "perfsuite" / "envs" / f"{top.name}-{hashlib.sha256(str(top).encode()).hexdigest()[:8]}"
 
 
-
 def installed_extras(dist: str = "perfsuite") -> tuple[str, ...]:
     """The extras of ``dist`` whose every requirement is installed here: what a commit's venv
     installs by default, so both arms hold what this environment holds."""

@@ -409,8 +409,6 @@ def failure_dict(o: WorldOutcome) -> dict[str, Any]:
     return d
 
 
-
-
 def _spec_of(entry: dict, cases: tuple[Case, ...] = ()) -> WorldSpec:
     """The world a failure or skip entry names (older v1 files give only its label)."""
     fields = {k: entry[k] for k in ("benchmark", "transport", "world_size") if k in entry}

@@ -11,9 +11,6 @@ from ..records.model import Case, round_values
 from . import decision, regress
 from .rounds import DEFAULT_CANARY_SHIFT, RoundsPolicy, precise_enough
 
-#: Rounds a baseline is recorded with when no rounds are asked for: enough that a later
-#: comparison can bound a change (one round against a few can only ever say UNKNOWN).
-BASELINE_ROUNDS = regress.BASELINE_ROUNDS
 #: The most rounds a comparison adds while a verdict is UNKNOWN (unless max rounds are set).
 COMPARE_MAX_ROUNDS = 12
 
@@ -31,7 +28,7 @@ def judging_rounds(policy: RoundsPolicy | None, *, update: bool, rounds_given: b
                    family: int | Callable[[], int] | None = None,
                    session_sd: float | None = None,
                    history: Callable | None = None) -> tuple[RoundsPolicy, int]:
-    """(rounds policy, looks) for both faces. Recording a baseline: BASELINE_ROUNDS unless rounds
+    """(rounds policy, looks) for both faces. Recording a baseline: ``regress.BASELINE_ROUNDS`` unless rounds
     were asked for. Judging against ``baselines``: rounds are added while a verdict is UNKNOWN,
     up to COMPARE_MAX_ROUNDS, and the world's verdicts are taken at the looks of
     ``decision.stored_looks`` only, each spending its share of the family's alpha (``family``
@@ -40,7 +37,7 @@ def judging_rounds(policy: RoundsPolicy | None, *, update: bool, rounds_given: b
     reads its baselines once it knows the system of the nodes that measure."""
     policy = policy or RoundsPolicy()
     if update and not rounds_given:
-        policy = replace(policy, rounds=BASELINE_ROUNDS)
+        policy = replace(policy, rounds=regress.BASELINE_ROUNDS)
     if baselines is None:
         return policy, 1
     cap = policy.max_rounds or max(policy.rounds, COMPARE_MAX_ROUNDS)

@@ -22,7 +22,6 @@ LAUNCH = ("transports", "world-sizes", "launcher", "launcher-program", "mpi-flav
           "max-contention", "max-canary-shift")
 
 
-
 def shared() -> tuple[str, ...]:
     """What both arms run with: the launch's options and every option a benchmark's cases read
     (its sizes, models, parallelism, precision...), so an arm runs any case ``perfsuite run`` can;

@@ -13,7 +13,6 @@ from ...records.errors import ConfigError
 from ...records.status import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_USAGE, EXIT_WORLD, exit_status  # noqa: F401
 
 
-
 def say(text: str = "") -> None:
     print(text, flush=True)
 

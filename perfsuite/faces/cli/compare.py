@@ -7,7 +7,6 @@ import argparse
 from ...store import formats
 from ... import gate
 from ...verdicts import regress
-
 from ...reading import verdict_text as vt
 from ...records.errors import ConfigError
 from .common import ALPHA_HELP, EXIT_OK, EXIT_WORLD, add_canary_shift, add_gating, canary_shift, exit_status, gate_settings, say

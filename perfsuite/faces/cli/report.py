@@ -8,7 +8,6 @@ from pathlib import Path
 
 from ...verdicts import regress, rounds
 from ...reading import report
-
 from ...reading import verdict_text as vt
 from ...records.errors import ConfigError
 from ...gate import verdict_status

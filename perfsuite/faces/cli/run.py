@@ -80,7 +80,6 @@ def do_run(args: argparse.Namespace) -> int:
 COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster) and print tables")
 
 
-
 # --- the command that records this run's baselines (the gate's hint) ---------------------
 
 #: What ``record_command`` leaves out of the run that found no baseline: how that run judged
