@@ -123,6 +123,20 @@ def test_folders_form_no_cycle():
         " <-> ".join(c) + " (" + ", ".join(found.why(c)) + ")" for c in found.cycles)
 
 
+def test_the_cycle_rule_sees_two_folders_that_import_each_other(tmp_path):
+    """The rule above must be able to fail: a rule of verdicts/ reading the registry while the
+    registry reads verdicts/ is one cycle, named with an import of each side."""
+    for rel, text in {"perfsuite/__init__.py": "", "perfsuite/verdicts/__init__.py": "",
+                      "perfsuite/bench/__init__.py": "from ..verdicts import rule\n",
+                      "perfsuite/verdicts/rule.py": "def f():\n    from .. import bench\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    found = census(tmp_path)
+    assert found.cycles == [["perfsuite.bench", "perfsuite.verdicts"]]
+    assert sorted(found.why(found.cycles[0])) == ["perfsuite.bench:1 -> perfsuite.verdicts.rule",
+                                                  "perfsuite.verdicts.rule:2 -> perfsuite.bench"]
+
+
 def test_the_checker_sees_an_upward_import(tmp_path):
     """The rules above must be able to fail: a kernel importing the suite is caught, however
     it spells the import."""
