@@ -47,14 +47,14 @@ def cli(python: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def user_repo(tmp_path_factory):
-    """(repo, the user's Python, the environments' folder, shas): base, three harmless commits,
-    the slowing one, one harmless more (oldest first)."""
+    """(repo, the user's Python, the environments' folder, shas): base, two harmless commits,
+    the slowing one, one harmless more (oldest first): four commits after the good end, so the
+    bisect judges the bad end and two midpoints (one good, one bad)."""
     root = tmp_path_factory.mktemp("user")
     repo = tinyproj_repo(root / "tinyproj")
     shas = {"base": git(repo, "rev-parse", "HEAD")}
     shas["h1"] = harmless(repo, 1)
     shas["h2"] = commit(repo, "tinyproj/bench.py", lambda t: t + "\n# a comment\n", "bench: a comment")
-    shas["h3"] = harmless(repo, 3)
     shas["slow"] = slow_down(repo)
     shas["h4"] = commit(repo, "tinyproj/__init__.py", lambda t: t + "# after the slow one\n", "a comment")
     python = user_env(root / "venv", repo)
@@ -71,7 +71,7 @@ def test_ab_by_commits_of_a_users_repo_flags_the_commit_that_slowed_its_code(use
     row = next(line for line in got.stdout.splitlines() if line.startswith(CASE))
     assert "DIFFERENT (regression)" in row, said(got)
     rep = json.loads((tmp_path / "ab.json").read_text())
-    assert rep["arms"]["a"]["ref"].startswith(f"HEAD~2 ({shas['h3'][:10]}")
+    assert rep["arms"]["a"]["ref"].startswith(f"HEAD~2 ({shas['h2'][:10]}")
     assert rep["arms"]["b"]["ref"].startswith(f"HEAD~1 ({shas['slow'][:10]}")
     # Each arm ran its commit's own tinyproj, and the running environment's perfsuite.
     mine = {side: rep["imports"][side]["tinyproj"]["file"] for side in ("a", "b")}
