@@ -1,7 +1,9 @@
 # Sourced by .ci/run (bash, set -euo pipefail): phases that print their time as they end, and
 # steps that run in the background beside them.
 #
-#   begin NAME; ...; end        prints "# phase NAME took N s"
+#   begin NAME; ...; end        prints "# phase NAME took N s; cores busy M s of CPU (K of C on average)":
+#                               the machine's busy time over the phase (/proc/stat, every process,
+#                               background steps too), so a phase bound by the cores shows as one
 #   bg NAME FUNCTION            runs FUNCTION in the background: errexit on, as in the foreground,
 #                               its output to its own log, in a process group of its own
 #   await NAME...               waits for each, prints its log (ending "# phase NAME took N s (in
@@ -11,9 +13,16 @@
 # On exit, steps not awaited (the script failed before it waited for them) are stopped, their
 # whole process group, so nothing of a failed CI run keeps installing behind it.
 
-phase_name="" phase_t0=$(date +%s)
-begin() { phase_name=$1 phase_t0=$(date +%s); }
-end() { echo "# phase $phase_name took $(( $(date +%s) - phase_t0 )) s"; }
+cpu_busy() {  # the machine's busy CPU time so far, in clock ticks: /proc/stat less idle and iowait
+    awk 'NR == 1 { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat 2>/dev/null || echo 0
+}
+phase_name="" phase_t0=$(date +%s) phase_cpu0=0
+begin() { phase_name=$1 phase_t0=$(date +%s) phase_cpu0=$(cpu_busy); }
+end() {
+    local s=$(( $(date +%s) - phase_t0 )) ticks=$(( $(cpu_busy) - phase_cpu0 ))
+    awk -v n="$phase_name" -v s="$s" -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v c="$(nproc)" 'BEGIN {
+        printf "# phase %s took %d s; cores busy %d s of CPU (%.2f of %d on average)\n", n, s, t / hz, s ? t / hz / s : 0, c }'
+}
 
 bg_logs=$(mktemp -d)
 declare -A bg_pid=()

@@ -40,9 +40,21 @@ echo "NOT REACHED"
     out = got.stdout
     assert "installing the thing" in out and "after the failure" not in out and "NOT REACHED" not in out
     assert "fine step ran" in out and "foreground ran" in out
-    assert re.search(r"^# phase foreground took \d+ s$", out, re.M), out
+    assert re.search(r"^# phase foreground took \d+ s; cores busy \d+ s of CPU \(\d+\.\d\d of \d+ on average\)$",
+                     out, re.M), out
     assert re.search(r"^# phase broken took \d+ s \(in the background\)$", out, re.M), out
     assert "broken failed (exit 1; its log is above)" in got.stderr
+
+
+def test_a_phase_says_how_busy_the_cores_were(tmp_path):
+    """A phase that spins a core for two to three seconds of the clock: the machine's cores were busy for
+    at least one of them, whatever else runs beside it (the count is the whole machine's)."""
+    got = script(tmp_path, """
+begin spin; until_s=$(( SECONDS + 3 )); while (( SECONDS < until_s )); do :; done; end
+""")
+    assert got.returncode == 0, got.stdout + got.stderr
+    busy = re.search(r"^# phase spin took (\d+) s; cores busy (\d+) s of CPU", got.stdout, re.M)
+    assert busy and int(busy[1]) >= 2 and int(busy[2]) >= 1, got.stdout
 
 
 def test_a_step_that_warns_today_still_only_warns(tmp_path):
