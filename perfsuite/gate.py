@@ -344,7 +344,8 @@ class Gate:
         # A benchmark of an installed package (its entry point) goes by its name in a new process;
         # one imported from its file (a bare module name) by that file.
         packaged = "." in str(user.get("module") or "")
-        name = ((case.benchmark if packaged else user.get("relfile")) if user
+        # relfile: its path in its repository; outside one, the file itself
+        name = ((case.benchmark if packaged else user.get("relfile") or user.get("file")) if user
                 else case.benchmark if case else case_name.split("[")[0])
         parts = ["perfsuite ab --benchmarks", shlex.quote(str(name))]
         if case is not None:
