@@ -36,6 +36,8 @@ ROOMS = (
          "`Tolerance`, `Verdict`, `Opt`) and checked values (sizes, dtypes, whole numbers)"),
     Room("perfsuite.records.userbench", 1, "records", "a user's own step declared with `perfsuite.benchmark`: its axes and "
          "where the ranks find it; imports nothing heavy, the ranks import it through the user's module"),
+    Room("perfsuite.records.memory", 1, "records", "peak memory per rank as a metric: its name, tolerance and declared "
+         "drift, and a world's summary of its ranks' figures (the largest rank, where, model state)"),
     Room("perfsuite.collectives", 1, "records", "one record per collective (as nccl-tests' one file each): counts, busbw "
          "factor, wire bytes, exact inputs and expected values; the ranks read them as well as the registry"),
     Room("perfsuite.records.stats", 1, "records", "pure statistics, read by the ranks, the registry and the rules alike: robust summaries, intervals, the rank tests "
@@ -113,7 +115,7 @@ TOP = max(r.floor for r in ROOMS)
 #: What kernels and transports may import: they run on the ranks, which never import statistics,
 #: storage or pytest, only the records they share with the registry.
 GROUND = ("perfsuite.records.errors", "perfsuite.records.model", "perfsuite.collectives", "perfsuite.records.stats",
-          "perfsuite.records.userbench")
+          "perfsuite.records.userbench", "perfsuite.records.memory")
 #: Nothing imports a face: a face is what people call.
 FACES = ("perfsuite.faces", "perfsuite.__main__")
 #: The one room that starts processes (worlds, git, compilers, commit venvs, containers, pools).

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from ..records import userbench
+from ..records import memory, userbench
 from .asv_view import AsvLayout, generic_layout
 from ..records.errors import ConfigError
 from ..records.model import Case, Opt, Result, Sample, Tolerance, WorldSpec, time_sliced
@@ -203,24 +203,28 @@ def register_declared(declared: userbench.UserBenchmark) -> BenchmarkSpec:
     _users[declared.name] = declared
     return register(BenchmarkSpec(
         declared.name, declared.summary, kernel="perfsuite.kernels.user.step", cases=cases, table=user_table,
-        transport_set=userbench.TRANSPORT_SET, judged=(userbench.METRIC,),
-        short_names={userbench.METRIC: "step"},
+        transport_set=userbench.TRANSPORT_SET, judged=(userbench.METRIC, memory.METRIC),
+        short_names={userbench.METRIC: "step", memory.METRIC: memory.SHORT_NAME},
+        tolerances={memory.METRIC: memory.TOLERANCE},
         world_options={"user_benchmark": {**declared.source(), "name": declared.name}}))
 
 
 def user_table(result: Result) -> str:
     """A user benchmark's world: each case's step time (median and p99 of the slowest rank per
-    step), how many steps, and each rank's own median (who is slow, at a glance)."""
+    step), how many steps, its peak memory (the largest rank's, and which), and each rank's own
+    median (who is slow, at a glance)."""
     facts = (result.extra or {}).get("transport_facts") or {}
     params = ["-".join(f"{k}={v}" for k, v in (s.info.get("params") or {}).items()) or "-" for s in result.samples]
     wide = max([24] + [len(p) for p in params])  # a long combination widens the column, never shifts a row
     lines = [heading(result, f"step {facts.get('user_benchmark', '')}", f"on {facts.get('device', 'cpu')}"),
-             f"#{'params':>{wide - 1}} {'step p50':>11} {'p99':>11} {'iters':>7}  per rank (median, us)"]
+             f"#{'params':>{wide - 1}} {'step p50':>11} {'p99':>11} {'iters':>7} {'peak MiB':>12}"
+             "  per rank (median, us)"]
     for s, combination in zip(result.samples, params):
         i, step = s.info, s.metrics.get(userbench.METRIC)
         ranks = " ".join(f"{v:.4g}" for v in i.get("rank_median_us") or [])
         lines.append(f"{combination:>{wide}} {step.value if step else float('nan'):>8.4g} us "
-                     f"{i.get('p99_us', float('nan')):>8.4g} us {int(i.get('iters') or 0):>7}  {ranks}")
+                     f"{i.get('p99_us', float('nan')):>8.4g} us {int(i.get('iters') or 0):>7} "
+                     f"{memory.column(i):>12}  {ranks}")
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ from .. import collectives
 from .asv_view import STRAGGLER, AsvLayout, AsvMetric, AxisAdded, MeasuredAxis
 from ..collectives import Collective
 from ..records.errors import ConfigError
+from ..records import memory
 from ..records.model import DTYPES, Case, Opt, Result, Sample, Tolerance, format_size, parse_names, parse_size, split_list, timing_of
 from . import BenchmarkSpec, Selection, heading, register
 
@@ -144,7 +145,11 @@ def table(result: Result) -> str:
     # Device transports add busbw as a fraction of the device's measured copy bandwidth.
     of_copy = any("busbw_of_copy" in s.info for s in result.samples)
     rooted = any("root" in s.info for s in result.samples)
-    columns = COLUMNS[:4] + (("root",) if rooted else ()) + COLUMNS[4:] + (("busbw/copy",) if of_copy else ())
+    # What each rank holds: the case's buffers as the record lays them out, and its measured peak.
+    held = any("buffer_bytes" in s.info for s in result.samples)
+    peak = any(memory.METRIC in s.info for s in result.samples)
+    columns = (COLUMNS[:4] + (("root",) if rooted else ()) + COLUMNS[4:] + (("busbw/copy",) if of_copy else ())
+               + (("buffers(B)",) if held else ()) + (("peak(MiB)",) if peak else ()))
     lines = [head, "#" + "".join(f"{c:>13}" for c in columns)[1:]]
     for s in result.samples:
         i = s.info
@@ -153,8 +158,15 @@ def table(result: Result) -> str:
             + (f"{i.get('root', 0):>12} " if rooted else "")
             + f"{i['latency_us']:>12.2f} {i['p99_us']:>12.2f} {i['algbw_GBps']:>12.3f} "
             f"{i['busbw_GBps']:>12.3f} {'OK' if s.valid else 'WRONG':>12}"
-            + (f" {i.get('busbw_of_copy', float('nan')):>12.3f}" if of_copy else ""))
+            + (f" {i.get('busbw_of_copy', float('nan')):>12.3f}" if of_copy else "")
+            + (f" {i.get('buffer_bytes', '-'):>12}" if held else "")
+            + (f" {i.get(memory.METRIC, float('nan')):>12.1f}" if peak else ""))
     lines.append(statistic_line(result.benchmark))
+    if held or peak:
+        where = next((s.info.get("buffer_where") for s in result.samples if s.info.get("buffer_where")), "host")
+        lines.append(f"# buffers: bytes each rank allocated for the case ({where} memory: send and receive "
+                     "buffers, or one in place, times the copies a batch rotates through); peak: the largest "
+                     "rank's resident memory over the timed calls, host side")
     first = result.samples[0].info if result.samples else {}
     line = timing_line(first, {timing_of(s.info) for s in result.samples})
     note = (extra.get("transport_facts") or {}).get("native_note")
@@ -285,8 +297,11 @@ OP_AXIS = MeasuredAxis(_op_of, lambda case: (collectives.op_root(case.variant)[0
 # compares them with version 2's. Version 4 adds the straggler axis (a world with a late rank
 # draws its own line); version 3's points read as "none" on it. Version 5 adds the op axis
 # (allreduce with max is another line than with sum); version 4's points read as "sum".
+# Peak memory per rank (the largest rank's, MiB) is a series of its own beside time, recorded
+# not judged: a collective's buffers are its record's, so its memory moves with the library.
 METRICS = (AsvMetric("track_latency", "latency_us", "seconds", scale=1e-6),
-           AsvMetric("track_inv_busbw", "busbw_GBps", "s/GB (1/busbw)", inverse=True))
+           AsvMetric("track_inv_busbw", "busbw_GBps", "s/GB (1/busbw)", inverse=True),
+           AsvMetric("track_peak_mem", memory.METRIC, memory.UNIT))
 ASV = AsvLayout(
     "allreduce", "allreduce", "Allreduce",
     ("transport", "world_size", "size", "dtype", "timing", "straggler", "op"),

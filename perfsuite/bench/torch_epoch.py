@@ -15,7 +15,7 @@ from ..records.model import Case, Opt, Result, Sample, parse_names, whole_number
 from ..transports.torch.train import FSDP_PREFETCH
 from . import BenchmarkSpec, Selection, register
 from .training import (DEFAULT_BATCHES, DEFAULT_MODELS, JUDGED, OPTIONS as TRAINING_OPTIONS, SHORT_NAMES,
-                       axis_lines, check_model_inputs, loss_line, ratio_lines, ratio_pairs, training_cases,
+                       axis_lines, check_model_inputs, loss_line, ratio_lines, ratio_pairs, sharding_lines, training_cases,
                        training_table, wire_bytes)
 
 #: What a GPU user asks first: NCCL's img/s over gloo's.
@@ -72,7 +72,8 @@ def table(result: Result) -> str:
 def comparisons(samples: Sequence[Sample]) -> list[str]:
     """NCCL's rate over gloo's, and each case's rate with its interval and over its DDP or
     float32 twin, paired by round."""
-    return ratio_lines(samples, "torch-epoch", RATIOS) + axis_lines(samples, "torch-epoch")
+    return (ratio_lines(samples, "torch-epoch", RATIOS) + axis_lines(samples, "torch-epoch")
+            + sharding_lines(samples, "torch-epoch"))
 
 
 def parse_parallel(text: str | Sequence[str]) -> tuple[str, ...]:
@@ -116,7 +117,7 @@ OPTIONS = TRAINING_OPTIONS + (
 
 SPEC = register(BenchmarkSpec(
     "torch-epoch", "short PyTorch training epochs, DDP or FSDP, float32 or bf16: images/s or tokens/s, "
-    "step times, scaling efficiency, exposed collectives, MFU",
+    "step times, scaling efficiency, exposed collectives, MFU, peak memory and model state per rank",
     kernel="perfsuite.kernels.training.torch_epoch", cases=cases, options=OPTIONS, table=table,
     wire_bytes=wire_bytes, comparisons=comparisons, judged=JUDGED,
     short_names=SHORT_NAMES))

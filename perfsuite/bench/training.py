@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from ..records import stats
+from ..records import memory, stats
 from ..records.errors import ConfigError
 from ..kernels.models.catalogue import MODELS, check_batch, check_image_size, check_seq_len, model_spec
 from ..kernels.training.loop import AMP, PARALLEL, parallel_amp, rate_of, training_variant
@@ -21,10 +21,10 @@ from .allreduce import allreduce_wire_bytes
 
 DEFAULT_MODELS = "small-cnn"  # the CPU CI model; mobilenet, resnet50, gpt-tiny, gpt2-small on request
 DEFAULT_BATCHES = None  # each model's own (catalogue.ModelSpec.batch: 32 images, 8 sequences)
-#: A step's time and its rate are one number: a case is judged once, on images/s (tokens/s for a
-#: language model).
-JUDGED = ("img_per_s", "tokens_per_s")
-SHORT_NAMES = {"img_per_s": "img/s", "tokens_per_s": "tokens/s", "step_ms": "step"}
+#: A step's time and its rate are one number: a case is judged once on it, on images/s (tokens/s
+#: for a language model), and once on its peak memory per rank.
+JUDGED = ("img_per_s", "tokens_per_s", memory.METRIC)
+SHORT_NAMES = {"img_per_s": "img/s", "tokens_per_s": "tokens/s", "step_ms": "step", memory.METRIC: memory.SHORT_NAME}
 
 Pairs = Sequence[tuple[str, str]]
 
@@ -80,7 +80,7 @@ def wire_bytes(sample: Sample) -> int:
 
 
 COLUMNS = ("model", "batch", "global", "rate", "rate/wkr", "p50(ms)", "p99(ms)",
-           "plain rate", "scaling", "allreduce", "weights")
+           "plain rate", "scaling", "allreduce", "weights", "peak MiB")
 
 
 def training_table(result: Result, framework_label: str, version_key: str, import_key: str) -> str:
@@ -107,8 +107,33 @@ def training_table(result: Result, framework_label: str, version_key: str, impor
                      f"{i['step_ms_p50']:>11.2f} {i['step_ms_p99']:>11.2f} "
                      f"{num(i.get(f'plain_{key}'), '.1f'):>11} "
                      f"{num(i.get('scaling_efficiency'), '.3f'):>11} "
-                     f"{_share(share, i):>11} {weights:>11}  {unit}")
+                     f"{_share(share, i):>11} {weights:>11} {memory.column(i):>11}  {unit}")
+    for smp in result.samples:
+        said = memory_line(smp)
+        if said:
+            lines.append(said)
     return "\n".join(lines)
+
+
+def memory_line(smp: Sample) -> str | None:
+    """'# gpt-tiny-fsdp batch 8: peak 341.2 MiB resident (rank 1 of 2 ...); model state per rank
+    0.41 0.41 MiB (parameters + gradients + optimizer state, rank 0: ...)': the world's memory
+    beside its rate, where its ranks read it."""
+    i = smp.info
+    if i.get(memory.METRIC) is None:
+        return None
+    what = "-".join([i["model"], *([smp.case.variant] if smp.case.variant else [])]) + f" batch {i['batch']}"
+    where = ("allocated on the GPU" if i.get("peak_mem_where") == "device" else
+             "resident over the timed steps" if i.get("peak_mem_span") == "timed" else "resident, the process's peak")
+    ranks = " ".join(f"{v:.1f}" for v in i.get("rank_peak_mem_MiB") or [])
+    text = f"# {what}: peak memory {i[memory.METRIC]:.1f} MiB {where} (largest rank {memory.peak_rank(i)}; per rank {ranks})"
+    state = i.get("model_state_MiB")
+    if state:
+        first = (i.get(memory.KEY) or [{}])[0].get("model_state_B") or {}
+        parts = ", ".join(f"{k} {v / memory.MIB:.2f}" for k, v in first.items() if v is not None)
+        text += (f"; model state per rank {' '.join(f'{v:.2f}' for v in state)} MiB "
+                 f"(parameters + gradients + optimizer state; rank 0: {parts})")
+    return text
 
 
 def loss_line(info: dict, what: str, held: str = "replicas identical") -> str | None:
@@ -173,6 +198,40 @@ def axis_lines(samples: Sequence[Sample], benchmark: str) -> list[str]:
             base = img.get((t, model, other, batch, n))
             if other != variant and base is not None:  # named with the axis both share: 'fsdp/ddp in bf16'
                 out.extend(paired_line(s, base, num, den, f"{t}, {model}, {held}, batch {batch}, {n} workers"))
+    return out
+
+
+def sharding_lines(samples: Sequence[Sample], benchmark: str) -> list[str]:
+    """Per FSDP case with a DDP twin: its model state per rank against what sharding predicts
+    (DDP's replicated state over the ranks), and its peak memory over DDP's, paired by round
+    (``paired_line``'s way): the memory FSDP buys with its time."""
+    img = _by_case(samples, benchmark)
+    out = []
+    for (t, model, variant, batch, n), s in img.items():
+        parallel, amp = parallel_amp(variant)
+        base = img.get((t, model, training_variant(PARALLEL[0], amp), batch, n))
+        if parallel == PARALLEL[0] or base is None:
+            continue
+        what = f"{t}, {model}, {amp}, batch {batch}, {n} workers"
+        shard = [sum(v or 0 for v in (f.get("model_state_B") or {}).values()) for f in s.info.get(memory.KEY) or []]
+        full = [(f.get("model_state_B") or {}) for f in base.info.get(memory.KEY) or []]
+        if shard and full:
+            predicted = memory.state_prediction(full[0], n)
+            out.append(f"# model state per rank({parallel}) = {max(shard) / memory.MIB:.3f} MiB (largest rank; "
+                       f"{sum(shard) / memory.MIB:.3f} over {n} ranks) vs {PARALLEL[0]}'s "
+                       f"{predicted * n / memory.MIB:.3f} MiB / {n} = {predicted / memory.MIB:.3f} MiB predicted: "
+                       f"x{max(shard) / predicted:.3f}  ({what})")
+        a, b = round_values(s, memory.METRIC) if memory.METRIC in s.metrics else [], \
+            round_values(base, memory.METRIC) if memory.METRIC in base.metrics else []
+        if a and b:
+            aligned = len(a) == len(b) and len(a) > 1 and not (s.info.get("rounds_dropped") or base.info.get("rounds_dropped"))
+            if aligned:
+                ratio, lo, hi = stats.paired_ratio_ci(a, b)
+                rest = f"{ratio:.2f} [{lo:.2f}, {hi:.2f}] 95% over {len(a)} interleaved rounds"
+            else:
+                rest = f"{stats.median(a) / stats.median(b):.2f} ({len(a)} vs {len(b)} rounds)"
+            out.append(f"# peak memory({parallel})/peak memory({PARALLEL[0]}) = {rest}  ({what}: "
+                       f"{stats.median(a):.1f} vs {stats.median(b):.1f} MiB, largest rank)")
     return out
 
 

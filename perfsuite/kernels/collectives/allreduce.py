@@ -29,6 +29,7 @@ import numpy as np
 
 from ... import collectives
 from ...collectives import as_type
+from ...records import memory
 from ...records.model import Case, Metric, Sample, time_sliced_label
 from ...transports import load as load_transport
 from ...transports.base import Call
@@ -37,6 +38,7 @@ from .. import ranks
 from .buffers import Buffers, bind_case, copies_of, transport_set
 from ..context import RankContext
 from ..contention import Probe, world_view
+from ..memory import Watch
 from ..faults import slowdown_fraction, spin
 from ..training.loop import quiet_barrier
 
@@ -428,6 +430,7 @@ def run(ctx: RankContext) -> dict:
         turns = (injected_turns(transport, send, recv, spinner, barrier, case, world_max(comm))
                  if spinner else -1)
         probe = Probe(scope=transport.contention_scope)
+        watch = Watch().start()  # the host's resident peak: a device transport's buffers are counted below
         if canary_blocks:
             times, canary = timed_blocks(transport, send, recv, iters, barrier, fault, case,
                                          spinner, turns, canary_blocks, probe, batch)
@@ -435,6 +438,7 @@ def run(ctx: RankContext) -> dict:
             times, canary = timed_loop(transport, send, recv, iters, barrier, fault, case,
                                        spinner, turns, batch), None
         machine = probe.stop()
+        figures = watch.stop()
         if canary is not None:
             machine["canary_us"] = canary
         checks = {}
@@ -451,7 +455,7 @@ def run(ctx: RankContext) -> dict:
             checks = {k: v for k, v in checks.items() if v is not None}
         # Each rank's own checks go to rank 0 with its times, so the sample names the ranks
         # whose result was wrong, not only that one was.
-        gathered = comm.gather((times, machine, checks), root=0)
+        gathered = comm.gather((times, machine, checks, figures), root=0)
         reordered = None
         if second.wanted(gathered, batch):
             reordered = comm.gather(second.time(send, recv, iters, case), root=0)
@@ -473,6 +477,7 @@ def run(ctx: RankContext) -> dict:
                     timing["valid_timed"] = None  # in place, only the fresh call is checked
             if sliced:
                 timing["time_sliced"] = sliced
+            timing.update(buffer_bytes=bufs.nbytes, buffer_where="host" if transport.host_buffers else "device")
             if len(bufs.views) > 1:  # nccl-tests' rotation through copies of the buffers
                 timing["buffer_copies"] = len(bufs.views)
             if reordered is not None:
@@ -482,6 +487,9 @@ def run(ctx: RankContext) -> dict:
                                machine={**world_view([g[1] for g in gathered]), **timing}, nodes=nodes,
                                reordered=None if reordered is None else np.stack(reordered, axis=1),
                                call=call)
+            mem_metrics, mem_info = memory.summarize([g[3] for g in gathered])
+            sample.metrics.update(mem_metrics)
+            sample.info.update(mem_info)
             ctx.emit(sample.to_dict())
         transport.rotate([], 0)
         del send, recv, bufs

@@ -49,6 +49,12 @@ class Buffers:
                 self.views.append((send, recv))
             self.send, self.recv = self.views[0]
         self.stride_bytes = stride * DTYPES[case.dtype]
+        # The bytes this rank allocated for the case, as laid out above.
+        if copies == 1:
+            count = stride if call.inplace else self.send_count + self.recv_count
+        else:
+            count = copies * stride * (1 if call.inplace else 2)
+        self.nbytes = count * DTYPES[case.dtype]
 
     def inputs(self, stable: bool = False) -> None:
         """Fill send with this rank's values (in place and ``stable``: ones whose result every

@@ -21,12 +21,14 @@ from typing import Any
 
 import numpy as np
 
+from ...records import memory
 from ...records.errors import ConfigError
 from ...records.model import Case, Metric, Sample
 from ..context import RankContext, whole_option
 from .. import ranks
 from ..contention import Probe
 from ..faults import Spin
+from ..memory import Watch
 
 #: Parallelism and precision, a training case's axes (its variant: '' for ddp in float32, else
 #: 'fsdp', 'bf16', 'fsdp-bf16'), so names of cases from before the axes existed are unchanged.
@@ -139,12 +141,14 @@ def plain_epoch(train_step: Callable[[], Any], steps: int,
 
 def summarize(case: Case, times: np.ndarray, allreduce: np.ndarray | None,
               baseline: Sequence[float] | None, info: dict[str, Any], valid: bool = True,
-              nodes: Sequence[str] | None = None, compute: np.ndarray | None = None) -> Sample:
+              nodes: Sequence[str] | None = None, compute: np.ndarray | None = None,
+              memory_figures: Sequence[dict | None] | None = None) -> Sample:
     """``times`` and ``allreduce`` are steps x ranks, seconds; ``baseline`` the plain loop's step
     times of one worker; ``nodes`` each rank's node, for the straggler rule on each rank's
     compute (its step apart from the exchange, where the transport shows the exchange, or
-    ``compute``, steps x ranks seconds, where a profile measured it). Pure, so it is unit-tested
-    without TensorFlow or MPI."""
+    ``compute``, steps x ranks seconds, where a profile measured it); ``memory_figures`` each
+    rank's memory over the timed epoch (``kernels.memory``). Pure, so it is unit-tested without
+    TensorFlow or MPI."""
     n = times.shape[1]
     batch = int(case.batch or 0)
     key, unit = rate_of(info)
@@ -188,6 +192,9 @@ def summarize(case: Case, times: np.ndarray, allreduce: np.ndarray | None,
         if n > 1 and compute is not None and len(compute):
             info.update(nodes=list(nodes or [f"rank{r}" for r in range(n)]),
                         **ranks.kept(np.maximum(compute, 1e-9), "compute"))
+    mem_metrics, mem_info = memory.summarize(memory_figures or [])
+    metrics.update(mem_metrics)
+    info.update(mem_info)
     return Sample(case, metrics, bool(valid), tuple(float(v) for v in world_time), info)
 
 
@@ -228,12 +235,14 @@ def root_baseline(ctx: RankContext, measure: Callable[[], list[float]]) -> list[
 
 
 def warm_and_time(comm, step: Callable[[], float | None], feed: Any, opts: dict, fault: Callable, case: Case,
-                  spinner: Spin | None, before_timed: Callable[[], None] = lambda: None
-                  ) -> tuple[np.ndarray, np.ndarray, dict, float]:
+                  spinner: Spin | None, before_timed: Callable[[], None] = lambda: None,
+                  watch: Watch | None = None) -> tuple[np.ndarray, np.ndarray, dict, float]:
     """A case's warm-up steps, then its timed epoch on every rank, started together after a
     barrier (and, on real data, with the timed files opened only now): (step seconds, allreduce
     seconds or NaN, this rank's contention over the epoch, warm-up seconds). ``before_timed``
-    runs between the two, outside both clocks."""
+    runs between the two, outside both clocks; ``watch`` reads the rank's peak memory over the
+    timed epoch (its ``figures`` after), from after the warm-up: a steady step's memory, with its
+    optimizer state made by the first steps."""
     t0 = time.perf_counter()
     for _ in range(opts["warmup"]):
         step()
@@ -242,6 +251,11 @@ def warm_and_time(comm, step: Callable[[], float | None], feed: Any, opts: dict,
     if feed is not None:
         feed.start_timed()
     comm.Barrier()
+    if watch is not None:
+        watch.start()
     probe = Probe(scope="process")
     times, allreduce = timed_epoch(step, opts["steps"], fault, case, slow=spinner)
-    return times, allreduce, probe.stop(), warmup_s
+    machine = probe.stop()
+    if watch is not None:
+        watch.stop()
+    return times, allreduce, machine, warmup_s

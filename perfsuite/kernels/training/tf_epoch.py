@@ -32,6 +32,7 @@ from ...transports.tf.train import plain_train_step
 from ..context import RankContext
 from ..contention import world_view
 from ..faults import slowdown_fraction, spin
+from ..memory import Watch, tf_state_bytes
 from .tf_input import configure_threads, input_feed
 from .input_files import input_options
 from .loop import SEED, epoch_options, invalid_why, loss_checks, plain_epoch, root_baseline, summarize, warm_and_time, weights_agree, world_checks
@@ -83,7 +84,10 @@ def run(ctx: RankContext) -> dict:
         transport.sync_initial(model)
         raw_step = transport.make_step(model, optimizer, loss_fn, x, y)
         step = feed.wrap(raw_step) if feed is not None else raw_step
-        times, allreduce, machine, warmup_s = warm_and_time(comm, step, feed, opts, ctx.fault, case, spinner)
+        watch = Watch("cuda:0" if tf.config.list_logical_devices("GPU") else "cpu", "tensorflow")
+        times, allreduce, machine, warmup_s = warm_and_time(comm, step, feed, opts, ctx.fault, case, spinner,
+                                                            watch=watch)
+        figures = {**watch.figures, "model_state_B": tf_state_bytes(model, optimizer)}
         # Every step's loss, warm-up included, as torch-epoch's; kept as tensors by the step (reading
         # one there would make a GPU step wait for it) and read here, after the clock.
         checks = loss_checks([float(v) for v in raw_step.losses])
@@ -95,7 +99,7 @@ def run(ctx: RankContext) -> dict:
         if opts["baseline"] and case.name not in baselines:
             baseline = root_baseline(
                 ctx, lambda: _plain_baseline(tf, work, opts, learning_rate, x, y, done=transport.finish(tf)))
-        gathered = comm.gather((times, allreduce, machine, checks), root=0)
+        gathered = comm.gather((times, allreduce, machine, checks, figures), root=0)
         if ctx.is_root:
             checked = world_checks([g[3] for g in gathered])
             why = invalid_why(checked, identical, work.spec.is_lm)
@@ -106,7 +110,7 @@ def run(ctx: RankContext) -> dict:
                     **(feed.describe() if feed is not None else {"data": "synthetic"})}
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1),
                                np.stack([g[1] for g in gathered], axis=1), baseline, info,
-                               valid=not why, nodes=nodes)
+                               valid=not why, nodes=nodes, memory_figures=[g[4] for g in gathered])
             ctx.emit(sample.to_dict())
         del model, optimizer, step, raw_step
     comm.Barrier()

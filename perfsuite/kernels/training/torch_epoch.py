@@ -36,6 +36,7 @@ from ..context import RankContext, whole_option
 from ..contention import world_view
 from .exposure import profile
 from ..faults import slowdown_fraction, spin
+from ..memory import Watch, torch_state_bytes
 from .peaks import mfu, peak_flops
 from ..plain.torch_ddp import ddp_epoch
 from ..models.catalogue import check_batch
@@ -122,14 +123,16 @@ def run(ctx: RankContext) -> dict:
         before = functools.partial(_plain_loop, plain_s, *plain, halves[0]) if halves else (lambda: None)
         if getattr(ctx.fault, "corrupts", lambda c: False)(case):
             _poison(torch, model)
+        watch = Watch("cpu" if device.type == "cpu" else str(device), "torch")
         times, allreduce, machine, warmup_s = warm_and_time(comm, step, feed, opts, ctx.fault, case, spinner,
-                                                            before_timed=before)
+                                                            before_timed=before, watch=watch)
+        figures = {**watch.figures, "model_state_B": torch_state_bytes(wrapped, optimizer)}
         checks = loss_checks(raw_step.losses)
         identical, max_diff = _replicas_agree(comm, model, parallel, ctx.world_size)
         if halves:
             _plain_loop(plain_s, *plain, halves[1])
         exposed, compute = _profile(torch, raw_step, profile_steps, device)
-        gathered = comm.gather((times, allreduce, machine, exposed, compute, checks), root=0)
+        gathered = comm.gather((times, allreduce, machine, exposed, compute, checks, figures), root=0)
         if ctx.is_root:
             checked = world_checks([g[5] for g in gathered])
             why = invalid_why(checked, identical, work.spec.is_lm, sharded=parallel == "fsdp")
@@ -147,7 +150,8 @@ def run(ctx: RankContext) -> dict:
                         else None)
             sample = summarize(case, np.stack([g[0] for g in gathered], axis=1),
                                np.stack([g[1] for g in gathered], axis=1), baselines.get(case.name), info,
-                               valid=not why, nodes=nodes, compute=per_rank)
+                               valid=not why, nodes=nodes, compute=per_rank,
+                               memory_figures=[g[6] for g in gathered])
             _add_mfu(sample, amp, ctx.world_size)
             if halves and sum(plain_s) > 0:
                 key, _ = rate_of(sample.info)

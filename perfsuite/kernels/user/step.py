@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from ...records import userbench
+from ...records import memory, userbench
 from ...records.errors import ConfigError
 from ...records.model import Case, Metric, Sample
 from .. import contention, faults, ranks
+from ..memory import Watch
 from ..collectives.allreduce import canary_us
 from ..context import whole_option
 
@@ -110,6 +111,7 @@ def run(ctx) -> dict:
         if iters is None:
             iters = max(declared.min_iters, min(MAX_ITERS, math.ceil(budget_s / max(estimate, 1e-9))))
         probe = contention.Probe(scope="process")
+        watch = Watch(world.device, _framework()).start()
         canaries, parts = [], []
         for n in (iters // 2, iters - iters // 2):
             probe.pause()
@@ -118,10 +120,11 @@ def run(ctx) -> dict:
             parts.append(_timed(ctx, case, step, clock, n, spinner))
         probe.pause()
         canaries.append(canary_us())
+        figures = watch.stop()
         mine = {**probe.stop(), "canary_us": float(np.median(canaries))}
         times = np.concatenate(parts)
         wrong = _checked(check, ctx, case, declared.qualname)
-        gathered = ctx.comm.gather((times, mine, world.node, wrong), root=0)
+        gathered = ctx.comm.gather((times, mine, world.node, wrong, figures), root=0)
         reordered = _second_order(ctx, declared, world, values, clock, gathered, iters)
         if ctx.is_root:
             matrix = np.stack([g[0] for g in gathered], axis=1)  # iterations x ranks
@@ -129,7 +132,8 @@ def run(ctx) -> dict:
             invalid = {r: g[3] for r, g in enumerate(gathered) if g[3]}
             sample = summarize(case, values, matrix, warmup, machine, [g[2] for g in gathered],
                                clock="host" if world.device == "cpu" else "cuda-events", invalid=invalid,
-                               reordered=None if reordered is None else np.stack(reordered, axis=1))
+                               reordered=None if reordered is None else np.stack(reordered, axis=1),
+                               memory_figures=[g[4] for g in gathered])
             ctx.emit(sample.to_dict())
     if world.dist is not None:
         world.dist.destroy_process_group()
@@ -171,6 +175,11 @@ def _cuda_device(ctx) -> str:
             reason = f"the step runs on a GPU (device='cuda') and neither torch nor CuPy can use one ({exc})"
     agree(ctx.comm, reason)  # raises on every rank where one has a reason
     return "cuda:0"
+
+
+def _framework() -> str:
+    """Whose allocator holds a GPU step's memory: torch's where the step loaded torch, else CuPy's."""
+    return "torch" if "torch" in sys.modules else "cupy" if "cupy" in sys.modules else ""
 
 
 def _torch_device(device: str):
@@ -309,9 +318,10 @@ def _timed(ctx, case: Case, step, clock, iters: int, spinner) -> np.ndarray:
 
 def summarize(case: Case, values: dict, times: np.ndarray, warmup: int, machine: dict,
               nodes: list[str], clock: str = "host", invalid: dict[int, str] | None = None,
-              reordered: np.ndarray | None = None) -> Sample:
+              reordered: np.ndarray | None = None, memory_figures: list[dict] | None = None) -> Sample:
     """``times``: iterations x ranks, seconds; ``invalid``: rank -> why its result was wrong;
-    ``reordered``: calls x ranks timed over the second order. Pure, so it is unit-tested
+    ``reordered``: calls x ranks timed over the second order; ``memory_figures``: each rank's
+    memory over the timed steps (``kernels.memory.Watch``). Pure, so it is unit-tested
     without MPI."""
     n = times.shape[1]
     world_time = times.max(axis=1)  # per iteration, the slowest rank
@@ -329,4 +339,7 @@ def summarize(case: Case, values: dict, times: np.ndarray, warmup: int, machine:
     if invalid:
         info.update(invalid_ranks=sorted(invalid), invalid_reason=next(iter(invalid.values())))
     metric = Metric(userbench.METRIC, p50 * 1e6, "us", False, tuple(float(t) * 1e6 for t in world_time))
-    return Sample(case, {userbench.METRIC: metric}, not invalid, tuple(float(t) for t in world_time), info)
+    mem_metrics, mem_info = memory.summarize(memory_figures or [])
+    info.update(mem_info)
+    return Sample(case, {userbench.METRIC: metric, **mem_metrics}, not invalid,
+                  tuple(float(t) for t in world_time), info)
