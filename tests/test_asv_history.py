@@ -576,6 +576,13 @@ def test_run_asv_on_two_commits_publishes_both_points(measured_site):
     points = {rev: values[j] for rev, values in json.loads(graph.read_text())}
     assert set(points) == {revs[commits[0]], revs[commits[1]]}
     assert all(v is not None and v > 0 for v in points.values())
+    # peak memory per rank is a graph of its own, in MiB, with both commits' points
+    memory = index["benchmarks"]["allreduce.Allreduce.track_peak_mem"]
+    assert memory["unit"] == "MiB"
+    (mem_graph,) = [p for p in html.glob("graphs/**/allreduce.Allreduce.track_peak_mem.json")
+                    if "summary" not in p.parts]
+    mem_points = {rev: values[j] for rev, values in json.loads(mem_graph.read_text())}
+    assert set(mem_points) == set(points) and all(v is not None and v > 10 for v in mem_points.values())
 
 
 def _chromium() -> str:
@@ -640,6 +647,8 @@ def test_published_page_renders_list_and_graph_in_chromium(served):
 #: The graph page as docs/quickstart.md shows it: one line (mpi, 2 ranks, 1 MiB) of the two commits.
 GRAPH = ("index.html#allreduce.Allreduce.track_inv_busbw?p-transport='mpi'&p-world_size=2"
          "&p-size='1MiB'&p-dtype='float32'&p-straggler='none'")
+#: Peak memory per rank, drawn beside time (issue: memory is a result too).
+MEMORY_GRAPH = GRAPH.replace("track_inv_busbw", "track_peak_mem")
 
 
 def colours(image) -> int:
@@ -649,13 +658,16 @@ def colours(image) -> int:
 
 
 @pytest.mark.world
-def test_published_graph_page_screenshot_is_a_real_image(served, tmp_path):
+@pytest.mark.parametrize("graph,name", [(GRAPH, "asv-page.png"), (MEMORY_GRAPH, "asv-memory-page.png")],
+                         ids=["busbw", "peak-memory"])
+def test_published_graph_page_screenshot_is_a_real_image(served, tmp_path, graph, name):
     """What a person sees: the graph page drawn to a PNG by headless Chromium, not a blank or
-    one-colour frame; PERFSUITE_SCREENSHOT_DIR=docs/img keeps it as docs/img/asv-page.png."""
+    one-colour frame; PERFSUITE_SCREENSHOT_DIR=docs/img keeps it as docs/img/asv-page.png (and
+    the peak-memory graph as docs/img/asv-memory-page.png)."""
     from PIL import Image  # matplotlib's own dependency
 
-    png = tmp_path / "asv-page.png"
-    headless(f"{served}/{GRAPH}", "--hide-scrollbars", "--window-size=1000,560", f"--screenshot={png}")
+    png = tmp_path / name
+    headless(f"{served}/{graph}", "--hide-scrollbars", "--window-size=1000,560", f"--screenshot={png}")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with Image.open(png) as image:
         assert image.size == (1000, 560)

@@ -163,7 +163,7 @@ def test_cases_come_from_the_declaration_and_the_users_world_sizes_replace_them(
     userbench.benchmark(step_at_module_level, name="ub-cases", world_sizes=[2, 4],
                         transports=["mpi", "torch-gloo"], params={"n": [1, 2]})
     spec = bench.get("ub-cases")
-    assert spec.kernel == "perfsuite.kernels.user.step" and spec.judged == (userbench.METRIC,)
+    assert spec.kernel == "perfsuite.kernels.user.step" and spec.judged == (userbench.METRIC, "peak_mem_MiB")
     sel = bench.Selection("ub-cases", transports=("mpi",), world_sizes=(2,))
     assert [c.id for c in spec.cases(sel)] == ["mpi-n2-n=1", "mpi-n2-n=2", "mpi-n4-n=1", "mpi-n4-n=2"]
     given = bench.Selection("ub-cases", transports=("mpi", "torch-gloo"), world_sizes=(3,), world_sizes_given=True)

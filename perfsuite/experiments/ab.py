@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ..verdicts import decision, regress, rounds
-from ..records import stats
+from ..records import memory, stats
 from ..store import fingerprint
 from .. import suite
 from ..records.errors import ConfigError, PerfsuiteError
@@ -152,8 +152,10 @@ class ABConfig:
 
     @property
     def looks(self) -> tuple[int, ...]:
-        """Pair counts at which the cases are judged (``decision.paired_looks``)."""
-        return decision.paired_looks(self.max_pairs, self.alpha, len(self.cases_a))
+        """Pair counts at which the cases are judged (``decision.paired_looks``): a case whose
+        benchmark judges its peak memory too asks two questions."""
+        per_case = 2 if any(memory.is_memory(m) for m in self.judged or ()) else 1
+        return decision.paired_looks(self.max_pairs, self.alpha, per_case * len(self.cases_a))
 
     @property
     def share(self) -> float:
@@ -367,9 +369,19 @@ def failure_lines(failures: list[str], stopped: str | None, when: str) -> list[s
     return lines + ([f"# FAILED, stopped {when}: {stopped}"] if stopped else [])
 
 
-def _values(logs: dict[str, PairLog]) -> dict:
-    return {name: {log.metric: {"a": log.a, "b": log.b, "contended": log.contended, "invalid": log.invalid}}
-            for name, log in logs.items()}
+def _log_key(name: str, metric: str) -> str | tuple[str, str]:
+    """A case's log of its first judged metric is keyed by its name, each further one (peak
+    memory) by (name, metric)."""
+    return (name, metric) if memory.is_memory(metric) else name
+
+
+def _values(logs: dict) -> dict:
+    out: dict = {}
+    for key, log in logs.items():
+        name = key[0] if isinstance(key, tuple) else key
+        out.setdefault(name, {})[log.metric] = {"a": log.a, "b": log.b, "contended": log.contended,
+                                                "invalid": log.invalid}
+    return out
 
 
 def _invalid(cfg: ABConfig, got: dict, pair: int) -> list[dict]:
@@ -401,16 +413,17 @@ def _add_pair(cfg: ABConfig, names, got, logs: dict[str, PairLog]) -> None:
             _check_comparable(cfg, name, ca, cb, sa, sb)
         judged = [m for m in regress.judged_metrics(sa, cfg.judged) if m in sb.metrics
                   and sa.metrics[m].value > 0 and sb.metrics[m].value > 0]  # a ratio needs two positive values
-        if not judged:
-            continue
-        metric = judged[0]
-        ma, mb = sa.metrics[metric], sb.metrics[metric]
-        mirror = MIRRORS.get(metric)
-        log = logs.setdefault(name, PairLog(metric, ma.unit, ma.higher_is_better,
-                                            mirror if mirror in sa.metrics else None))
-        # A contended world measured the machine, not its arm: the pair is no evidence.
-        log.add(ma.value, mb.value, (rounds.canary_of(sa), rounds.canary_of(sb)), invalid=wrong,
-                contended=rounds.is_contended(sa, cfg.max_contention) or rounds.is_contended(sb, cfg.max_contention))
+        # The case's time (or rate), and its peak memory where measured: one question each.
+        for metric in judged[:1] + [m for m in judged[1:] if memory.is_memory(m)]:
+            ma, mb = sa.metrics[metric], sb.metrics[metric]
+            mirror = MIRRORS.get(metric)
+            log = logs.setdefault(_log_key(name, metric), PairLog(metric, ma.unit, ma.higher_is_better,
+                                                                  mirror if mirror in sa.metrics else None))
+            # A contended world measured the machine, not its arm: the pair is no evidence of
+            # its time. Memory is no machine state's: a contended pair still weighs it.
+            busy = (not memory.is_memory(metric)
+                    and (rounds.is_contended(sa, cfg.max_contention) or rounds.is_contended(sb, cfg.max_contention)))
+            log.add(ma.value, mb.value, (rounds.canary_of(sa), rounds.canary_of(sb)), invalid=wrong, contended=busy)
     for cb in cfg.new:
         sb = got["b"].get(cb)
         judged = [m for m in regress.judged_metrics(sb, cfg.judged) if sb.metrics[m].value > 0] if sb else []
@@ -474,16 +487,20 @@ def judge_logs(logs: dict[str, PairLog], *, tolerance: Tolerance, alpha: float, 
     """Every case's verdict from its pairs so far: one family (Holm over the cases), each look
     spending ``share`` of alpha. ``detection-power`` judges its windows through this too."""
     questions = []
-    for name, log in logs.items():
+    for key, log in logs.items():
         if log.new:  # nothing at A to compare with
             continue
-        strata, facts = mode_strata(log, canary_shift, alpha)
+        name = key[0] if isinstance(key, tuple) else key
+        steady = memory.is_memory(log.metric)  # no machine mode moves memory: one stratum, its own tolerance
+        strata, facts = mode_strata(log, None if steady else canary_shift, alpha)
+        if steady:
+            strata, facts = [log.ratios], {}
         if log.mirror:
             facts["mirror"] = log.mirror
         a, b = log.medians()  # of the pairs B/A comes from, not of the dropped ones
         questions.append(regress.paired_question(
             name, log.metric, strata, unit=log.unit, higher_is_better=log.higher_is_better,
-            tolerance=tolerance, share=share, dropped=log.dropped, a=a, b=b, facts=facts))
+            tolerance=memory.TOLERANCE if steady else tolerance, share=share, dropped=log.dropped, a=a, b=b, facts=facts))
     return decision.judge(questions, alpha)
 
 
@@ -524,8 +541,10 @@ def format_report(rep: ABReport) -> str:
         lines.append(f"# {arm.name}: {arm.describe()}{where}")
     if c.identical:
         lines.append("# the arms are identical: this is an A/A calibration run (expect SAME or UNKNOWN)")
+    own = ("" if not any(memory.is_memory(v.metric) for v in rep.verdicts)
+           else f" ({vt.short(memory.METRIC)}: its own, {vt.tolerance(memory.TOLERANCE)})")
     lines.append(f"# {rep.pairs} pairs, each in random order, {rep.wall_s:.0f} s; tolerance "
-                 f"{vt.tolerance(c.tolerance)}; looks at {', '.join(map(str, c.looks))} pairs")
+                 f"{vt.tolerance(c.tolerance)}{own}; looks at {', '.join(map(str, c.looks))} pairs")
     wide = max([36] + [len(v.case) + 2 for v in rep.verdicts]  # a long case name keeps its gap
                + [len(x.name) + 2 for x in c.new + c.missing])
     head = (f"{'case':<{wide}}{'metric':<16}{'A':>10}{'B':>10}{'B/A':>8}{'interval':>22}{'pairs':>7}"

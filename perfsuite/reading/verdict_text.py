@@ -123,7 +123,8 @@ def line(v: Verdict) -> str:
                  f"x{f['span']:.1f} is decided)")
     elif v.reason == "across-modes":
         text += f" (across machine modes: beyond x{f['span']:.1f}, the widest spread between them)"
-    if (v.test == "stored" and v.kind == "DIFFERENT" and not f.get("confirmed") and f.get("drift_from") != "assumed"
+    if (v.test == "stored" and v.kind == "DIFFERENT" and not f.get("confirmed")
+            and f.get("drift_from") not in ("assumed", "declared")
             and int(f.get("sittings") or 0) < int(f.get("confirm_sittings") or 0)):
         text += (f" (from {f['sittings']} sitting(s): a machine that keeps one state for longer than a sitting "
                  "can read so; --confirm decides it by an A/B against the baseline's commit)")

@@ -64,7 +64,7 @@ import numpy as np
 
 from .. import bench
 from . import drift as _drift
-from ..records import stats
+from ..records import memory, stats
 from .decision import DEFAULT_ALPHA, DEFAULT_TOLERANCE, Question, band_evidence, judge, normal_evidence, rank_evidence
 from ..records.errors import ConfigError
 from ..records.model import MIRRORS, Baseline, Sample, Tolerance, Verdict, round_values, timing_of
@@ -106,7 +106,7 @@ def to_confirm(verdicts: Sequence[Verdict]) -> list[Verdict]:
     UNKNOWN, and every DIFFERENT whose baseline holds fewer than CONFIRM_SITTINGS sittings and
     whose drift the user did not state (``--session-drift``); never an expected failure."""
     def shaky(v: Verdict) -> bool:
-        return (v.kind == "DIFFERENT" and v.facts.get("drift_from") != "assumed"
+        return (v.kind == "DIFFERENT" and v.facts.get("drift_from") not in ("assumed", "declared")
                 and int(v.facts.get("sittings") or 0) < CONFIRM_SITTINGS)
     return [v for v in verdicts if v.test == "stored" and not v.xfail and (v.status == "unknown" or shaky(v))]
 
@@ -180,8 +180,10 @@ MAX_NOISE_TOLERANCE = 0.20
 
 def default_tolerance(metric: str, case: str | None = None) -> Tolerance:
     """The tolerance of ``metric`` when neither the user nor the baseline gives one: what the
-    benchmark of ``case`` (a case name) declares for it, else ``DEFAULT_TOLERANCE``."""
-    return bench.default_tolerance(metric, case) or DEFAULT_TOLERANCE
+    benchmark of ``case`` (a case name) declares for it, else memory's own for peak memory, else
+    ``DEFAULT_TOLERANCE``."""
+    return (bench.default_tolerance(metric, case)
+            or (memory.TOLERANCE if memory.is_memory(metric) else DEFAULT_TOLERANCE))
 
 
 def noise_tolerance(metric: str, base_rounds: Sequence[float], case: str | None = None) -> Tolerance:
@@ -271,8 +273,11 @@ def lag1(series: Iterable[Sequence[float]]) -> float:
 
 def machine_drift(baselines: Mapping[tuple[str, str], Baseline]) -> _drift.MachineDrift | None:
     """The drift between sessions of the machine whose baselines (every benchmark of its
-    folder) these are, or None while it has recorded fewer than MIN_SESSIONS sessions."""
-    learned = _drift.learn(_drift.judged_series(baselines, bench.primary_metrics()))
+    folder) these are, or None while it has recorded fewer than MIN_SESSIONS sessions. Memory is left
+    out: its drift is declared (``records.memory``), and its near-constant levels would pull the
+    machine's drift of time toward none."""
+    timed = {k: b for k, b in baselines.items() if not memory.is_memory(k[1])}
+    learned = _drift.learn(_drift.judged_series(timed, bench.primary_metrics()))
     return learned if learned is not None and learned.sessions >= MIN_SESSIONS else None
 
 
@@ -360,19 +365,24 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
                           f"({_direction(m.higher_is_better)}); update the baseline")
     base = Verdict(case, metric, "unknown", m.unit, m.higher_is_better, value=m.value,
                    baseline=baseline.value, system=system, xfail=xfail, test="stored", facts=facts)
+    steady = memory.is_memory(metric)  # no machine state moves it: no contention, modes or loops
+    if steady:  # the user's --session-drift states the machine's speed, not its code's memory
+        session_sd = memory.DRIFT
     timing = timing_of(sample.info)
-    if baseline.timing and timing and baseline.timing != timing:
+    if not steady and baseline.timing and timing and baseline.timing != timing:
         # The native loop and the mpi4py loop differ by a Python call's cost: the change is the loop's.
         return Question(replace(base, reason="timing",
                                 facts={**facts, "baseline_timing": baseline.timing, "timing": timing}),
                         group=group)
     rounds_here = len(round_values(sample, metric))
-    if sample.info.get("contended"):
+    if sample.info.get("contended") and not steady:
         return Question(replace(base, reason="contended", rounds=rounds_here, facts={
             **facts, "contention": float(sample.info.get("contention") or 0)}), group=group)
-    strata, other_mode, across = mode_strata(sample, metric, baseline, canary_shift)
+    strata, other_mode, across = mode_strata(sample, metric, baseline, None if steady else canary_shift)
     tol = tolerance or baseline.tolerance or noise_tolerance(metric, _within_mode(strata), case)
     drift = session_drift(baseline, session_sd, history, machine)
+    if steady and drift is not None:
+        drift = (*drift[:2], "declared", drift[3])
     span = span_of(baseline, history)
     dropped = int(sample.info.get("rounds_dropped", 0))
     if across is not None:  # no baseline round in the candidate's modes: all against all
@@ -410,7 +420,7 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
         evidence = normal_evidence(test.estimate, math.hypot(within, between), df, floor=between)
         reason = ""
         facts.update({"drift": math.expm1(sd), "drift_from": source, **({"df": df} if df else {})})
-        if machine is not None and source != "assumed":
+        if machine is not None and source not in ("assumed", "declared"):
             facts.update({"machine_sessions": machine.sessions, "machine_cases": machine.cases})
     v = replace(base, tolerance=tol, rounds=len(new_rounds), dropped=dropped + other_mode,
                 value=stats.median(main_new), baseline=stats.median(main_base), reason=reason,
