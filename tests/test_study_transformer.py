@@ -152,11 +152,17 @@ def test_the_dry_run_prints_every_world_and_the_expected_duration(tmp_path, caps
 
 # --- the analysis ---------------------------------------------------------------------------------
 
-def world(point: sp.Point, rnd: int, tokens_per_s: float) -> dict:
-    """A finished world's record as ``study.run_point`` writes it, with a chosen rate."""
+def world(point: sp.Point, rnd: int, tokens_per_s: float, peak_mem: float | None = None,
+          state: float | None = None) -> dict:
+    """A finished world's record as ``study.run_point`` writes it, with a chosen rate (and peak
+    memory and model state per rank, MiB)."""
     (case,) = study.cases_of(point)
-    sample = Sample(case, {"tokens_per_s": Metric("tokens_per_s", tokens_per_s, "tokens/s", True)},
-                    info={"contention": 0.01, "contention_scope": "process", "seq_len": point.seq_len})
+    metrics = {"tokens_per_s": Metric("tokens_per_s", tokens_per_s, "tokens/s", True)}
+    info = {"contention": 0.01, "contention_scope": "process", "seq_len": point.seq_len}
+    if peak_mem is not None:
+        metrics["peak_mem_MiB"] = Metric("peak_mem_MiB", peak_mem, "MiB", False)
+        info["model_state_MiB"] = [state] * point.world_size
+    sample = Sample(case, metrics, info=info)
     res = Result(point.benchmark, point.transport, point.world_size, (sample,), extra={"torch": "2.x"})
     return {"point": point.key, "round": rnd, "wall_s": 1.0, "result": formats.dump_result(res)}
 
@@ -166,10 +172,17 @@ def world(point: sp.Point, rnd: int, tokens_per_s: float) -> dict:
 ROUNDS = {0: (1000.0, 600.0, 1800.0, 1000.0), 1: (1300.0, 700.0, 2400.0, 1500.0), 2: (900.0, 500.0, 1500.0, 800.0)}
 
 
+#: Peak memory per rank (MiB) by round in the same order, and each point's model state per rank:
+#: memory barely moves between rounds, and FSDP halves the state at 2 ranks.
+MEMORY = {0: (700.0, 702.0, 760.0, 740.0), 1: (700.5, 702.5, 760.5, 740.2), 2: (700.2, 702.1, 760.1, 740.4)}
+STATE = (10.18, 10.18, 10.18, 5.09)
+
+
 def synthetic(plan: sp.Plan) -> list[dict]:
     base = GLOO + "/n{n}/gpt-tiny@64tok{v}"
     keys = [base.format(n=1, v=""), base.format(n=1, v="/fsdp"), base.format(n=2, v=""), base.format(n=2, v="/fsdp")]
-    return [world(plan.points[k], r, v) for r, values in ROUNDS.items() for k, v in zip(keys, values)]
+    return [world(plan.points[k], r, v, m, st) for r, values in ROUNDS.items()
+            for k, v, m, st in zip(keys, values, MEMORY[r], STATE)]
 
 
 def test_the_analysis_gives_fsdp_over_ddp_and_efficiency_paired_by_round_with_95_intervals():
@@ -188,6 +201,12 @@ def test_the_analysis_gives_fsdp_over_ddp_and_efficiency_paired_by_round_with_95
     eff = rows["ddp", 2]["efficiency"]
     assert (eff.value, eff.low, eff.high) == pytest.approx(stats.paired_ratio_ci(ddp2, [2 * x for x in ddp1]))
     assert rows["fsdp", 1]["efficiency"].value == 1.0
+    # Memory beside the rate: FSDP's peak over DDP's paired by round, and the model state it shards
+    mem = {r["world_size"]: r["mem_ratio"] for r in an["ratios"]}
+    ddp2_mem, fsdp2_mem = ([v[i] for v in MEMORY.values()] for i in (2, 3))
+    assert (mem[2].value, mem[2].low, mem[2].high) == pytest.approx(stats.paired_ratio_ci(fsdp2_mem, ddp2_mem))
+    assert {r["world_size"]: r["state_ratio"] for r in an["ratios"]}[2] == pytest.approx(0.5)
+    assert rows["fsdp", 2]["model_state_MiB"] == 5.09 and rows["ddp", 2]["peak_mem"].rounds == 3
     # Without a 1-rank point there is no efficiency, and no figure is made up.
     two = parsed(SMALL.replace("world_sizes = [1, 2]", "world_sizes = [2]"))
     an2 = study_analysis.analyse(two, [r for r in synthetic(plan) if "/n2/" in r["point"]])["parallelism"]
@@ -211,6 +230,9 @@ def test_the_report_has_the_parallelism_section_its_table_and_picture(tmp_path):
     row = next(line for line in md.splitlines() if line.startswith("| torch-gloo | 2 |"))
     assert f"{ratio.value:.3g} [{ratio.low:.3g}, {ratio.high:.3g}]" in row and "float32" in row
     assert "1 (the reference)" in next(line for line in md.splitlines() if line.startswith("| torch-gloo | 1 |"))
+    assert "| DDP peak MiB/rank [95%] | FSDP peak MiB/rank [95%] |" in md and "| FSDP/DDP model state |" in md
+    mem = an["parallelism"]["ratios"][1]["mem_ratio"]
+    assert f"{mem.value:.3g} [{mem.low:.3g}, {mem.high:.3g}]" in row and "| 0.500 |" in row
     assert "PyTorch 2.x" in study_analysis.frameworks(plan, an["_data"], {})
     assert "## parallelism: gpt-tiny, 64 tokens x 8 sequences per rank" in study_report.summary(doc, [])
 
@@ -232,3 +254,7 @@ def test_a_small_real_study_of_ddp_against_fsdp_writes_the_ratio_with_its_interv
     row = next(line for line in md.splitlines() if line.startswith("| torch-gloo | 2 | none | float32 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert all("[" in c for c in cells[4:9]), row  # both rates, the ratio and both efficiencies, with intervals
+    # then each one's peak memory per rank with its interval, their model state, FSDP/DDP in memory
+    assert all("[" in c for c in cells[9:11]) and "[" in cells[13], row
+    ddp_state, fsdp_state, state_ratio = float(cells[11]), float(cells[12]), float(cells[14])
+    assert fsdp_state < ddp_state and state_ratio == pytest.approx(0.5, abs=0.01), row  # sharded over 2

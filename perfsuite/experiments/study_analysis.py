@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..store import formats
-from ..records import stats
+from ..records import memory, stats
 from ..kernels.models.catalogue import model_spec
 from ..kernels.training.loop import rate_of, training_variant
 from ..records.model import Result, Sample
@@ -250,14 +250,27 @@ def rate_metric(model: str) -> tuple[str, str]:
     return rate_of({"seq_len": model_spec(model).seq_len})
 
 
+def model_state(d: PointData | None, batch: int | None) -> float:
+    """The largest rank's model state (MiB) of a point: counted from its tensors, the same every
+    round, so the last round's; NaN where none was counted."""
+    for rnd in sorted(d.results, reverse=True) if d else ():
+        s = d.sample(rnd, batch)
+        if s is not None and s.info.get("model_state_MiB"):
+            return float(max(s.info["model_state_MiB"]))
+    return math.nan
+
+
 def parallelism(plan: Plan, data: dict[str, PointData]) -> dict[str, Any]:
     """Per transport, precision and world size: each parallelism's rate and scaling efficiency
     (rate(n) / (n x rate(1)) of the same parallelism and precision, where the plan has 1 rank),
-    and FSDP's rate over DDP's, round r of one over round r of the other."""
+    its peak memory per rank and model state, and FSDP over DDP in rate and in peak memory,
+    round r of one over round r of the other: the time FSDP costs beside the memory it saves."""
     v = plan.vectors["parallelism"]
     model, b = v["model"], v["batches"][0]
     metric, unit = rate_metric(model)
     rows, ratios = [], []
+    mem: dict[tuple[int, str], dict[int, float]] = {}
+    state: dict[tuple[int, str], float] = {}
 
     def point(t: str, n: int, par: str, amp: str) -> Point:
         return Point(PARALLELISM_BENCHMARK, t, n, model, plan.image(model), "none" if n == 1 else v["networks"][n],
@@ -270,15 +283,20 @@ def parallelism(plan: Plan, data: dict[str, PointData]) -> dict[str, Any]:
                 for par in v["parallel"]:
                     d = _get(data, point(t, n, par, amp))
                     series[n, par] = d.series(metric, b) if d else {}
+                    mem[n, par] = d.series(memory.METRIC, b) if d else {}
+                    state[n, par] = model_state(d, b)
                     one = series.get((1, par), {})
                     eff = (NONE if 1 not in v["world_sizes"] else paired(series[n, par], one, n) if n > 1
                            else figure({r: 1.0 for r in series[n, par]}) if series[n, par] else NONE)
                     rows.append(_row(d, transport=t, amp=amp, world_size=n, network=point(t, n, par, amp).network,
-                                     parallel=par, rate=figure(series[n, par]), efficiency=eff))
+                                     parallel=par, rate=figure(series[n, par]), efficiency=eff,
+                                     peak_mem=figure(mem[n, par]), model_state_MiB=state[n, par]))
                 if {"ddp", "fsdp"} <= set(v["parallel"]):
                     ratios.append({"transport": t, "amp": amp, "world_size": n,
                                    "network": point(t, n, "ddp", amp).network,
-                                   "ratio": paired(series[n, "fsdp"], series[n, "ddp"])})
+                                   "ratio": paired(series[n, "fsdp"], series[n, "ddp"]),
+                                   "mem_ratio": paired(mem[n, "fsdp"], mem[n, "ddp"]),
+                                   "state_ratio": state[n, "fsdp"] / state[n, "ddp"] if state[n, "ddp"] > 0 else math.nan})
     return {"metric": metric, "unit": unit, "model": model, "batch": b, "seq_len": plan.seq(model),
             "rows": rows, "ratios": ratios}
 

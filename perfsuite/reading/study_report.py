@@ -4,7 +4,8 @@ One section per vector the plan names, each a picture and the table it was drawn
 figure with its 95% interval over the study's rounds and each point's contention; the headline
 No-gRPC/gRPC ratio per model first, beside the paper's own figure as a reference; the
 parallelism vector as one row per world size and precision: DDP's and FSDP's tokens/s, FSDP/DDP
-and each one's scaling efficiency. Written whole
+and each one's scaling efficiency, beside each one's peak memory per rank and model state and
+FSDP/DDP in memory (the trade FSDP makes, in one row). Written whole
 through ``formats.atomic_write``; the pictures through ``plots``' Agg backend.
 """
 from __future__ import annotations
@@ -142,7 +143,9 @@ def parallelism_png(an: dict, path: Path, title: str) -> Path:
     nets = {r["world_size"]: r["network"] for r in rows}
     ticks = sorted(nets)
     labels = [f"{n}" + (f"\n{nets[n]}" if nets[n] != "none" else "") for n in ticks]  # emulated nodes' rate
-    fig, axes = plt.subplots(1, 2 if ratios else 1, figsize=(11 if ratios else 6, 4), squeeze=False)
+    memory = [r for r in ratios if r.get("mem_ratio", NONE)["rounds"]]
+    panels = 1 + bool(ratios) + bool(memory)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
     ax = axes[0][0]
     _lines(ax, rows, "world_size", "rate", ("transport", "parallel", "amp"))
     ax.set(xlabel="ranks", ylabel=f"{an['unit']} (95% interval)", title=f"{title}: {an['model']}")
@@ -153,6 +156,13 @@ def parallelism_png(an: dict, path: Path, title: str) -> Path:
         ax.axhline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_yscale("log")  # a ratio: 0.5 and 2 are as far from 1
         ax.set(xlabel="ranks", ylabel=f"FSDP {an['unit']} / DDP's (95%, paired by round)", title="FSDP over DDP")
+        ax.set_xticks(ticks, labels)
+    if memory:  # what FSDP buys with its time: the largest rank's peak memory, FSDP over DDP
+        ax = axes[0][2]
+        _lines(ax, memory, "world_size", "mem_ratio", ("transport", "amp"))
+        ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+        ax.set_yscale("log")
+        ax.set(xlabel="ranks", ylabel="FSDP peak memory / DDP's (largest rank, 95%)", title="memory, FSDP over DDP")
         ax.set_xticks(ticks, labels)
     return _save(fig, path)
 
@@ -170,8 +180,13 @@ def parallelism_table(an: dict) -> Table:
     eff = any(r["world_size"] == 1 for r in an["rows"])
     unit = an["unit"]
     fmt = ".0f" if unit == "tokens/s" else ".4g"  # thousands of tokens/s read best whole
+    mem_ratio = {(r["transport"], r["amp"], r["world_size"]): r.get("mem_ratio", NONE) for r in an["ratios"]}
+    state_ratio = {(r["transport"], r["amp"], r["world_size"]): r.get("state_ratio", math.nan) for r in an["ratios"]}
+    mem = any(r.get("peak_mem", NONE)["rounds"] for r in an["rows"])
     head = (["transport", "ranks", "network", "precision"] + [f"{p.upper()} {unit} [95%]" for p in pars]
             + (["FSDP/DDP [95%]"] if ratio else []) + ([f"{p.upper()} efficiency [95%]" for p in pars] if eff else [])
+            + ([f"{p.upper()} peak MiB/rank [95%]" for p in pars] + [f"{p.upper()} model state MiB/rank" for p in pars]
+               + (["FSDP/DDP memory [95%]", "FSDP/DDP model state"] if ratio else []) if mem else [])
             + ["contention", "status"])
     rows = []
     for (t, amp, n), by in groups.items():
@@ -184,8 +199,17 @@ def parallelism_table(an: dict) -> Table:
                     + ([_f(ratio.get((t, amp, n), NONE))] if ratio else [])
                     + ([("1 (the reference)" if n == 1 and by[p]["rate"]["rounds"] else _f(by[p]["efficiency"]))
                         if p in by else "-" for p in pars] if eff else [])
+                    + ([_f(by[p].get("peak_mem", NONE), ".1f") if p in by else "-" for p in pars]
+                       + [_state(by[p].get("model_state_MiB")) if p in by else "-" for p in pars]
+                       + ([_f(mem_ratio.get((t, amp, n), NONE)), _state(state_ratio.get((t, amp, n)), ".3f")]
+                          if ratio else []) if mem else [])
                     + ["; ".join(f"{p} {r['contention']}" for p, r in by.items()), status])
     return head, rows
+
+
+def _state(x: Any, fmt: str = ".2f") -> str:
+    """A model-state cell: exact (counted from the tensors), so no interval; '-' where none."""
+    return format(x, fmt) if isinstance(x, (int, float)) and math.isfinite(x) else "-"
 
 
 def _f(x: Any, fmt: str = ".3g") -> str:
