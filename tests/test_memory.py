@@ -147,3 +147,14 @@ def test_memory_rule_false_and_true_rates_by_simulation():
     found = simulate(0.20, 200, seed=6)
     f_lo, _ = stats.rate_ci(round(found * 200), 200)
     assert f_lo >= 0.95, f"a 20% growth found {found:.2f} [{f_lo:.3f}, ...] of the time"
+
+
+def test_stalls_name_the_memory_of_the_parts_two_runs_tell_apart():
+    from perfsuite.stalls import stash
+
+    info = {"T0_info": {"peak_mem_MiB": 500.0, "peak_mem_where": "host"}, "T1_info": {"peak_mem_MiB": 520.0},
+            "T3_info": {"peak_mem_MiB": 600.5}, "T4_info": {"peak_mem_MiB": None}, "skipped": {}}
+    line = stash.memory_line(info)
+    assert line.startswith("# peak memory per run (largest rank, resident): T0 500.0 MiB, T1 520.0 MiB, T3 600.5 MiB")
+    assert "workers (T1-T0) +20.0 MiB" in line and "input pipeline (T3-T1) +80.5 MiB" in line
+    assert stash.memory_line({"T0_info": {"step_ms_p50": 3.0}}) is None  # measured before memory was

@@ -30,7 +30,8 @@ from ..records.model import Case, Result, Sample, WorldSpec
 DROP_CACHES = ["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"]
 #: What each run's sample contributes to the breakdown's record.
 RUN_FACTS = ("step_ms_p50", "params", "data", "prep_threads", "input_wait_ms_mean",
-             "wire_bytes_sent", "wire_bytes_min", "emulated_network", "image_size", "seq_len", "steps")
+             "wire_bytes_sent", "wire_bytes_min", "emulated_network", "image_size", "seq_len", "steps",
+             "peak_mem_MiB", "peak_mem_where")
 
 
 @dataclass(frozen=True)

@@ -225,6 +225,28 @@ def format_table(bd: Breakdown, title: str = "") -> str:
     return "\n".join(lines)
 
 
+#: The parts whose memory two runs tell apart, each by the one thing they differ in, as the
+#: stalls are (T1 - T0: N workers beside one; T3 - T1: the input read from files, cached).
+MEMORY_PARTS = (("workers", "T1", "T0"), ("input pipeline", "T3", "T1"))
+
+
+def memory_line(info: Mapping[str, Any]) -> str | None:
+    """'# peak memory per run (largest rank): T0 512.3 MiB, T1 530.2 MiB; workers (T1-T0) +17.9
+    MiB, input pipeline (T3-T1) +80.3 MiB': each run's peak and the memory of each part two runs
+    tell apart, where both measured it; None where no run did."""
+    peaks = {k[:2]: v["peak_mem_MiB"] for k, v in info.items()
+             if k.endswith("_info") and isinstance(v, dict) and v.get("peak_mem_MiB") is not None}
+    if not peaks:
+        return None
+    where = next((v.get("peak_mem_where") for k, v in info.items() if k.endswith("_info") and isinstance(v, dict)
+                  and v.get("peak_mem_where")), "host")
+    runs = ", ".join(f"{k} {v:.1f} MiB" for k, v in sorted(peaks.items()))
+    parts = [f"{name} ({a}-{b}) {peaks[a] - peaks[b]:+.1f} MiB" for name, a, b in MEMORY_PARTS
+             if a in peaks and b in peaks]
+    what = "allocated on the GPU" if where == "device" else "resident"
+    return f"# peak memory per run (largest rank, {what}): {runs}" + (f"; {', '.join(parts)}" if parts else "")
+
+
 def expected_network_stall_ms(gradient_bytes: int, world_size: int, rate_bps: int) -> float:
     """The ring-allreduce lower bound of one step's gradient exchange over links of
     ``rate_bps``: gradient_bytes x 2(n-1)/n / bandwidth (what the validation test compares)."""

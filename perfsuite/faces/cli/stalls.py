@@ -101,6 +101,9 @@ def do_stalls(args: argparse.Namespace) -> int:
         say(f"# {key} skipped: {why}")
     title = f"{model} b{batch} {transport} n{n}" + (f" {shaping.label}" if shaping else "")
     say(stalls.format_table(out.breakdown, title))
+    memory = stalls.memory_line(out.sample.info)
+    if memory:
+        say(memory)
     bound = out.sample.info.get("network_stall_bound_ms")
     if bound is not None:
         say(f"# network bound: gradients {out.sample.info['gradient_bytes']} B x 2(n-1)/n / "
