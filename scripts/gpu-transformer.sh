@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpt2-small on one GPU, DDP and FSDP, float32 and bf16: tokens/s and MFU, in one call of the tool
+# gpt2-small on one GPU, DDP and FSDP, float32 and bf16: tokens/s, MFU and peak memory, in one call of the tool
 # that lends the GPU machine (under 5 minutes):
 #
 #   bash scripts/gpu-wheels.sh             # here, once: .whl/ (mpich)
@@ -12,7 +12,10 @@
 #     --models gpt2-small --parallel ddp,fsdp --amp bf16,off --rounds ROUNDS (default 3):
 #     the four worlds interleaved round by round, tokens/s with its interval over rounds, MFU
 #     against the GPU's peak (perfsuite/kernels/training/peaks.py), each collective's time and exposed time,
-#     the harness against a plain loop of the same model in the same world.
+#     the harness against a plain loop of the same model in the same world, and each world's peak
+#     memory per rank (torch's caching allocator: max_memory_allocated and _reserved over the
+#     timed steps; NVML's count for the rank's process) with its model state (parameters,
+#     gradients, optimizer state: FSDP's shard against DDP's replica).
 #
 # $OUT (default a new temp folder) gets bringup.log, transformer.log (everything printed) and
 # transformer.json (the run file). BATCH (default 8 sequences of 1024 tokens), ITERS (default 20),
