@@ -158,3 +158,11 @@ def test_stalls_name_the_memory_of_the_parts_two_runs_tell_apart():
     assert line.startswith("# peak memory per run (largest rank, resident): T0 500.0 MiB, T1 520.0 MiB, T3 600.5 MiB")
     assert "workers (T1-T0) +20.0 MiB" in line and "input pipeline (T3-T1) +80.5 MiB" in line
     assert stash.memory_line({"T0_info": {"step_ms_p50": 3.0}}) is None  # measured before memory was
+
+
+def test_the_users_tolerance_is_their_times_memory_keeps_its_own():
+    from perfsuite.records.model import Tolerance
+
+    (v,) = regress.compare([sample([440.0, 441.0, 442.0])], {(CASE.name, memory.METRIC): baseline(BASE)},
+                           tolerance=Tolerance(-0.5, 0.5))
+    assert v.tolerance == memory.TOLERANCE

@@ -379,7 +379,8 @@ def stored_question(case: str, metric: str, sample: Sample | None, baseline: Bas
         return Question(replace(base, reason="contended", rounds=rounds_here, facts={
             **facts, "contention": float(sample.info.get("contention") or 0)}), group=group)
     strata, other_mode, across = mode_strata(sample, metric, baseline, None if steady else canary_shift)
-    tol = tolerance or baseline.tolerance or noise_tolerance(metric, _within_mode(strata), case)
+    # The user's --tolerance is their time's: memory keeps its own unless its baseline states one.
+    tol = (None if steady else tolerance) or baseline.tolerance or noise_tolerance(metric, _within_mode(strata), case)
     drift = session_drift(baseline, session_sd, history, machine)
     if steady and drift is not None:
         drift = (*drift[:2], "declared", drift[3])
