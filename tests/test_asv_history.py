@@ -693,13 +693,14 @@ def test_pytest_perf_asv_records_the_session(pytester, tmp_path):
         "-p", "no:cacheprovider", "--perf-asv", "--perf-asv-config", conf,
         "--perf-asv-commit", commit, "--perf-asv-machine", "pytest-box")
     r.assert_outcomes(passed=2)
-    r.stdout.fnmatch_lines([f"# asv: recorded 4 entries of 2 benchmarks for commit {commit[:8]} on machine pytest-box*"])
+    r.stdout.fnmatch_lines([f"# asv: recorded 6 entries of 3 benchmarks for commit {commit[:8]} on machine pytest-box*"])
     from asv.results import Results
 
     (path,) = (tmp_path / "results" / "pytest-box").glob(f"{commit[:8]}-perfsuite.json")
     res = Results.load(str(path))
     assert sorted(res.get_all_result_keys()) == ["allreduce.Allreduce.track_inv_busbw",
-                                                 "allreduce.Allreduce.track_latency"]
+                                                 "allreduce.Allreduce.track_latency",
+                                                 "allreduce.Allreduce.track_peak_mem"]
     assert res.get_result_params("allreduce.Allreduce.track_latency")[2] == ["'4B'", "'1MiB'"]
 
 

@@ -142,7 +142,9 @@ def test_a_case_only_b_declares_is_new_and_one_only_a_declares_is_missing(first_
         in got.stdout, said(got)
     rep = json.loads((tmp_path / "ab.json").read_text())
     assert (rep["new"], rep["missing"]) == ([mine_case(128)], [mine_case(32)]), rep
-    assert [v["case"] for v in rep["verdicts"]] == [mine_case(64)] and sorted(rep["values"]) == [
+    # one case compared, on its step time and on its peak memory
+    assert sorted((v["case"], v["metric"]) for v in rep["verdicts"]) == [
+        (mine_case(64), "peak_mem_MiB"), (mine_case(64), "step_us")] and sorted(rep["values"]) == [
         mine_case(128), mine_case(64)], rep
     row = {line.split()[0]: line for line in got.stdout.splitlines() if line.startswith("mine[")}
     assert "new (only B's tree" in row[mine_case(128)] and "missing (only A's tree" in row[mine_case(32)], said(got)

@@ -348,7 +348,9 @@ def run(cfg: ABConfig, runner: Runner, progress: Callable[[str], None] | None = 
         verdicts = judge_logs(logs, tolerance=cfg.tolerance, alpha=cfg.alpha, share=cfg.share,
                               canary_shift=cfg.canary_shift)
         if progress:
-            progress(f"{pairs} pairs: " + ", ".join(f"{v.case} {v.kind}" for v in verdicts))
+            from ..reading import verdict_text as vt
+
+            progress(f"{pairs} pairs: " + ", ".join(f"{v.case} {vt.short(v.metric)} {v.kind}" for v in verdicts))
         if (verdicts and all(decision.decided(v) for v in verdicts)) or over:
             break
         if cfg.stop_on_regression and any(v.is_failure for v in verdicts):

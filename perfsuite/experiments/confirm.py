@@ -69,13 +69,14 @@ def ab_config(group: Sequence[Verdict], chosen: Sequence[Case], a: ab.Arm, b: ab
                        judged=bench.get(names[0]).judged if len(names) == 1 else None)
 
 
-def settle(verdicts: Sequence[Verdict], todo: Sequence[Verdict], decided: dict[str, Verdict],
+def settle(verdicts: Sequence[Verdict], todo: Sequence[Verdict], decided: dict[tuple[str, str], Verdict],
            how: str) -> list[Verdict]:
-    """``verdicts`` with each of ``todo`` that an A/B judged (``decided``, by case) replaced by
-    the A/B's verdict, which keeps what the stored one said and ``how`` it was confirmed."""
+    """``verdicts`` with each of ``todo`` that an A/B judged (``decided``, by case and metric: a
+    case's time and its peak memory are two questions) replaced by the A/B's verdict, which keeps
+    what the stored one said and ``how`` it was confirmed."""
     out = []
     for v in verdicts:
-        got = decided.get(v.case) if v in todo else None
+        got = decided.get((v.case, v.metric)) if v in todo else None
         if got is None:
             out.append(v)
             continue
@@ -138,7 +139,7 @@ def confirm(verdicts: list[Verdict], cases: Sequence[Case], suite_cfg: suite.Sui
                      + (f"; stopped: {rep.stopped}" if rep.stopped else "")
                      + (f"; {len(rep.failures)} failed world(s): {rep.failures[0]}" if rep.failures else ""))
         for got in rep.verdicts:
-            decided[got.case] = got
+            decided[got.case, got.metric] = got
     return settle(verdicts, todo, decided, f"ab --a-ref {cfg.commit[:10]}"), lines
 
 

@@ -221,7 +221,7 @@ def stored_run(m: Machine, rng: np.random.Generator, *, change: float = 0.0, n_c
     cfg = confirm.ab_config(todo, chosen, ab.Arm("A", "mpi"), ab.Arm("B", "mpi", env=(("X", "1"),)),
                             alpha=alpha, max_pairs=confirm_pairs)
     rep = ab.run(replace(cfg, canary_shift=canary_shift, seed=int(rng.integers(1 << 31))), runner)
-    decided = {v.case: v for v in rep.verdicts}
+    decided = {(v.case, v.metric): v for v in rep.verdicts}
     return StoredRun(confirm.settle(verdicts, todo, decided, "sim"), len(taken) + 2 * rep.pairs)
 
 

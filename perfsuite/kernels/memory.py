@@ -23,6 +23,8 @@ import resource
 import sys
 from typing import Any
 
+import numpy as np
+
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
 
@@ -175,8 +177,10 @@ def torch_state_bytes(model: Any, optimizer: Any) -> dict[str, int]:
 def tf_state_bytes(model: Any, optimizer: Any) -> dict[str, int | None]:
     """Bytes of the trainable variables and the optimizer's variables; a TensorFlow step's
     gradients live only inside the step, so none are held between steps (None)."""
-    def size(v: Any) -> int:
-        return int(v.shape.num_elements() or 0) * int(v.dtype.size)
+    import tensorflow as tf
+
+    def size(v: Any) -> int:  # a Keras 3 variable names its dtype by a string, tf's by a DType
+        return int(np.prod(tuple(v.shape), dtype=np.int64)) * int(tf.as_dtype(v.dtype).size)
 
     opt_vars = getattr(optimizer, "variables", ())
     opt_vars = opt_vars() if callable(opt_vars) else opt_vars
