@@ -4,6 +4,9 @@ own tolerance and a declared drift, never set aside as contended; its error rate
 through the same code."""
 from __future__ import annotations
 
+import json
+import re
+
 import numpy as np
 import pytest
 
@@ -166,3 +169,94 @@ def test_the_users_tolerance_is_their_times_memory_keeps_its_own():
     (v,) = regress.compare([sample([440.0, 441.0, 442.0])], {(CASE.name, memory.METRIC): baseline(BASE)},
                            tolerance=Tolerance(-0.5, 0.5))
     assert v.tolerance == memory.TOLERANCE
+
+
+# --- real worlds -------------------------------------------------------------------------------
+
+CACHED_STEP = '''import os
+import numpy as np
+import perfsuite
+
+
+@perfsuite.benchmark(world_sizes=[2], transports=["mpi"], max_time=0.2)
+def cached(world):
+    cache = np.ones(int(os.environ.get("CACHE_MIB", "64")) * (1 << 20) // 8)  # kept and touched: resident
+    def step():
+        cache[0] += 1
+    return step
+'''
+
+
+@pytest.mark.world
+def test_a_step_that_keeps_twice_the_cache_is_flagged_on_memory_by_ab_and_by_one_stored_session(
+        tmp_path, no_leftover_ranks):
+    """The cache doubles (64 -> 128 MiB) and the step's time does not move: ab's first look calls
+    its memory DIFFERENT, and one session of stored baseline flags it too (exit 1, its own line)."""
+    from conftest import perfsuite, said
+
+    (tmp_path / "steps.py").write_text(CACHED_STEP)
+    got = perfsuite("ab", "--benchmarks", "steps.py", "--b-env", "CACHE_MIB=128", "--max-pairs", "16",
+                    "--json", "ab.json", cwd=tmp_path, PERFSUITE_BENCHMARKS="")
+    assert got.returncode == 1, said(got)
+    rep = json.loads((tmp_path / "ab.json").read_text())
+    mem = next(v for v in rep["verdicts"] if v["metric"] == memory.METRIC)
+    assert mem["status"] == "regression", said(got)
+    # decided at the first look, though the step's time may keep the pairs going
+    assert f"# {rep['looks'][0]} pairs: " in got.stderr + got.stdout and re.search(
+        rf"# {rep['looks'][0]} pairs: .*cached\[mpi-n2\] peak_mem DIFFERENT", got.stderr + got.stdout), said(got)
+    assert 1.4 < 1 + mem["change"] < 1.7, said(got)  # ~113 -> ~177 MiB a rank: the cache's 64 MiB
+    assert any(line.startswith("cached[mpi-n2]") and "peak_mem" in line and "DIFFERENT (regression)" in line
+               for line in got.stdout.splitlines()), said(got)
+    # one stored session
+    rec = perfsuite("run", "--benchmarks", "steps.py", "--baseline-update", cwd=tmp_path)
+    assert rec.returncode == 0, said(rec)
+    same = perfsuite("run", "--benchmarks", "steps.py", "--compare", cwd=tmp_path)
+    assert same.returncode == 0 and not any(x.startswith("REGRESSION") for x in same.stdout.splitlines()), said(same)
+    grown = perfsuite("run", "--benchmarks", "steps.py", "--compare", cwd=tmp_path, CACHE_MIB="128")
+    assert grown.returncode == 1, said(grown)
+    assert any(x.startswith("REGRESSION: cached[mpi-n2] peak_mem ") for x in grown.stdout.splitlines()), said(grown)
+
+
+@pytest.mark.world
+@pytest.mark.torch
+@pytest.mark.timeout(300)
+def test_fsdp_holds_the_model_state_sharding_predicts(tmp_path, no_leftover_ranks):
+    """gpt-tiny at 2 ranks: each FSDP rank's parameters, gradients and optimizer state are its
+    shard, together DDP's replica; its peak memory is measured on every rank."""
+    pytest.importorskip("torch")
+    from perfsuite import suite
+    from perfsuite.bench.torch_epoch import torch_cases
+
+    cfg = suite.SuiteConfig(timeout=240, options={"iters": 3, "warmup": 1, "yardsticks": False, "profile_steps": 0})
+    state = {}
+    for spec in suite.plan(torch_cases(["torch-gloo"], [2], "gpt-tiny", None, ("ddp", "fsdp")), cfg.options):
+        outcome = suite.run_one(spec, cfg)
+        assert outcome.failure is None and outcome.skipped is None, outcome.failure or outcome.skipped
+        (s,) = outcome.samples()
+        figs = s.info[memory.KEY]
+        assert len(figs) == 2 and all(f["host_span"] == "timed" and f["host_peak_B"] > 100 * MIB for f in figs)
+        assert s.metrics[memory.METRIC].value == pytest.approx(max(f["host_peak_B"] for f in figs) / MIB)
+        state[s.info["parallel"]] = [f["model_state_B"] for f in figs]
+    ddp, fsdp = state["ddp"], state["fsdp"]
+    assert ddp[0] == ddp[1], state
+    for kind in ("parameters", "gradients"):  # the shards are the replica, byte for byte
+        assert sum(f[kind] for f in fsdp) == ddp[0][kind] > 0, state
+    # AdamW's moments are sharded with their parameters; its step counts (a scalar per parameter)
+    # are every rank's own: a few bytes over the replica's, no more
+    assert 0 <= sum(f["optimizer"] for f in fsdp) - ddp[0]["optimizer"] <= 1024, state
+    predicted = memory.state_prediction(ddp[0], 2)
+    assert all(abs(sum(f.values()) / predicted - 1) < 0.01 for f in fsdp), state
+
+
+def test_the_reports_throughput_plot_draws_peak_memory_beside_the_rate(tmp_path):
+    from perfsuite.reading import plots
+    from perfsuite.records.model import Result
+
+    def world(transport: str, rate: float, mem: float) -> Result:
+        s = Sample(Case("torch-epoch", transport, 2, model="gpt-tiny", batch=8),
+                   {"tokens_per_s": Metric("tokens_per_s", rate, "tokens/s", True),
+                    memory.METRIC: Metric(memory.METRIC, mem, "MiB", False)}, info={"seq_len": 64})
+        return Result("torch-epoch", transport, 2, (s,))
+
+    plot = plots.throughput_plot([("", world("torch-gloo", 18000.0, 750.0))], tmp_path / "t.png")
+    assert plot.file is not None and plot.title.endswith("(and peak memory)") and "peak memory" in plot.caption

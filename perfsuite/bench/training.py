@@ -126,7 +126,11 @@ def memory_line(smp: Sample) -> str | None:
     where = ("allocated on the GPU" if i.get("peak_mem_where") == "device" else
              "resident over the timed steps" if i.get("peak_mem_span") == "timed" else "resident, the process's peak")
     ranks = " ".join(f"{v:.1f}" for v in i.get("rank_peak_mem_MiB") or [])
-    text = f"# {what}: peak memory {i[memory.METRIC]:.1f} MiB {where} (largest rank {memory.peak_rank(i)}; per rank {ranks})"
+    growth = [f.get("host_growth_B") for f in i.get(memory.KEY) or []]
+    grew = (f", +{max(growth) / memory.MIB:.1f} MiB over them at most"
+            if growth and all(g is not None for g in growth) and i.get("peak_mem_where") != "device" else "")
+    text = (f"# {what}: peak memory {i[memory.METRIC]:.1f} MiB {where} (largest rank {memory.peak_rank(i)}; "
+            f"per rank {ranks}{grew})")
     state = i.get("model_state_MiB")
     if state:
         first = (i.get(memory.KEY) or [{}])[0].get("model_state_B") or {}

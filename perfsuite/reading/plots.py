@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 from .. import bench, collectives  # noqa: E402
+from ..records import memory  # noqa: E402
 from ..store.formats import atomic_write  # noqa: E402
 from ..records.model import Result, Sample, format_size  # noqa: E402
 
@@ -34,7 +35,7 @@ Tagged = tuple[str, Result]
 
 DPI = 110
 #: Metrics that mean training throughput, by unit (kernels name them in their own words).
-THROUGHPUT_UNITS = ("img/s", "images/s", "samples/s")
+THROUGHPUT_UNITS = ("img/s", "images/s", "samples/s", "tokens/s")
 STALL_PREFIX = "stall_"
 COMPUTE_PREFIX = "compute_"
 #: result.extra keys ending in this are measured copy bandwidths: the ceiling busbw can reach.
@@ -215,30 +216,40 @@ def scaling_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
 
 
 def throughput_plot(tagged: Sequence[Tagged], path: Path) -> Plot:
+    """Each world's rate per model and batch, and beside it, where its ranks read it, its peak
+    memory per rank (the largest rank's): what a change costs in memory stands next to its speed."""
     title = "Training throughput per transport and model"
     bars: dict[str, dict[str, float]] = defaultdict(dict)  # model -> series -> value
+    mem: dict[str, dict[str, float]] = defaultdict(dict)
     unit = ""
     for tag, r, s, m in _metric_samples(tagged, lambda n, m: m.unit in THROUGHPUT_UNITS):
         group = (s.case.model or s.case.benchmark) + (f" b{s.case.batch}" if s.case.batch else "")
         bars[group][series_label(r, tag, s)] = m.value
+        if memory.METRIC in s.metrics:
+            mem[group][series_label(r, tag, s)] = s.metrics[memory.METRIC].value
         unit = m.unit
     if not bars:
-        return Plot("throughput", title, skipped="no result carries an img/s metric "
-                    "(TensorFlow epoch benchmarks produce it)")
+        return Plot("throughput", title, skipped="no result carries an img/s or tokens/s metric "
+                    "(the training benchmarks, tf-epoch and torch-epoch, produce them)")
     models = sorted(bars)
     series = sorted({k for v in bars.values() for k in v})
     width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(models) + 3), 4.5))
-    for i, name in enumerate(series):
-        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(models))]
-        ax.bar(xs, [bars[mo].get(name, 0.0) for mo in models], width, label=name)
-    ax.set_xticks(range(len(models)))
-    ax.set_xticklabels(models)
-    ax.set_ylabel(unit)
-    ax.set_title(title)
-    ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
-    return Plot("throughput", title, _save(fig, path),
-                caption="Images per second of the whole world, per model and per-worker batch; higher is better.")
+    panels = [(bars, unit, title)] + ([(mem, "peak memory per rank, MiB (largest rank)", "Peak memory")] if mem else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(len(panels) * max(6.0, 1.6 * len(models) + 3), 4.5),
+                             squeeze=False)
+    for ax, (values, ylabel, head) in zip(axes[0], panels):
+        for i, name in enumerate(series):
+            xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(models))]
+            ax.bar(xs, [values[mo].get(name, 0.0) for mo in models], width, label=name)
+        ax.set_xticks(range(len(models)))
+        ax.set_xticklabels(models)
+        ax.set_ylabel(ylabel)
+        ax.set_title(head)
+    axes[0][-1].legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return Plot("throughput", title + (" (and peak memory)" if mem else ""), _save(fig, path),
+                caption="Images (or tokens) per second of the whole world, per model and per-worker batch; higher "
+                        "is better." + (" Beside it, the largest rank's peak memory over the timed steps; lower "
+                                        "is better." if mem else ""))
 
 
 def _part_label(name: str) -> str:
