@@ -130,7 +130,7 @@ def memory_line(smp: Sample) -> str | None:
     grew = (f", +{max(growth) / memory.MIB:.1f} MiB over them at most"
             if growth and all(g is not None for g in growth) and i.get("peak_mem_where") != "device" else "")
     text = (f"# {what}: peak memory {i[memory.METRIC]:.1f} MiB {where} (largest rank {memory.peak_rank(i)}; "
-            f"per rank {ranks}{grew})")
+            f"per rank in the last round {ranks}{grew})")
     state = i.get("model_state_MiB")
     if state:
         first = (i.get(memory.KEY) or [{}])[0].get("model_state_B") or {}

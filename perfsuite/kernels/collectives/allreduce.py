@@ -430,7 +430,9 @@ def run(ctx: RankContext) -> dict:
         turns = (injected_turns(transport, send, recv, spinner, barrier, case, world_max(comm))
                  if spinner else -1)
         probe = Probe(scope=transport.contention_scope)
-        watch = Watch().start()  # the host's resident peak: a device transport's buffers are counted below
+        # A device transport's buffers live in its framework's allocator: torch's, else CuPy's pool.
+        watch = Watch("cpu" if transport.host_buffers else "cuda:0",
+                      "torch" if ctx.transport.startswith("torch-") else "cupy").start()
         if canary_blocks:
             times, canary = timed_blocks(transport, send, recv, iters, barrier, fault, case,
                                          spinner, turns, canary_blocks, probe, batch)
