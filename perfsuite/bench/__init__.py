@@ -205,7 +205,6 @@ def register_declared(declared: userbench.UserBenchmark) -> BenchmarkSpec:
         declared.name, declared.summary, kernel="perfsuite.kernels.user.step", cases=cases, table=user_table,
         transport_set=userbench.TRANSPORT_SET, judged=(userbench.METRIC, memory.METRIC),
         short_names={userbench.METRIC: "step", memory.METRIC: memory.SHORT_NAME},
-        tolerances={memory.METRIC: memory.TOLERANCE},
         world_options={"user_benchmark": {**declared.source(), "name": declared.name}}))
 
 

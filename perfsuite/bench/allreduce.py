@@ -167,8 +167,8 @@ def table(result: Result) -> str:
         peak_where = next((s.info.get("peak_mem_where") for s in result.samples if s.info.get("peak_mem_where")), "host")
         lines.append(f"# buffers: bytes each rank allocated for the case ({where} memory: send and receive "
                      "buffers, or one in place, times the copies a batch rotates through); peak: the largest "
-                     "rank's " + ("allocator peak on its GPU" if peak_where == "device" else "resident memory")
-                     + " over the timed calls")
+                     "rank's " + ("figure from its GPU's allocator (torch's peak; CuPy's pool: what it holds "
+                                  "at the end)" if peak_where == "device" else "resident memory over the timed calls"))
     first = result.samples[0].info if result.samples else {}
     line = timing_line(first, {timing_of(s.info) for s in result.samples})
     note = (extra.get("transport_facts") or {}).get("native_note")

@@ -443,8 +443,10 @@ def _check_comparable(cfg: ABConfig, name: str, ca: Case, cb: Case, sa: Sample, 
         raise ConfigError(f"{name}: arm {cfg.a.name} was timed by {_loop(sa.info)}, arm {cfg.b.name} "
                           f"by {_loop(sb.info)}; A/B compares one timing (the loops differ by "
                           "~0.5 us a call): pass --host-timing python (or native) for both")
-    if set(sa.metrics) != set(sb.metrics):
-        only = sorted(set(sa.metrics) ^ set(sb.metrics))
+    # Peak memory measured by one arm only (an arm whose perfsuite predates it: an image, another
+    # Python) leaves that question unasked; any other metric of one arm means another kernel.
+    only = sorted(m for m in set(sa.metrics) ^ set(sb.metrics) if not memory.is_memory(m))
+    if only:
         raise ConfigError(f"{name}: metric(s) {', '.join(only)} measured by one arm only; "
                           "A/B compares what both arms measure (same benchmark, same kernel)")
 
@@ -494,9 +496,7 @@ def judge_logs(logs: dict[str, PairLog], *, tolerance: Tolerance, alpha: float, 
             continue
         name = key[0] if isinstance(key, tuple) else key
         steady = memory.is_memory(log.metric)  # no machine mode moves memory: one stratum, its own tolerance
-        strata, facts = mode_strata(log, None if steady else canary_shift, alpha)
-        if steady:
-            strata, facts = [log.ratios], {}
+        strata, facts = ([log.ratios], {}) if steady else mode_strata(log, canary_shift, alpha)
         if log.mirror:
             facts["mirror"] = log.mirror
         a, b = log.medians()  # of the pairs B/A comes from, not of the dropped ones
