@@ -80,6 +80,10 @@ def test_one_session_of_baseline_decides_a_memory_change():
     doubled = verdict(BASE, [800.3, 800.1, 800.2])
     assert doubled.status == "regression" and doubled.facts["drift_from"] == "declared"
     assert doubled.tolerance == memory.TOLERANCE
+    from perfsuite.reading import verdict_text
+
+    assert verdict_text.line(doubled).endswith("regression (memory's drift between sessions taken as 1%, declared, "
+                                               "not learned)")
     assert verdict(BASE, [400.2, 400.1, 400.3]).status == "same"
     assert verdict(BASE, [480.0, 481.0, 479.0]).status == "regression"  # +20%: what fails at scale
     assert verdict(BASE, [300.0, 300.2, 299.9]).status == "improvement"

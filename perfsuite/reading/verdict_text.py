@@ -123,6 +123,9 @@ def line(v: Verdict) -> str:
                  f"x{f['span']:.1f} is decided)")
     elif v.reason == "across-modes":
         text += f" (across machine modes: beyond x{f['span']:.1f}, the widest spread between them)"
+    if f.get("drift_from") == "declared" and v.test == "stored" and "drift" in f:
+        # not learned from this machine's sessions: say what it rests on
+        text += f" (memory's drift between sessions taken as {f['drift']:.0%}, declared, not learned)"
     if (v.test == "stored" and v.kind == "DIFFERENT" and not f.get("confirmed")
             and f.get("drift_from") not in ("assumed", "declared")
             and int(f.get("sittings") or 0) < int(f.get("confirm_sittings") or 0)):
