@@ -30,7 +30,8 @@ from ..records.model import Case, Opt, Result, Sample, Tolerance, WorldSpec, tim
 from .. import transports as transport_registry
 
 BUILTIN = ("perfsuite.bench.allreduce", "perfsuite.bench.collectives", "perfsuite.bench.tf_epoch", "perfsuite.bench.torch_epoch",
-           "perfsuite.stalls.benchmark", "perfsuite.bench.p2p")
+           "perfsuite.stalls.benchmark", "perfsuite.bench.p2p",
+           "perfsuite.bench.replay")
 ENV = "PERFSUITE_BENCHMARKS"
 ENTRY_POINTS = "perfsuite.benchmarks"
 

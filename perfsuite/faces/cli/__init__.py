@@ -17,13 +17,13 @@ import sys
 
 from ... import interrupts
 from ...records.errors import ConfigError, FormatError, PerfsuiteError
-from . import ab, asv_offline, baseline, bisect, compare, detection_power, history, nodes, overhead, report, run, stalls, study, transports, validity
+from . import ab, asv_offline, baseline, bisect, capture, compare, detection_power, history, nodes, overhead, report, run, stalls, study, transports, validity
 from .common import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_USAGE, EXIT_WORLD, exit_status
 
 #: One module per command, in the order ``perfsuite --help`` lists them: measure and judge,
 #: show, then the experiments.
 MODULES = (run, baseline, compare, transports, report, history, asv_offline, detection_power, validity,
-           overhead, stalls, ab, bisect, study, nodes)
+           overhead, stalls, ab, bisect, study, nodes, capture)
 COMMANDS = {name: command for m in MODULES for name, command in m.COMMANDS.items()}
 __all__ = ["COMMANDS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNKNOWN", "EXIT_USAGE",
            "EXIT_WORLD", "build_parser", "exit_status", "main"]

@@ -106,7 +106,7 @@ def run(ctx) -> dict:
     for case in ctx.cases:
         values = declared.values_of(case.variant)
         step, check = _step(declared, world, values)
-        warmup, estimate = _warm_up(ctx, step, clock, budget_s)
+        warmup, estimate = warm_up(ctx, step, clock, budget_s)
         iters = whole_option(ctx.options, "iters", None, 1, "iterations")
         if iters is None:
             iters = max(declared.min_iters, min(MAX_ITERS, math.ceil(budget_s / max(estimate, 1e-9))))
@@ -145,7 +145,7 @@ def _world(ctx, declared) -> World:
     of a torch transport (refused on every rank together where it cannot start)."""
     device, dist = "cpu", None
     if declared.device == "cuda" or ctx.transport == "torch-nccl":
-        device = _cuda_device(ctx)
+        device = cuda_device(ctx)
     if ctx.transport.startswith("torch-"):
         from ...transports.torch.support import start_group
 
@@ -154,7 +154,7 @@ def _world(ctx, declared) -> World:
     return World(ctx.comm, ctx.rank, ctx.world_size, ctx.transport, device, dist, socket.gethostname())
 
 
-def _cuda_device(ctx) -> str:
+def cuda_device(ctx) -> str:
     """This rank's GPU (the worker narrowed CUDA_VISIBLE_DEVICES to it), or the world's skip."""
     from ...transports.gpu import agree
 
@@ -188,15 +188,18 @@ def _torch_device(device: str):
     return torch.device(device)
 
 
+def host_clock(step) -> float:
+    """Seconds of one call of ``step`` on the host clock."""
+    t0 = time.perf_counter()
+    step()
+    return time.perf_counter() - t0
+
+
 def _clock(world: World):
     """A function timing one call of ``step`` on this rank, in seconds: the host clock, or
     CUDA events around it on the rank's current stream."""
     if world.device == "cpu":
-        def host(step) -> float:
-            t0 = time.perf_counter()
-            step()
-            return time.perf_counter() - t0
-        return host
+        return host_clock
     try:
         import torch
 
@@ -251,7 +254,7 @@ def _checked(check, ctx, case: Case, owner: str = "the step") -> str | None:
     return None if ok is None or ok else f"{owner}'s check returned False"
 
 
-def _warm_up(ctx, step, clock, budget_s: float) -> tuple[int, float]:
+def warm_up(ctx, step, clock, budget_s: float) -> tuple[int, float]:
     """Warm-up steps, each after a barrier: ``--warmup`` of them, else until WARMUP_SHARE of
     the budget is spent (at least one). Returns (steps, the slowest rank's median step time),
     the same on every rank, so every rank runs the same iterations."""
