@@ -41,22 +41,6 @@ begin gpu-collectives collectives.log
 suite=("$venv/bin/perfsuite" run --benchmarks allreduce,all_gather,reduce_scatter,alltoall,broadcast,reduce
        --transports nccl --world-sizes 1 --max-contention off --sizes 4:64MiB --timeout 40)
 
-# nccl-tests against the NCCL CuPy loads: the wheel's include/ and lib/, with the unversioned
-# libnccl.so the linker wants made beside it in the build folder.
-nccl_tests_build() {
-    local home cc build bins=()
-    home="$("$py" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])')" || return 1
-    cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')"
-    [[ -n "$cc" ]] || cc="$("$py" -c 'import cupy; print(cupy.cuda.Device(0).compute_capability)')" || return 1
-    build="${NCCL_TESTS_BUILD:-/tmp/perfsuite-nccl-tests}-sm$cc"
-    mkdir -p "$build/nccl/lib"
-    ln -sfn "$home/include" "$build/nccl/include"
-    ln -sf "$(ls "$home"/lib/libnccl.so* | head -1)" "$build/nccl/lib/libnccl.so"
-    for c in all_reduce all_gather reduce_scatter alltoall broadcast reduce; do bins+=("$build/bin/${c}_perf"); done
-    make -s -j"$(nproc)" -C "$sources/src" BUILDDIR="$build/bin" NCCL_HOME="$build/nccl" \
-        NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" "${bins[@]}" || return 1
-    echo "$build/bin" > "$out/.bin"
-}
 nccl_tests_run() {  # nccl_tests_run LOG: each *_perf once, float32 sum, 4 B to 64 MiB
     local bin home c
     bin="$(cat "$out/.bin")"
@@ -71,7 +55,8 @@ have_tests=0
 if [[ -f "$sources/src/all_reduce.cu" ]]; then
     export -f nccl_tests_build nccl_tests_run
     export py sources out
-    step 90 "nccl-tests: build six *_perf" bash -c nccl_tests_build
+    step 90 "nccl-tests: build six *_perf" bash -c 'nccl_tests_build "$@"' _ \
+        all_reduce all_gather reduce_scatter alltoall broadcast reduce
     [[ -f "$out/.bin" ]] && have_tests=1
 else
     echo "== nccl-tests: no sources in $sources (git clone --depth 1 https://github.com/NVIDIA/nccl-tests $sources, then carry it)"

@@ -7,6 +7,7 @@
 #   bring_up NAME                                 # the bring-up alone (needs $out)
 #   step LIMIT_S NAME COMMAND...                  # one line before, its exit status after
 #   finish NAME OUT                               # the failed steps, then exit 1, or exit 0
+#   nccl_tests_build COLLECTIVE...                # nccl-tests' *_perf from $sources into $out/.bin's folder
 #
 # A step is cut to what is left of the budget, and not run under MIN_LEFT (default 15) seconds.
 
@@ -65,4 +66,22 @@ finish() {  # finish NAME OUT
     fi
     echo "$1: done: files in $2"
     exit 0
+}
+
+# nccl-tests against the NCCL CuPy loads: the wheel's include/ and lib/, with the unversioned
+# libnccl.so the linker wants made beside it in the build folder; for this GPU only. Needs $py,
+# $sources (nccl-tests' checkout) and $out; each argument a collective (all_reduce, ...).
+nccl_tests_build() {
+    local home cc build bins=()
+    home="$("$py" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])')" || return 1
+    cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')"
+    [[ -n "$cc" ]] || cc="$("$py" -c 'import cupy; print(cupy.cuda.Device(0).compute_capability)')" || return 1
+    build="${NCCL_TESTS_BUILD:-/tmp/perfsuite-nccl-tests}-sm$cc"
+    mkdir -p "$build/nccl/lib"
+    ln -sfn "$home/include" "$build/nccl/include"
+    ln -sf "$(ls "$home"/lib/libnccl.so* | head -1)" "$build/nccl/lib/libnccl.so"
+    for c in "$@"; do bins+=("$build/bin/${c}_perf"); done
+    make -s -j"$(nproc)" -C "$sources/src" BUILDDIR="$build/bin" NCCL_HOME="$build/nccl" \
+        NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" "${bins[@]}" || return 1
+    echo "$build/bin" > "$out/.bin"
 }

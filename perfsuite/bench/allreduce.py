@@ -16,7 +16,7 @@ from .asv_view import STRAGGLER, AsvLayout, AsvMetric, AxisAdded, MeasuredAxis
 from ..collectives import Collective
 from ..records.errors import ConfigError
 from ..records import memory
-from ..records.model import DTYPES, Case, Opt, Result, Sample, Tolerance, format_size, parse_names, parse_size, split_list, timing_of
+from ..records.model import DTYPE_ALIASES, DTYPES, Case, Opt, Result, Sample, Tolerance, format_size, parse_names, parse_size, split_list, timing_of
 from . import BenchmarkSpec, Selection, heading, register
 
 DEFAULT_SIZES = "4:64MiB"
@@ -66,7 +66,11 @@ def check_size(size: int, dtype: str | None) -> None:
 
 
 def parse_dtypes(text: str | Sequence[str]) -> tuple[str, ...]:
-    return parse_names(text, DTYPES, "dtype")
+    """Checked dtype names; nccl-tests' and torch's names of the fp8 types become ours, so a
+    case is named one way whichever name asked for it."""
+    parts = [p.strip() for p in (text.split(",") if isinstance(text, str) else text)]
+    names = [DTYPE_ALIASES.get(p, p) for p in parts]
+    return parse_names(",".join(names) if isinstance(text, str) else names, DTYPES, "dtype")
 
 
 def parse_ops(text: str | Sequence[str]) -> tuple[str, ...]:
@@ -332,7 +336,8 @@ def asv_layout(coll: Collective) -> AsvLayout:
 OPTIONS = (
     Opt("sizes", DEFAULT_SIZES, "message sizes: 4,1024,1MiB or a range MIN:MAX[:FACTOR] (default x4)",
         metavar="SIZES", parse=lambda text: parse_sizes(text, None)),
-    Opt("dtypes", DEFAULT_DTYPE, "comma list of float32, float64, float16, bfloat16, int32", metavar="LIST",
+    Opt("dtypes", DEFAULT_DTYPE, "comma list of float32, float64, float16, bfloat16, int32, float8_e4m3, float8_e5m2 "
+        "(or f8e4m3, f8e5m2; fp8 runs on nccl only)", metavar="LIST",
         parse=parse_dtypes),
     Opt("ops", "sum", "reduction ops of the collectives that reduce (allreduce, reduce_scatter, reduce): "
         "comma list of sum, prod, min, max, avg, or all (nccl-tests -o)", metavar="LIST", parse=parse_ops),

@@ -7,9 +7,9 @@ import numpy as np
 from . import Collective, rank_values, register, split
 
 
-def _expected(rank: int, n: int, count: int, op: str, root: int) -> np.ndarray:
+def _expected(rank: int, n: int, count: int, op: str, root: int, dtype: str = "") -> np.ndarray:
     chunk = count // n
-    return np.concatenate([rank_values(q, chunk) for q in range(n)])
+    return np.concatenate([rank_values(q, chunk, dtype=dtype) for q in range(n)])
 
 
 ALL_GATHER = register(Collective(
@@ -17,5 +17,5 @@ ALL_GATHER = register(Collective(
     factor=lambda n: (n - 1) / n, factor_words="(n-1)/n",
     wire=lambda n: n - 1,
     counts=lambda count, n: (split(count, n), split(count, n) * n),
-    inputs=lambda rank, n, count, op, root: rank_values(rank, count),
+    inputs=lambda rank, n, count, op, root, dtype="": rank_values(rank, count, dtype=dtype),
     expected=_expected, omb=lambda send, recv, n: send, inplace_offset=lambda rank, n, count: rank * (count // n)))

@@ -6,22 +6,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import PATTERN, Collective, register, split
+from . import PATTERN, Collective, register, small, split
 
 
-def chunk_values(sender: int, receiver: int, n: int, count: int) -> np.ndarray:
-    """Small integers (<= 64: exact in bfloat16) that differ between (sender, receiver) pairs."""
-    return ((sender * n + receiver) % 60 + np.arange(count) % PATTERN + 1).astype(np.float64)
+def chunk_values(sender: int, receiver: int, n: int, count: int, dtype: str = "") -> np.ndarray:
+    """Small integers (<= 64: exact in bfloat16) that differ between (sender, receiver) pairs;
+    in fp8 at most 7 (exact in e5m2 too), so neighbouring pairs still differ."""
+    pairs = 4 if small(dtype) else 60
+    return ((sender * n + receiver) % pairs + np.arange(count) % PATTERN + 1).astype(np.float64)
 
 
-def _inputs(rank: int, n: int, count: int, op: str, root: int) -> np.ndarray:
+def _inputs(rank: int, n: int, count: int, op: str, root: int, dtype: str = "") -> np.ndarray:
     chunk = count // n
-    return np.concatenate([chunk_values(rank, p, n, chunk) for p in range(n)])
+    return np.concatenate([chunk_values(rank, p, n, chunk, dtype) for p in range(n)])
 
 
-def _expected(rank: int, n: int, count: int, op: str, root: int) -> np.ndarray:
+def _expected(rank: int, n: int, count: int, op: str, root: int, dtype: str = "") -> np.ndarray:
     chunk = count // n
-    return np.concatenate([chunk_values(q, rank, n, chunk) for q in range(n)])
+    return np.concatenate([chunk_values(q, rank, n, chunk, dtype) for q in range(n)])
 
 
 ALLTOALL = register(Collective(

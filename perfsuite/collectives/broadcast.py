@@ -8,8 +8,8 @@ import numpy as np
 from . import Collective, rank_values, register
 
 
-def _inputs(rank: int, n: int, count: int, op: str, root: int) -> np.ndarray:
-    return rank_values(root, count) if rank == root else np.zeros(count)
+def _inputs(rank: int, n: int, count: int, op: str, root: int, dtype: str = "") -> np.ndarray:
+    return rank_values(root, count, dtype=dtype) if rank == root else np.zeros(count)
 
 
 BROADCAST = register(Collective(
@@ -17,5 +17,5 @@ BROADCAST = register(Collective(
     factor=lambda n: 1.0, factor_words="1",
     wire=lambda n: n - 1,
     counts=lambda count, n: (count, count), inputs=_inputs,
-    expected=lambda rank, n, count, op, root: rank_values(root, count),
+    expected=lambda rank, n, count, op, root, dtype="": rank_values(root, count, dtype=dtype),
     rooted=True, inplace_offset=lambda rank, n, count: 0, one_buffer=True))

@@ -11,6 +11,6 @@ REDUCE = register(Collective(
     factor=lambda n: 1.0, factor_words="1",
     wire=lambda n: n - 1,
     counts=lambda count, n: (count, count),
-    inputs=lambda rank, n, count, op, root: rank_values(rank, count, op),
-    expected=lambda rank, n, count, op, root: reduced(n, count, op) if rank == root else None,
+    inputs=lambda rank, n, count, op, root, dtype="": rank_values(rank, count, op, dtype),
+    expected=lambda rank, n, count, op, root, dtype="": reduced(n, count, op, dtype) if rank == root else None,
     reduces=True, rooted=True, inplace_offset=lambda rank, n, count: 0, inplace_stable=False))

@@ -11,6 +11,6 @@ REDUCE_SCATTER = register(Collective(
     factor=lambda n: (n - 1) / n, factor_words="(n-1)/n",
     wire=lambda n: n - 1,
     counts=lambda count, n: (split(count, n) * n, split(count, n)),
-    inputs=lambda rank, n, count, op, root: rank_values(rank, count, op),
-    expected=lambda rank, n, count, op, root: reduced(n, count * n, op)[rank * count:(rank + 1) * count],
+    inputs=lambda rank, n, count, op, root, dtype="": rank_values(rank, count, op, dtype),
+    expected=lambda rank, n, count, op, root, dtype="": reduced(n, count * n, op, dtype)[rank * count:(rank + 1) * count],
     reduces=True))

@@ -19,9 +19,15 @@ from .errors import ConfigError
 # --- checked values: user strings become these at the boundary --------------------------------
 
 #: Element types a collective's buffer can hold, and their size in bytes.
-DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}
-#: numpy has no bfloat16: host arrays hold its 16 bits (``collectives.as_type``).
-_STORAGE = {"bfloat16": "uint16"}
+DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4,
+          "float8_e4m3": 1, "float8_e5m2": 1}
+#: The 8-bit floats NCCL has (ncclFloat8e4m3, ncclFloat8e5m2, NCCL >= 2.24): e4m3 is the
+#: "fn" form (no infinity, max 448), torch's float8_e4m3fn; e5m2 is IEEE-like, torch's float8_e5m2.
+FP8 = ("float8_e4m3", "float8_e5m2")
+#: Other names the field gives them (nccl-tests' -d, torch's and ml_dtypes'), accepted by --dtypes.
+DTYPE_ALIASES = {"f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2", "float8_e4m3fn": "float8_e4m3"}
+#: numpy has no bfloat16 or fp8: host arrays hold their bits (``collectives.as_type``).
+_STORAGE = {"bfloat16": "uint16", "float8_e4m3": "uint8", "float8_e5m2": "uint8"}
 
 
 def storage_dtype(dtype: str) -> str:

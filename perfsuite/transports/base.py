@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..records.model import storage_dtype
+from ..records.model import FP8, storage_dtype
 
 #: The collectives a kernel can ask for, nccl-tests' names (one record each in perfsuite/bench/).
 COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")
@@ -42,7 +42,7 @@ class Call:
     op: str = "sum"
     root: int = 0
     inplace: bool = False
-    dtype: str = "float32"  # the element type (bfloat16's host arrays hold its bits as uint16)
+    dtype: str = "float32"  # the element type (bfloat16's and fp8's host arrays hold their bits)
 
 
 #: How a device transport's calls are timed (option ``device_timing``; its default, ``auto``,
@@ -110,6 +110,8 @@ class AllreduceTransport:
     #: Its library has a bfloat16 type (NCCL, torch; an MPI that defines MPI_BFLOAT16_T): a
     #: design that reduces with numpy has none (numpy holds bfloat16's bits as uint16).
     bfloat16: bool = False
+    #: Its library has the fp8 types (NCCL >= 2.24 alone here: MPI defines none, gloo none).
+    fp8: bool = False
     bound: Call = Call()
 
     def lacks(self, call: Call, dtype: str) -> str | None:
@@ -121,6 +123,8 @@ class AllreduceTransport:
             return f"{self.name} has no {call.op} reduction (it has {', '.join(self.reduce_ops)})"
         if dtype == "bfloat16" and not self.bfloat16:
             return f"{self.name} has no bfloat16 (it reduces with numpy, which has none)"
+        if dtype in FP8 and not self.fp8:
+            return f"{self.name} has no {dtype} (fp8 runs on nccl alone, NCCL >= 2.24)"
         return None
 
     def bind(self, call: Call) -> None:

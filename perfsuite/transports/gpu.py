@@ -303,6 +303,13 @@ def device_identity(props: Mapping[str, Any]) -> tuple[str, str]:
     return name, bus
 
 
+def compute_capability(props: Mapping[str, Any]) -> int | None:
+    """Pure: the device's compute capability as NCCL counts it (major x 10 + minor: 90 for
+    Hopper), from ``getDeviceProperties``; None where it does not say."""
+    major, minor = props.get("major"), props.get("minor")
+    return None if major is None else 10 * int(major) + int(minor or 0)
+
+
 def compile_reason(ops: CupyOps) -> str | None:
     """None when CuPy can build and run a kernel here, else why not. Every CuPy transport
     compiles kernels (fill, add) with NVRTC, which a bare driver install lacks; asked here,
@@ -344,8 +351,10 @@ def open_device(comm, options: Mapping[str, Any]) -> tuple[DeviceOps, dict[str, 
             else:
                 dev = pick_device(local_rank, count)
                 ops = CupyOps(cupy, dev)
-                name, where = device_identity(cupy.cuda.runtime.getDeviceProperties(dev))
-                facts.update(device=dev, gpu=name, pci_bus_id=where, gpus_visible=count)
+                props = cupy.cuda.runtime.getDeviceProperties(dev)
+                name, where = device_identity(props)
+                facts.update(device=dev, gpu=name, pci_bus_id=where, gpus_visible=count,
+                             sm=compute_capability(props))
                 reason = compile_reason(ops)
         except ImportError as exc:
             reason = f"CuPy cannot be imported in the rank ({exc})"
@@ -355,6 +364,10 @@ def open_device(comm, options: Mapping[str, Any]) -> tuple[DeviceOps, dict[str, 
     placements = comm.allgather((socket.gethostname(), where))
     shared = shared_devices(placements) if module == "cupy" else []
     facts["ranks_per_gpu"] = max([len(g) for g in shared], default=1)
+    if module == "cupy":
+        # The world's oldest GPU, as NCCL's comm->minCompCap: a call may use what every rank has.
+        sms = comm.allgather(facts.get("sm"))
+        facts["min_sm"] = min((sm for sm in sms if isinstance(sm, int)), default=None)
     return ops, facts
 
 

@@ -3,6 +3,7 @@ arrays, or CuPy arrays for a CUDA-aware MPI): one place for ``mpi``'s Python loo
 and ``mpi-cuda``, so the three time the same call as the native loop does in C."""
 from __future__ import annotations
 
+from ..records.model import FP8
 from .base import Call
 
 #: MPI has no average: nccl-tests' avg is NCCL's own op (ncclAvg).
@@ -16,6 +17,8 @@ def mpi_lacks(call: Call, dtype: str) -> str | None:
 
     if call.collective in ("allreduce", "reduce_scatter", "reduce") and call.op not in MPI_OPS:
         return f"MPI has no {call.op} reduction (it has {', '.join(MPI_OPS)}; avg is NCCL's ncclAvg)"
+    if dtype in FP8:
+        return f"MPI defines no fp8 datatype, so {dtype} has no MPI type to reduce or move; fp8 runs on nccl"
     if dtype == "bfloat16" and bfloat16_type() is None:
         return (f"this MPI defines no MPI_BFLOAT16_T ({MPI.Get_library_version().splitlines()[0].strip()}); "
                 "bfloat16 runs on torch-gloo, torch-nccl and nccl")

@@ -23,18 +23,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..records.errors import TransportUnavailable
+from ..records.model import FP8
 from . import native_nccl
 from .base import COLLECTIVES, OPS, Call
 from .gpu import GpuTransport, agree
 
 #: NCCL's own enum values (nccl.h: ncclDataType_t, ncclRedOp_t), used where CuPy lacks the
-#: constant (NCCL_BFLOAT16 and NCCL_AVG in older CuPy); bfloat16 buffers hold uint16 in CuPy.
+#: constant (NCCL_BFLOAT16 and NCCL_AVG in older CuPy, the fp8 types in every CuPy so far);
+#: bfloat16 buffers hold uint16 in CuPy, fp8 buffers uint8: NCCL reads the bytes as the enum says.
 NCCL_TYPES = {"float32": ("NCCL_FLOAT32", 7), "float64": ("NCCL_FLOAT64", 8),
-              "float16": ("NCCL_FLOAT16", 6), "bfloat16": ("NCCL_BFLOAT16", 9), "int32": ("NCCL_INT32", 2)}
+              "float16": ("NCCL_FLOAT16", 6), "bfloat16": ("NCCL_BFLOAT16", 9), "int32": ("NCCL_INT32", 2),
+              "float8_e4m3": ("NCCL_FLOAT8E4M3", 10), "float8_e5m2": ("NCCL_FLOAT8E5M2", 11)}
+FP8_ENUMS = {"float8_e4m3": "ncclFloat8e4m3", "float8_e5m2": "ncclFloat8e5m2"}  # nccl.h's words
 NCCL_OPS = {"sum": ("NCCL_SUM", 0), "prod": ("NCCL_PROD", 1), "max": ("NCCL_MAX", 2),
             "min": ("NCCL_MIN", 3), "avg": ("NCCL_AVG", 4)}
-#: NCCL_VERSION codes: ncclAvg and ncclBfloat16 came with 2.10, ncclSend/ncclRecv with 2.7.
-NCCL_2_10, NCCL_2_7 = 21000, 2700
+#: NCCL_VERSION codes: ncclFloat8e4m3 and ncclFloat8e5m2 came with 2.24 (2.24.3), ncclAvg and
+#: ncclBfloat16 with 2.10, ncclSend/ncclRecv with 2.7.
+NCCL_2_24, NCCL_2_10, NCCL_2_7 = 22400, 21000, 2700
+#: NCCL reduces fp8 (sum, prod, min, max, avg, all of them) only where every rank's GPU is
+#: sm90 or newer; it moves fp8 (all_gather, broadcast, alltoall) on any (enqueue.cc's taskAppend:
+#: "FP8 reduction support begins with sm90 capable devices", ncclInvalidArgument).
+FP8_REDUCE_SM = 90
 REDUCING = ("allreduce", "reduce_scatter", "reduce")
 
 
@@ -78,10 +87,17 @@ def counts(collective: str, send_size: int, recv_size: int, n: int, itemsize: in
     return send_size, 0
 
 
-def nccl_lacks(call: Call, dtype: str, version: int) -> str | None:
-    """Pure: why the loaded NCCL (``version``, its code; 0 when unknown) cannot make ``call``."""
+def nccl_lacks(call: Call, dtype: str, version: int, min_sm: int | None = None) -> str | None:
+    """Pure: why the loaded NCCL (``version``, its code; 0 when unknown) cannot make ``call`` on
+    GPUs whose oldest is ``min_sm`` (compute capability x 10; None when unknown)."""
     if dtype not in NCCL_TYPES:
         return f"nccl has no {dtype} here (it runs {', '.join(NCCL_TYPES)})"
+    if dtype in FP8:
+        if version and version < NCCL_2_24:
+            return f"{FP8_ENUMS[dtype]} needs NCCL >= 2.24; this NCCL is {version_text(version)}"
+        if min_sm is not None and min_sm < FP8_REDUCE_SM and call.collective in REDUCING:
+            return (f"NCCL reduces fp8 only on sm90 or newer GPUs (Hopper on); this world's oldest is "
+                    f"sm{min_sm} ({dtype} moves there: all_gather, broadcast, alltoall)")
     if version and version < NCCL_2_10:
         if dtype == "bfloat16":
             return f"ncclBfloat16 needs NCCL >= 2.10; this NCCL is {version_text(version)}"
@@ -95,6 +111,7 @@ def nccl_lacks(call: Call, dtype: str, version: int) -> str | None:
 class NcclAllreduce(GpuTransport):
     name = "nccl"
     bfloat16 = True  # ncclBfloat16 (NCCL >= 2.10: nccl_lacks says)
+    fp8 = True  # ncclFloat8e4m3, ncclFloat8e5m2 (NCCL >= 2.24, reductions on sm90: nccl_lacks says)
     graph_capture = True  # a call is NCCL kernels on our stream: a batch can be a CUDA graph
     native_timing = True  # a C loop can issue its batches (device_timing auto / native-batch)
     collectives = COLLECTIVES
@@ -147,7 +164,7 @@ class NcclAllreduce(GpuTransport):
             self.facts["native_note"] = note
 
     def lacks(self, call: Call, dtype: str) -> str | None:
-        return super().lacks(call, dtype) or nccl_lacks(call, dtype, self._version)
+        return super().lacks(call, dtype) or nccl_lacks(call, dtype, self._version, self.facts.get("min_sm"))
 
     def bind(self, call: Call) -> None:
         super().bind(call)

@@ -150,12 +150,12 @@ def busbw_factor(world_size: int) -> float:
 
 def pattern(rank: int, count: int, dtype: str) -> np.ndarray:
     """What rank ``rank`` sends in an allreduce (``collectives.rank_values``), as ``dtype``."""
-    return as_type(collectives.rank_values(rank, count), dtype)
+    return as_type(collectives.rank_values(rank, count, dtype=dtype), dtype)
 
 
 def zero_sum_pattern(rank: int, world_size: int, count: int, dtype: str) -> np.ndarray:
     """Small integers that sum to exactly 0 over the ranks (``collectives.zero_sum``)."""
-    return as_type(collectives.zero_sum(rank, world_size, count), dtype)
+    return as_type(collectives.zero_sum(rank, world_size, count, dtype), dtype)
 
 
 def calls_per_sample(transport, iters: int) -> int:
@@ -166,7 +166,7 @@ def calls_per_sample(transport, iters: int) -> int:
 
 
 def expected_sum(world_size: int, count: int, dtype: str) -> np.ndarray:
-    return as_type(collectives.reduced(world_size, count), dtype)
+    return as_type(collectives.reduced(world_size, count, dtype=dtype), dtype)
 
 
 def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: int,

@@ -61,9 +61,9 @@ class Buffers:
         call leaves unchanged, where the record has such)."""
         c, call = self.coll, self.call
         if stable and call.inplace and c.stable_inputs is not None:
-            values = c.stable_inputs(self.rank, self.n, self.send_count, call.op)
+            values = c.stable_inputs(self.rank, self.n, self.send_count, call.op, dtype=self.dtype)
         else:
-            values = c.inputs(self.rank, self.n, self.send_count, call.op, call.root)
+            values = c.inputs(self.rank, self.n, self.send_count, call.op, call.root, dtype=self.dtype)
         values = as_type(values, self.dtype)
         for send, recv in self.views:
             if call.inplace and send is not recv:
@@ -78,8 +78,8 @@ class Buffers:
             if not c.inplace_stable:
                 return None
             if c.stable_expected is not None:
-                return as_type(c.stable_expected(self.n, self.recv_count, call.op), self.dtype)
-        want = c.expected(self.rank, self.n, self.recv_count, call.op, call.root)
+                return as_type(c.stable_expected(self.n, self.recv_count, call.op, dtype=self.dtype), self.dtype)
+        want = c.expected(self.rank, self.n, self.recv_count, call.op, call.root, dtype=self.dtype)
         return None if want is None else as_type(want, self.dtype)
 
     def check(self, timed: bool, corrupt: bool) -> bool | None:
@@ -89,8 +89,9 @@ class Buffers:
         if want is not None:
             return same(self.transport.to_host(self.recv), want, corrupt)
         if not self.call.inplace and self.coll.expected(self.rank, self.n, self.recv_count, self.call.op,
-                                                       self.call.root) is None:
-            sent = self.coll.inputs(self.rank, self.n, self.send_count, self.call.op, self.call.root)
+                                                       self.call.root, dtype=self.dtype) is None:
+            sent = self.coll.inputs(self.rank, self.n, self.send_count, self.call.op, self.call.root,
+                                    dtype=self.dtype)
             return same(self.transport.to_host(self.send), as_type(sent, self.dtype), corrupt)
         return None
 
@@ -111,8 +112,9 @@ def copies_of(transport, coll: Collective, case: Case, n: int, largest: int, bat
 
 
 def bind_case(transport, coll: Collective, case: Case, inplace: bool, n: int) -> Call:
-    """The call this case makes, bound on the transport; a call the transport cannot make
-    skips the world with the reason (every rank finds the same)."""
+    """The call this case makes, bound on the transport; a call the transport cannot make, or
+    whose result could not be checked exactly (fp8 past its ranks), skips the world with the
+    reason (every rank finds the same)."""
     op, root = collectives.op_root(case.variant)
     if root >= n:
         raise ConfigError(f"root {root} is not a rank of a world of {n}; give --root below {n}")
@@ -121,7 +123,7 @@ def bind_case(transport, coll: Collective, case: Case, inplace: bool, n: int) ->
         raise TransportUnavailable(f"{coll.name} has no in-place form here (NCCL has none for "
                                    "alltoall; MPI and NCCL place reduce_scatter's result apart)")
     call = Call(coll.name, op if coll.reduces else "sum", root if coll.rooted else 0, wants_inplace, case.dtype)
-    why = transport.lacks(call, case.dtype)
+    why = transport.lacks(call, case.dtype) or collectives.inexact(call.op, case.dtype, n, coll.reduces)
     if why:
         raise TransportUnavailable(why)
     transport.bind(call)

@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from ...records.errors import ConfigError
+from ...records.model import FP8
 from ..base import AllreduceTransport, Call
 from ..gpu import COPY_BYTES, COPY_REPEATS, device_timing
 from .support import cuda_device, import_torch, start_group, stop_group
@@ -33,6 +34,15 @@ from .support import cuda_device, import_torch, start_group, stop_group
 DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16",
           "int32": "int32"}
 COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+#: Why each backend runs no fp8 here: gloo's and MPI's libraries have no fp8 type; torch's NCCL
+#: group reduces float8_e4m3fn/e5m2 only where torch itself was built against NCCL >= 2.24
+#: (ProcessGroupNCCL's isUnsupportedFloat8, NCCL_SUPPORTS_FP8), which no runtime call reports.
+TORCH_FP8_LACKS = {
+    "gloo": "torch's gloo has no {dtype} (gloo has no fp8 type to reduce or move); fp8 runs on nccl",
+    "mpi": "torch's MPI backend has no {dtype} (MPI defines no fp8 datatype); fp8 runs on nccl",
+    "nccl": ("torch-nccl runs no {dtype} here: ProcessGroupNCCL has fp8 only where torch was built "
+             "against NCCL >= 2.24, which torch does not report; fp8 runs on nccl"),
+}
 #: nccl-tests' op names -> torch.distributed.ReduceOp's.
 REDUCE_OPS = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}
 REDUCING = ("allreduce", "reduce_scatter", "reduce")
@@ -49,6 +59,8 @@ def torch_lacks(backend: str, torch_version: str, call: Call, dtype: str,
     line), or None. From the versions alone (pure: the same on every rank, tested without a
     world): what ProcessGroupGloo, ProcessGroupMPI and NCCL lack, as their sources have it.
     Ops and collectives torch has no name for are the transport's own ``lacks``."""
+    if dtype in FP8:
+        return TORCH_FP8_LACKS.get(backend, f"torch's {backend} backend has no {{dtype}}").format(dtype=dtype)
     avg = call.op == "avg" and call.collective in REDUCING
     v = _version(torch_version)
     if backend == "gloo" and avg:
@@ -109,6 +121,8 @@ class TorchAllreduce(AllreduceTransport):
         return getattr(self.torch, DTYPES[dtype])
 
     def lacks(self, call: Call, dtype: str) -> str | None:
+        if dtype in FP8:  # the backend's own reason, before the base class's generic one
+            return torch_lacks(self.backend, str(self.torch.__version__), call, dtype)
         why = super().lacks(call, dtype)
         if why:
             return why

@@ -44,6 +44,15 @@
 
 #define PERFSUITE_NCCL_ABI 2
 
+/* The loop passes the type as perfsuite/transports/nccl.py's NCCL_TYPES names it, an integer: pin
+ * the newest codes it sends against this nccl.h, so a header that numbered them otherwise fails the
+ * build (and the transport times from Python, with the reason) instead of reducing the wrong type.
+ * fp8 buffers are bytes to this loop; NCCL reads them as the enum says. */
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+_Static_assert(ncclBfloat16 == 9 && ncclFloat8e4m3 == 10 && ncclFloat8e5m2 == 11,
+               "nccl.h's type enum is not the one perfsuite/transports/nccl.py passes");
+#endif
+
 /* Collective codes: the index in perfsuite.transports.base.COLLECTIVES. */
 enum { ALLREDUCE = 0, ALL_GATHER = 1, REDUCE_SCATTER = 2, ALLTOALL = 3, BROADCAST = 4, REDUCE = 5 };
 
