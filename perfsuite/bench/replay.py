@@ -14,7 +14,7 @@ import os
 from ..records import memory, trace as traces, userbench
 from ..records.errors import ConfigError
 from ..records.model import Case, Opt, Result
-from . import BenchmarkSpec, Selection, heading, register
+from . import BenchmarkSpec, NothingSelected, Selection, heading, register
 
 GAPS_HELP = ("replay: the job's compute between its calls: off (calls back to back), recorded (the host "
              "time between two calls, spun before the second; Kineto traces), or scaled:F (F times it)")
@@ -34,8 +34,8 @@ def parse_gaps(text: str) -> str:
 
 def cases(sel: Selection) -> list[Case]:
     path = sel.values.get("trace")
-    if not path:
-        raise ConfigError("replay needs --trace PATH: a folder of one trace file per rank (perfsuite capture -o DIR "
+    if not path:  # a pytest session over every benchmark skips it (NothingSelected); run says this
+        raise NothingSelected("replay needs --trace PATH: a folder of one trace file per rank (perfsuite capture -o DIR "
                           "writes one), or a name with {rank}, e.g. trace/rank{rank}.json")
     trace = traces.load(path)
     if sel.world_sizes_given and tuple(sel.world_sizes) != (trace.world_size,):

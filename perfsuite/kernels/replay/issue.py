@@ -264,7 +264,9 @@ class TorchIssuer(Issuer):
             self.all_gather(recv, send, group=group)
         elif kind == "reduce_scatter":
             self.reduce_scatter(recv, send, op=op, group=group)
-        elif kind in ("alltoall", "alltoallv"):
+        elif kind == "alltoall":  # even: no split sizes, as the job called it
+            dist.all_to_all_single(recv, send, group=group)
+        elif kind == "alltoallv":
             ins, outs = traces.splits_of(c, len(ranks))
             dist.all_to_all_single(recv, send, list(outs), list(ins), group=group)
         elif kind == "broadcast":

@@ -181,10 +181,15 @@ def _checked(ctx, case, trace, issuer, calls) -> str | None:
     wrong = None
     for k, (c, _, _) in enumerate(calls):
         ranks = c.ranks(trace.world_size)
-        ok = issuer.check(c, ranks.index(ctx.rank), len(ranks), corrupt=corrupt and k == 0)
+        ok = issuer.check(c, ranks.index(ctx.rank), len(ranks), corrupt=corrupt)
+        if ok is not None and corrupt:  # the test fault spoils the first call that is checked
+            corrupt = False
+            why = " (injected corrupt result, PERFSUITE_TEST_FAULT)"
+        else:
+            why = ""
         if ok is False and wrong is None:
             wrong = (f"call {k} ({c.kind} of {c.out_count or c.in_count} {c.dtype} on group "
-                     f"{list(ranks)}) left a wrong result" + (" (injected corrupt result)" if corrupt else ""))
+                     f"{list(ranks)}) left a wrong result{why}")
     issuer.zero()
     return wrong
 
