@@ -38,6 +38,10 @@ ROOMS = (
          "where the ranks find it; imports nothing heavy, the ranks import it through the user's module"),
     Room("perfsuite.records.memory", 1, "records", "peak memory per rank as a metric: its name, tolerance and declared "
          "drift, and a world's summary of its ranks' figures (the largest rank, where, model state)"),
+    Room("perfsuite.records.trace_formats", 1, "records", "the trace files a job's communication is read from, one per "
+         "rank: PyTorch's Kineto trace (what `perfsuite capture` writes) and its execution trace, tolerant of versions"),
+    Room("perfsuite.records.trace", 1, "records", "a job's captured communication: each rank's collectives in order, the "
+         "check that the ranks' files are one window, what a trace holds; the replay kernel issues them again"),
     Room("perfsuite.collectives", 1, "records", "one record per collective (as nccl-tests' one file each): counts, busbw "
          "factor, wire bytes, exact inputs and expected values; the ranks read them as well as the registry"),
     Room("perfsuite.records.stats", 1, "records", "pure statistics, read by the ranks, the registry and the rules alike: robust summaries, intervals, the rank tests "
@@ -65,14 +69,15 @@ ROOMS = (
     Room("perfsuite.kernels", 3, "measuring", "rank-local measurement behind `run(ctx)`, by kind: `collectives/` (every "
          "collective, its buffers, point-to-point, a transport beside its plain loop), `training/` (the TensorFlow and "
          "PyTorch epochs on the loop they share, their input, exposure, peaks), `models/` (the catalogue, then each model "
-         "in Keras and in torch.nn), `user/` (a user's step); beside them what every kernel shares (context, contention, "
+         "in Keras and in torch.nn), `user/` (a user's step), `replay/` (a captured job's collectives issued again); beside them what every kernel shares (context, contention, "
          "the fault switch, the ranks' own times) and the plain reference programs (`plain/`)"),
     Room("perfsuite.launch", 3, "running", "the one room that starts processes: `launchers.py` builds argv (pure); "
          "`native/` builds the C timed loops from their sources (`native/c/`; the ranks load them through transports); "
          "`world.py` runs a world, `commands.py` short helper commands; `environment.py` wraps a launch in emulated nodes "
          "(`netns.py`) or a throttled disk (`diskio.py`); `deathwatch.py` names the rank that died first; "
          "`containers.py` runs a launch inside an image or under a prefix; `envs.py` builds a commit's environment (`commits.py` reads the repository) and "
-         "probes an arm's Python; `pool.py` gives the rules' simulations their processes"),
+         "probes an arm's Python; `pool.py` gives the rules' simulations their processes; `capture.py` runs a job "
+         "unmodified under `capture_hook/`, which profiles each of its ranks"),
     Room("perfsuite.asv.project", 3, "store", "asv.conf.json, its git, the `RecordTarget`"),
     Room("perfsuite.asv.record", 3, "store", "recording results into asv's history (and migrating older versions)"),
     Room("perfsuite.asv.read", 3, "store", "reading asv's history back"),
@@ -115,7 +120,8 @@ TOP = max(r.floor for r in ROOMS)
 #: What kernels and transports may import: they run on the ranks, which never import statistics,
 #: storage or pytest, only the records they share with the registry.
 GROUND = ("perfsuite.records.errors", "perfsuite.records.model", "perfsuite.collectives", "perfsuite.records.stats",
-          "perfsuite.records.userbench", "perfsuite.records.memory")
+          "perfsuite.records.userbench", "perfsuite.records.memory", "perfsuite.records.trace",
+          "perfsuite.records.trace_formats")
 #: Nothing imports a face: a face is what people call.
 FACES = ("perfsuite.faces", "perfsuite.__main__")
 #: The one room that starts processes (worlds, git, compilers, commit venvs, containers, pools).

@@ -13,7 +13,7 @@ import pytest
 
 from perfsuite.collectives import as_type
 from perfsuite.kernels.replay.issue import bus_bytes, expected_values
-from perfsuite.records import trace as traces
+from perfsuite.records import trace as traces, trace_formats
 from perfsuite.records.errors import ConfigError
 from perfsuite.records.trace import Comm
 
@@ -85,7 +85,7 @@ def test_an_execution_trace_reads_by_its_schema_and_perfsuites_annotation(tmp_pa
     schema = ("c10d::alltoall_base_(Tensor output, Tensor input, __torch__.torch.classes.c10d.ProcessGroup "
               "process_group, int[] output_split_sizes, int[] input_split_sizes, bool async_op=True, "
               "int timeout=-1) -> __torch__.torch.classes.c10d.Work")
-    assert traces.schema_names(schema)[:5] == ["output", "input", "process_group", "output_split_sizes",
+    assert trace_formats.schema_names(schema)[:5] == ["output", "input", "process_group", "output_split_sizes",
                                                "input_split_sizes"]
 
     def et(ins, outs):
@@ -133,9 +133,9 @@ def test_a_sub_group_the_trace_does_not_name_is_said_not_guessed(tmp_path):
 
 def test_rank_files_gaps_and_the_summary(tmp_path):
     folder = write(tmp_path / "job", [kineto(0, rank_events(0)), kineto(1, rank_events(1))])
-    assert traces.rank_files(str(folder / "rank{rank}.json")) == [str(folder / "rank0.json"), str(folder / "rank1.json")]
+    assert trace_formats.rank_files(str(folder / "rank{rank}.json")) == [str(folder / "rank0.json"), str(folder / "rank1.json")]
     (folder / traces.MANIFEST).write_text("{}")
-    assert len(traces.rank_files(str(folder))) == 2  # the manifest is no rank's
+    assert len(trace_formats.rank_files(str(folder))) == 2  # the manifest is no rank's
     assert traces.parse_gaps("scaled:0.5") == ("scaled", 0.5) and traces.parse_gaps("off") == ("off", 0.0)
     with pytest.raises(ConfigError, match="scaled:F"):
         traces.parse_gaps("sometimes")
@@ -200,7 +200,7 @@ def test_a_captured_ddp_fsdp_moe_job_replays_on_mpi_and_gloo_as_captured(tmp_pat
             assert [list(map(lambda v: list(v) if isinstance(v, tuple) else v, c.shape(2))) for c in rt.comms] == calls
         assert info["replayed_digest"] == info["captured_digest"]
         assert set(info["kinds"]) == kinds and all(k["us"] > 0 for k in info["kinds"].values())
-        assert f"# window" in r.stdout and "alltoallv" in r.stdout, said(r)
+        assert "# window" in r.stdout and "alltoallv" in r.stdout, said(r)
 
 
 @needs_torchrun

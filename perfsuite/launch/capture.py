@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 
-from ..records import trace as traces
+from ..records import trace as traces, trace_formats
 from ..records.errors import ConfigError, LaunchError
 from ..store.formats import atomic_write
 
@@ -27,8 +27,8 @@ def capture(command: list[str], out_dir: str, skip_calls: int = 0) -> tuple[int,
                           "perfsuite capture -o trace -- torchrun --nproc-per-node 2 train.py")
     out = os.path.abspath(out_dir)
     os.makedirs(out, exist_ok=True)
-    if traces.rank_files(out):
-        raise ConfigError(f"-o {out_dir!r} already holds a capture ({len(traces.rank_files(out))} trace files); "
+    if trace_formats.rank_files(out):
+        raise ConfigError(f"-o {out_dir!r} already holds a capture ({len(trace_formats.rank_files(out))} trace files); "
                           "name an empty folder")
     path = os.environ.get("PYTHONPATH", "")
     env = {**os.environ, ENV: out, SKIP_ENV: str(int(skip_calls)),
@@ -47,7 +47,7 @@ def capture(command: list[str], out_dir: str, skip_calls: int = 0) -> tuple[int,
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         raise
-    files = traces.rank_files(out)
+    files = trace_formats.rank_files(out)
     torch_version = None
     try:
         from importlib import metadata
