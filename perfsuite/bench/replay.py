@@ -35,7 +35,7 @@ def parse_gaps(text: str) -> str:
 def cases(sel: Selection) -> list[Case]:
     path = sel.values.get("trace")
     if not path:  # a pytest session over every benchmark skips it (NothingSelected); run says this
-        raise NothingSelected("replay needs --trace PATH: a folder of one trace file per rank (perfsuite capture -o DIR "
+        raise NothingSelected("replay needs --trace PATH (pytest: --perf-trace PATH): a folder of one trace file per rank (perfsuite capture -o DIR "
                           "writes one), or a name with {rank}, e.g. trace/rank{rank}.json")
     trace = traces.load(path)
     if sel.world_sizes_given and tuple(sel.world_sizes) != (trace.world_size,):
