@@ -5,8 +5,9 @@ size, in interleaved rounds on this machine.
     .venv/bin/python scripts/omb-compare.py OMB_BIN_DIR [--benchmarks all_gather,...]
         [--world-sizes 2] [--sizes 4:64MiB] [--rounds 5] [--iters omb|ITERS:WARMUP] [--json FILE]
 
-OMB_BIN_DIR holds osu_allreduce, osu_allgather, osu_reduce_scatter, osu_alltoall, osu_bcast and
-osu_reduce (OMB 7.4's c/mpi/collective/blocking, built against the same MPI as perfsuite).
+OMB_BIN_DIR holds osu_allreduce, osu_allgather, osu_reduce_scatter, osu_alltoall, osu_bcast,
+osu_reduce and osu_alltoallv (OMB 7.4's c/mpi/collective/blocking, built against the same MPI as
+perfsuite); only the binaries of the collectives asked for are needed.
 
 Each round visits every collective, in an order that alternates between rounds (forward, then
 reversed), and for each runs OMB's binary once and ``perfsuite run`` once, the tool that goes first
@@ -29,6 +30,9 @@ which is what each OMB benchmark's source calls ``size`` (OMB 7.4):
   sendbuf and recvbuf of that size; bcast one buffer).
 * osu_allgather: one rank's part: MPI_Allgather(sendbuf, size, ...); recvbuf is ``size x numprocs``.
 * osu_alltoall: one peer's part: MPI_Alltoall(sendbuf, size, ...); both buffers ``size x numprocs``.
+* osu_alltoallv: one peer's part too: MPI_Alltoallv with every sendcounts[i] and recvcounts[i]
+  ``size / type size`` and displacements i x that, so its counts are equal; perfsuite's alltoallv
+  runs with ``--splits uniform`` here (its case size is each rank's total, n x OMB's size).
 * osu_reduce_scatter: the whole send buffer: MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts) with
   recvcounts ``size / numprocs`` each (the remainder spread over the first ranks; with fewer
   elements than ranks, one each to the first). Note it calls MPI_Reduce_scatter, where perfsuite
@@ -151,6 +155,8 @@ def run_perfsuite(args, name: str, n: int, sizes: list[int], i: int, w: int) -> 
         cmd = [args.perfsuite, "run", "--benchmarks", name, "--transports", "mpi", "--world-sizes", str(n),
                "--sizes", ",".join(map(str, sizes)), "--iters", str(i), "--warmup", str(w),
                "--contention-retries", "0", "--json", str(out)]
+        if collectives.get(name).splits is not None:  # OMB's alltoallv sends equal counts to every peer
+            cmd += ["--splits", "uniform"]
         code, _stdout, e, wall = run(cmd, args.timeout)
         data = json.loads(out.read_text()) if out.exists() else {"results": []}
     per: dict[int, list[dict]] = {}
@@ -275,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("omb_bin_dir", metavar="OMB_BIN_DIR", help="folder of OMB 7.4's osu_* collective binaries")
-    p.add_argument("--benchmarks", default=",".join(OMB), help=f"comma list of {', '.join(OMB)} [default: all six]")
+    p.add_argument("--benchmarks", default=",".join(OMB), help=f"comma list of {', '.join(OMB)} [default: all]")
     p.add_argument("--world-sizes", default="2", help="comma list of world sizes [default: 2]")
     p.add_argument("--sizes", default="4:64MiB", help="perfsuite's sizes: 4,1KiB or MIN:MAX[:FACTOR] (x4) [default: 4:64MiB]")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds [default: 5]")

@@ -105,7 +105,7 @@ def test_a_new_benchmark_brings_its_report_table_layouts_and_size_plots(toys, tm
 
 
 def test_the_builtin_records_keep_their_report_words():
-    every = ["allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce"]
+    every = ["allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "alltoallv"]
     assert bench.sized_benchmarks() == every
     p = plots.latency_plot([], Path("/nonexistent/never-written.png"))
     assert p.title == " / ".join(n.capitalize() for n in every) + " latency vs message size"

@@ -20,6 +20,7 @@ from perfsuite.launch.native import mpi as native
 from perfsuite.launch.launchers import LaunchConfig
 from perfsuite.launch.world import run_world
 from perfsuite.records.model import Baseline, Case, timing_of
+from perfsuite.transports.native import ABI as NATIVE_ABI
 
 FAST = {"iters": 20, "warmup": 2, "copy_bw": False, "canary": 0}
 BUILT = native.build()
@@ -173,7 +174,7 @@ def test_a_library_changed_after_its_build_is_not_loaded(tmp_path, no_leftover_r
 
 FAKE = r"""
 #include <string.h>
-int perfsuite_native_abi(void) { return 2; }
+int perfsuite_native_abi(void) { return %d; }  /* this perfsuite's: only the MPI differs */
 int perfsuite_native_mpi_library(char *buf, int *len) {
     strcpy(buf, "%s"); *len = (int)strlen(buf); return 0;
 }
@@ -185,7 +186,7 @@ def _fake_library(tmp_path, version: str, size: int) -> tuple[str, str]:
     if shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) to build a library of another MPI")
     src, lib = tmp_path / "fake.c", tmp_path / "libfake.so"
-    src.write_text(FAKE % (version, size, size, size))
+    src.write_text(FAKE % (NATIVE_ABI, version, size, size, size))
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, timeout=60)
     return str(lib), hashlib.sha256(lib.read_bytes()).hexdigest()
 

@@ -39,7 +39,8 @@ def test_plan_takes_nccl_enums_from_cupy_or_from_nccl_h():
     assert (p.type, p.op, p.root, p.code) == ("f16", "max", 1, 5)
     # collectives that take no op are planned with sum, whatever the call says
     assert nccl.plan(Call("all_gather", "max"), bare).op == 0
-    assert [nccl.plan(Call(c), bare).code for c in COLLECTIVES] == list(range(6))
+    # alltoallv's per-peer counts are not the C loop's arguments: -1, the Python batch times it
+    assert [nccl.plan(Call(c), bare).code for c in COLLECTIVES] == [*range(6), -1]
 
 
 @pytest.mark.parametrize("collective,want", [
@@ -244,21 +245,24 @@ WORLD = textwrap.dedent(r"""
                     for root in (range(n) if coll.rooted else (0,)):
                         for inplace in places:
                             for count in (14, 7):
-                                call = Call(cname, op, root, inplace, dtype)
+                                # alltoallv: zipf's uneven counts, a rank's recv padded to the largest
+                                matrix = coll.splits("zipf", n, coll.counts(count, n)[0]) if coll.splits else ()
+                                v = {"matrix": matrix} if coll.splits else {}
+                                call = Call(cname, op, root, inplace, dtype, matrix)
                                 why = t.lacks(call, dtype)
                                 if why:
                                     out["lacks"][f"{name} {cname} {op} {dtype}"] = why
                                     continue
                                 t.bind(call)
-                                s, r = coll.counts(count, n)
+                                s, r = coll.buffers(0, dtype, n, matrix) if matrix else coll.counts(count, n)
                                 if inplace:
                                     recv = t.alloc(max(s, r), dtype)
                                     off = coll.inplace_offset(rank, n, r)
                                     send = recv if off == 0 and s == r else recv[off:off + s]
                                 else:
                                     send, recv = t.alloc(s, dtype), t.alloc(r, dtype)
-                                sent = as_type(coll.inputs(rank, n, s, op, root), dtype)
-                                want = coll.expected(rank, n, r, op, root)
+                                sent = as_type(coll.inputs(rank, n, s, op, root, **v), dtype)
+                                want = coll.expected(rank, n, r, op, root, **v)
                                 for timed in (False, True):  # one call, then a Python batch of 3
                                     if timed and inplace:
                                         break  # in place a second call reduces the result again

@@ -45,7 +45,10 @@ for name in collectives.NAMES:
         for op in (collectives.OPS if coll.reduces else ("sum",)):
             for root in ((0, n - 1) if coll.rooted else (0,)):
                 for inplace in places:
-                    call = Call(name, op, root, inplace, dtype)
+                    # alltoallv: zipf's uneven counts, a rank's recv padded to the largest
+                    matrix = coll.splits("zipf", n, coll.counts(6 * n, n)[0]) if coll.splits else ()
+                    v = {"matrix": matrix} if coll.splits else {}
+                    call = Call(name, op, root, inplace, dtype, matrix)
                     row = {"collective": name, "op": op, "root": root, "inplace": inplace, "dtype": dtype}
                     rows.append(row)
                     why = t.lacks(call, dtype)
@@ -53,7 +56,7 @@ for name in collectives.NAMES:
                         row["lacks"] = why
                         continue
                     t.bind(call)
-                    send_count, recv_count = coll.counts(6 * n, n)
+                    send_count, recv_count = coll.buffers(0, dtype, n, matrix) if matrix else coll.counts(6 * n, n)
                     if inplace:
                         recv = t.alloc(max(send_count, recv_count), dtype)
                         offset = coll.inplace_offset(rank, n, recv_count)
@@ -63,13 +66,16 @@ for name in collectives.NAMES:
                         send, recv = t.alloc(send_count, dtype), t.alloc(recv_count, dtype)
                     # recv poisoned first: what the call does not write stays 99
                     t.fill(recv, as_type(np.full(recv_count, 99.0), dtype))
-                    t.fill(send, as_type(coll.inputs(rank, n, send_count, op, root), dtype))
+                    t.fill(send, as_type(coll.inputs(rank, n, send_count, op, root, **v), dtype))
                     try:
                         t.call(send, recv)
                     except Exception as exc:
                         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
                         continue
-                    want = coll.expected(rank, n, recv_count, op, root)
+                    want = coll.expected(rank, n, recv_count, op, root, **v)
+                    if matrix:  # the pad past this rank's receive total is never written: still 99
+                        mine = sum(row[rank] for row in matrix)
+                        want = np.where(np.arange(recv_count) < mine, want, 99.0)
                     got = t.to_host(recv)
                     row["host_dtype"] = str(got.dtype)
                     if want is None:
@@ -86,7 +92,7 @@ unknown = {"gather": t.lacks(Call("gather"), "float32"),
            "int8": t.lacks(Call("allreduce"), "int8"),
            "bfloat16_avg": t.lacks(Call("allreduce", op="avg", dtype="bfloat16"), "bfloat16")}
 gathered = comm.gather({"rows": rows, "unknown": unknown, "facts": t.describe(),
-                        "call_is_bound": t.call == t.reduce}, root=0)
+                        "call_is_bound": t.call == t.alltoallv}, root=0)  # the last bound
 comm.Barrier()
 t.close()
 if rank == 0:
@@ -110,8 +116,8 @@ def test_torch_gloo_makes_every_collective_exactly(n, world_script, no_leftover_
     assert len(ranks) == n
     combos = {(r["collective"], r["op"], r["root"], r["inplace"], r["dtype"]) for r in ranks[0]["rows"]}
     # allreduce 5 ops x 2 layouts, all_gather 2 layouts, reduce_scatter 5 ops, alltoall 1,
-    # broadcast 2 roots, reduce 5 ops x 2 roots x 2 layouts: 40 per dtype
-    assert len(combos) == 80
+    # broadcast 2 roots, reduce 5 ops x 2 roots x 2 layouts, alltoallv 1: 41 per dtype
+    assert len(combos) == 82
     for rank, got in enumerate(ranks):
         for row in got["rows"]:
             assert "lacks" not in row and "error" not in row, row  # torch 2.8+: gloo has every call here
@@ -122,7 +128,7 @@ def test_torch_gloo_makes_every_collective_exactly(n, world_script, no_leftover_
                 assert row["checked"] and row["same"], (rank, row)
         unknown = got["unknown"]
         assert unknown["gather"] == ("torch-gloo has no gather (it runs allreduce, all_gather, "
-                                     "reduce_scatter, alltoall, broadcast, reduce)")
+                                     "reduce_scatter, alltoall, broadcast, reduce, alltoallv)")
         assert unknown["band"] == "torch-gloo has no band reduction (it has sum, prod, min, max, avg)"
         assert unknown["band_broadcast"] is None  # broadcast takes no op
         assert unknown["int8"].startswith("torch-gloo has no int8 tensors")

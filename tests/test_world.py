@@ -435,7 +435,7 @@ def test_the_plain_c_loop_of_every_collective_runs_the_records_buffers(tmp_path,
     from perfsuite.launch.world import run_program
 
     binary = _c_loop(tmp_path)
-    for name in collectives.NAMES:
+    for name in collectives.REGULAR:  # the C program has no alltoallv
         args = c_args(name, 1, [4, 12, 1 << 20], {"iters": 3, "warmup": 1})
         assert ("-r" in args) == collectives.get(name).rooted
         out = run_program([binary, *args], 2, LaunchConfig(), 60)

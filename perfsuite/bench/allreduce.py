@@ -77,6 +77,10 @@ def parse_ops(text: str | Sequence[str]) -> tuple[str, ...]:
     return parse_names(text, collectives.OPS, "op")
 
 
+def parse_splits(text: str | Sequence[str]) -> tuple[str, ...]:
+    return parse_names(text, collectives.SPLITS, "splits")
+
+
 def parse_root(text) -> int:
     value = str(text).strip()
     if not value.isdigit():
@@ -86,20 +90,24 @@ def parse_root(text) -> int:
 
 def allreduce_cases(transports: Sequence[str], world_sizes: Sequence[int],
                     sizes: Sequence[int], dtypes: Sequence[str] = (DEFAULT_DTYPE,),
-                    ops: Sequence[str] = ("sum",), root: int = 0, benchmark: str = "allreduce") -> list[Case]:
-    """transport x world size x dtype x op x size, in the order worlds run (sizes innermost);
-    ops only for a collective that reduces, the root only for one that has a root."""
+                    ops: Sequence[str] = ("sum",), root: int = 0, benchmark: str = "allreduce",
+                    splits: Sequence[str] = (collectives.DEFAULT_SPLITS,)) -> list[Case]:
+    """transport x world size x dtype x op x splits x size, in the order worlds run (sizes
+    innermost); ops only for a collective that reduces, the root only for one that has a root,
+    split distributions only for an irregular one (alltoallv)."""
     coll = collectives.get(benchmark)
     for dt in dtypes:
         for s in sizes:
             check_size(s, dt)
     ops = tuple(ops) if coll.reduces else ("sum",)
     root = root if coll.rooted else 0
+    splits = tuple(splits) if coll.splits is not None else (collectives.DEFAULT_SPLITS,)
     for n in world_sizes:
         if root >= n:
             raise ConfigError(f"root {root} is not a rank of world size {n}; give --root 0..{n - 1}")
-    return [Case(benchmark, t, n, size_bytes=s, dtype=dt, variant=collectives.variant(op, root))
-            for t in transports for n in world_sizes for dt in dtypes for op in ops for s in sizes]
+    return [Case(benchmark, t, n, size_bytes=s, dtype=dt, variant=collectives.variant(op, root, sp))
+            for t in transports for n in world_sizes for dt in dtypes for op in ops for sp in splits
+            for s in sizes]
 
 
 def cases(sel: Selection) -> list[Case]:
@@ -107,7 +115,8 @@ def cases(sel: Selection) -> list[Case]:
     return [c for t in sel.transports or ()
             for c in allreduce_cases((t,), sel.world_sizes_of(t), v.get("sizes") or parse_sizes(DEFAULT_SIZES),
                                      v.get("dtypes") or (DEFAULT_DTYPE,), v.get("ops") or ("sum",),
-                                     int(v.get("root") or 0), sel.benchmark)]
+                                     int(v.get("root") or 0), sel.benchmark,
+                                     v.get("splits") or (collectives.DEFAULT_SPLITS,))]
 
 
 def allreduce_wire_bytes(size_bytes: int, world_size: int, calls: int, benchmark: str = "allreduce") -> int:
@@ -149,10 +158,11 @@ def table(result: Result) -> str:
     # Device transports add busbw as a fraction of the device's measured copy bandwidth.
     of_copy = any("busbw_of_copy" in s.info for s in result.samples)
     rooted = any("root" in s.info for s in result.samples)
+    split = any("splits" in s.info for s in result.samples)  # alltoallv's distribution
     # What each rank holds: the case's buffers as the record lays them out, and its measured peak.
     held = any("buffer_bytes" in s.info for s in result.samples)
     peak = any(memory.METRIC in s.info for s in result.samples)
-    columns = (COLUMNS[:4] + (("root",) if rooted else ()) + COLUMNS[4:] + (("busbw/copy",) if of_copy else ())
+    columns = (COLUMNS[:4] + (("root",) if rooted else ()) + (("splits",) if split else ()) + COLUMNS[4:] + (("busbw/copy",) if of_copy else ())
                + (("buffers(B)",) if held else ()) + (("peak(MiB)",) if peak else ()))
     lines = [head, "#" + "".join(f"{c:>13}" for c in columns)[1:]]
     for s in result.samples:
@@ -160,12 +170,16 @@ def table(result: Result) -> str:
         lines.append(
             f"{i['size_bytes']:>12} {i['count']:>12} {i['dtype']:>12} {i['op']:>12} "
             + (f"{i.get('root', 0):>12} " if rooted else "")
+            + (f"{i.get('splits', collectives.DEFAULT_SPLITS):>12} " if split else "")
             + f"{i['latency_us']:>12.2f} {i['p99_us']:>12.2f} {i['algbw_GBps']:>12.3f} "
             f"{i['busbw_GBps']:>12.3f} {'OK' if s.valid else 'WRONG':>12}"
             + (f" {i.get('busbw_of_copy', float('nan')):>12.3f}" if of_copy else "")
             + (f" {i.get('buffer_bytes', '-'):>12}" if held else "")
             + (f" {i.get(memory.METRIC, float('nan')):>12.1f}" if peak else ""))
     lines.append(statistic_line(result.benchmark))
+    if split:
+        lines.append("# size: the most bytes any rank sends or receives (nccl-tests' alltoallv; the case's "
+                     "name has what each rank sends); count: each rank's total / n")
     if held or peak:
         where = next((s.info.get("buffer_where") for s in result.samples if s.info.get("buffer_where")), "host")
         peak_where = next((s.info.get("peak_mem_where") for s in result.samples if s.info.get("peak_mem_where")), "host")
@@ -321,15 +335,17 @@ ASV = AsvLayout(
 def _asv_variant(case: Case) -> tuple:
     op, root = collectives.op_root(case.variant)
     coll = collectives.get(case.benchmark)
-    return (*_asv_values(case), *([op] if coll.reduces else []), *([root] if coll.rooted else []))
+    return (*_asv_values(case), *([op] if coll.reduces else []), *([root] if coll.rooted else []),
+            *([collectives.splits_of(case.variant)] if coll.splits is not None else []))
 
 
 def asv_layout(coll: Collective) -> AsvLayout:
-    """Another collective's layout: allreduce's axes, its op and root among the case's own."""
+    """Another collective's layout: allreduce's axes, its op, root and splits among the case's own."""
     return AsvLayout(
         coll.name, "collectives", coll.title,
         ("transport", "world_size", "size", "dtype", *(["op"] if coll.reduces else []),
-         *(["root"] if coll.rooted else []), "timing", "straggler"),
+         *(["root"] if coll.rooted else []), *(["splits"] if coll.splits is not None else []),
+         "timing", "straggler"),
         _asv_variant, METRICS, version=f"perfsuite-{coll.name}-1", sort_keys={"size": parse_size},
         measured=(MeasuredAxis(_asv_timing, _timings), STRAGGLER))
 
@@ -343,8 +359,12 @@ OPTIONS = (
         "comma list of sum, prod, min, max, avg, or all (nccl-tests -o)", metavar="LIST", parse=parse_ops),
     Opt("root", "0", "the root rank of broadcast and reduce (nccl-tests -r)", metavar="RANK",
         parse=parse_root),
+    Opt("splits", collectives.DEFAULT_SPLITS, "how alltoallv splits each rank's total over its peers: "
+        "comma list of uniform (equal), zipf (receivers' popularity 1/(j+1), as an MoE's skewed expert "
+        "load), distance (nccl-tests' distance-weighted pattern), or all", metavar="LIST",
+        parse=parse_splits),
     Opt("inplace", False, "in-place collectives (default out-of-place; broadcast is always in place, "
-        "reduce_scatter and alltoall are skipped)", kind="flag", parse=bool, knob="inplace"),
+        "reduce_scatter, alltoall and alltoallv are skipped)", kind="flag", parse=bool, knob="inplace"),
     Opt("device-timing", "auto", "how GPU transports' calls are timed: auto (nccl: native-batch where its C "
         "loop builds, else batch with the reason; the others: batch), native-batch (a batch of calls "
         "issued by a C loop between one pair of CUDA events; nccl only, refused where it cannot build), "
@@ -364,7 +384,8 @@ def collective_spec(coll: Collective) -> BenchmarkSpec:
     options, its own record (``perfsuite.collectives``) and asv layout."""
     return BenchmarkSpec(
         coll.name, f"{coll.name} latency and busbw per transport, world size, size, dtype"
-        + (" and op" if coll.reduces else "") + (" (root --root)" if coll.rooted else ""),
+        + (" and op" if coll.reduces else "") + (" (root --root)" if coll.rooted else "")
+        + (" and split distribution (--splits)" if coll.splits is not None else ""),
         kernel="perfsuite.kernels.collectives.allreduce", cases=cases, options=OPTIONS, table=table,
         asv=ASV if coll.name == "allreduce" else asv_layout(coll),
         wire_bytes=wire_bytes, judged=("latency_us",), report_rows=report_rows, layouts={"omb": omb_table},

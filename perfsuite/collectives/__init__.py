@@ -38,6 +38,13 @@ OPS = ("sum", "prod", "min", "max", "avg")
 #: fast one keeps OMB's counts. pytest-benchmark's 1 s is per benchmark, as a user's step has it
 #: (``userbench.DEFAULT_MAX_TIME_S``).
 SIZE_MAX_TIME_S = 0.5
+#: How an irregular collective (alltoallv) splits what each rank sends over its peers: an
+#: axis of its cases, named in the case's variant as op and root are (``splits_of``).
+SPLITS = ("uniform", "zipf", "distance")
+DEFAULT_SPLITS = "uniform"
+#: M[i][j] = elements rank i sends rank j (alltoallv's split matrix), hashable so that it rides
+#: on the bound call (``transports.base.Call.splits``).
+Matrix = tuple[tuple[int, ...], ...]
 
 
 #: Each fp8 type's (exponent bits, mantissa bits, largest finite value): e4m3 is the "fn"
@@ -189,6 +196,10 @@ class Collective:
     #: OMB's message size in elements from (send count, recv count, n): osu_allgather's is one
     #: rank's contribution, osu_alltoall's one peer's; default the send buffer.
     omb: Callable[[int, int, int], int] | None = None
+    #: An irregular collective (alltoallv): (split distribution, n, elements each rank sends) ->
+    #: the split matrix. Its ``inputs`` and ``expected`` then take the matrix as ``matrix=``, and
+    #: its buffers are the largest send and receive totals over ranks (nccl-tests' alltoallv).
+    splits: Callable[[str, int, int], Matrix] | None = None
 
     def busbw_factor(self, n: int) -> float:
         """0 for one rank, whose call moves nothing over any bus."""
@@ -207,14 +218,24 @@ class Collective:
             send, recv = self.counts(n, n)
         return max(send, recv)
 
-    def buffers(self, size_bytes: int, dtype: str, n: int) -> tuple[int, int]:
-        """(send count, recv count) of one rank's buffers for a case of ``size_bytes``."""
+    def matrix(self, size_bytes: int, dtype: str, n: int, splits: str = DEFAULT_SPLITS) -> Matrix:
+        """The split matrix of a case of an irregular collective; () for a regular one."""
+        if self.splits is None:
+            return ()
+        return self.splits(splits, n, self.counts(self.element_count(size_bytes, dtype, n), n)[0])
+
+    def buffers(self, size_bytes: int, dtype: str, n: int, matrix: Matrix = ()) -> tuple[int, int]:
+        """(send count, recv count) of one rank's buffers for a case of ``size_bytes``; with a
+        split matrix, the largest send and receive totals over ranks, so every rank's buffers
+        are alike and a rank that receives less keeps a zero pad (nccl-tests' alltoallv)."""
+        if matrix:
+            return max(sum(row) for row in matrix), max(sum(col) for col in zip(*matrix))
         return self.counts(self.element_count(size_bytes, dtype, n), n)
 
-    def sizes(self, size_bytes: int, dtype: str, n: int) -> dict[str, int]:
+    def sizes(self, size_bytes: int, dtype: str, n: int, matrix: Matrix = ()) -> dict[str, int]:
         """What the tables print of a case: nccl-tests' size (the larger buffer, bytes) and
         count, and OMB's message size (bytes)."""
-        send, recv = self.buffers(size_bytes, dtype, n)
+        send, recv = self.buffers(size_bytes, dtype, n, matrix)
         item = DTYPES[dtype]
         omb = self.omb(send, recv, n) if self.omb is not None else send
         return {"size_bytes": max(send, recv) * item, "count": self.param(send, recv, n),
@@ -235,7 +256,7 @@ def register(c: Collective) -> Collective:
 
 def get(name: str) -> Collective:
     if not REGISTRY:
-        from . import all_gather, allreduce, alltoall, broadcast, reduce, reduce_scatter  # noqa: F401
+        from . import all_gather, allreduce, alltoall, alltoallv, broadcast, reduce, reduce_scatter  # noqa: F401
     return REGISTRY[name]
 
 
@@ -244,13 +265,19 @@ def find(name: str) -> Collective | None:
     return REGISTRY.get(name)
 
 
-NAMES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+NAMES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "alltoallv")
+#: The regular collectives: every rank's counts follow from the case's count alone (MPI's word;
+#: alltoallv is irregular). The C yardstick, the plain framework loops and the test worlds that
+#: build buffers from ``counts`` run these.
+REGULAR = NAMES[:6]
 
 
-def variant(op: str = "sum", root: int = 0) -> str:
-    """A case's variant for its op and root: '' for sum at root 0, else 'max', 'root1',
-    'max-root1' (part of the case's name: allreduce[mpi-n2-4B-max])."""
-    return "-".join([*([op] if op != "sum" else []), *([f"root{root}"] if root else [])])
+def variant(op: str = "sum", root: int = 0, splits: str = DEFAULT_SPLITS) -> str:
+    """A case's variant for its op, root and splits: '' for sum at root 0 split uniformly,
+    else 'max', 'root1', 'max-root1', 'zipf' (part of the case's name: allreduce[mpi-n2-4B-max],
+    alltoallv[mpi-n4-1MiB-zipf])."""
+    return "-".join([*([op] if op != "sum" else []), *([f"root{root}"] if root else []),
+                     *([splits] if splits != DEFAULT_SPLITS else [])])
 
 
 def op_root(text: str) -> tuple[str, int]:
@@ -262,3 +289,8 @@ def op_root(text: str) -> tuple[str, int]:
         elif part.startswith("root") and part[4:].isdigit():
             root = int(part[4:])
     return op, root
+
+
+def splits_of(text: str) -> str:
+    """The split distribution a case's variant names; uniform where it names none."""
+    return next((p for p in text.split("-") if p in SPLITS), DEFAULT_SPLITS)

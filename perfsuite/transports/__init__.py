@@ -112,7 +112,7 @@ def load(name: str, benchmark: str = "allreduce"):
 
 #: The collective benchmarks (perfsuite.collectives, one record each); the transports that have
 #: every one serve them all, the designs that are allreduce by nature only allreduce.
-COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "alltoallv")
 OTHER_COLLECTIVES = COLLECTIVES[1:]
 
 register(TransportSpec("mpi", "the MPI library's collectives on host (numpy) buffers, timed by a C loop",

@@ -19,7 +19,7 @@ import numpy as np
 from ..records.model import FP8, storage_dtype
 
 #: The collectives a kernel can ask for, nccl-tests' names (one record each in perfsuite/bench/).
-COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "alltoallv")
 #: Reduction ops, nccl-tests' names (``-o``); a transport lists those its library has.
 OPS = ("sum", "prod", "min", "max", "avg")
 
@@ -35,7 +35,9 @@ class Call:
     - reduce_scatter: send c, recv c/n (rank r gets the reduction of chunk r);
     - alltoall: send c, recv c (chunk p of send goes to rank p; chunk q of recv came from q);
     - broadcast: one buffer, c (send is recv; the root's is the source);
-    - reduce: send c, recv c; only the root's recv is defined (in place: send is recv).
+    - reduce: send c, recv c; only the root's recv is defined (in place: send is recv);
+    - alltoallv: send the total, recv the largest receive total over ranks; rank i sends
+      ``splits[i][j]`` elements to rank j, packed in peer order (``peer_counts``).
     """
 
     collective: str = "allreduce"
@@ -43,6 +45,27 @@ class Call:
     root: int = 0
     inplace: bool = False
     dtype: str = "float32"  # the element type (bfloat16's and fp8's host arrays hold their bits)
+    #: alltoallv's split matrix (``collectives.Matrix``): the same on every rank, so each
+    #: transport reads its own row and column at ``bind``; () for every other collective.
+    splits: tuple[tuple[int, ...], ...] = ()
+
+
+def peer_counts(splits: tuple[tuple[int, ...], ...], rank: int
+                ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(send counts, send displacements, recv counts, recv displacements) of ``rank`` in an
+    alltoallv of ``splits``, in elements, MPI_Alltoallv's arguments: what it sends to each peer
+    packed in peer order, what it receives from each sender likewise."""
+    send = tuple(int(c) for c in splits[rank])
+    recv = tuple(int(row[rank]) for row in splits)
+    return send, _displacements(send), recv, _displacements(recv)
+
+
+def _displacements(counts: tuple[int, ...]) -> tuple[int, ...]:
+    out, at = [], 0
+    for c in counts:
+        out.append(at)
+        at += c
+    return tuple(out)
 
 
 #: How a device transport's calls are timed (option ``device_timing``; its default, ``auto``,
@@ -125,6 +148,8 @@ class AllreduceTransport:
             return f"{self.name} has no bfloat16 (it reduces with numpy, which has none)"
         if dtype in FP8 and not self.fp8:
             return f"{self.name} has no {dtype} (fp8 runs on nccl alone, NCCL >= 2.24)"
+        if call.collective == "alltoallv" and not call.splits:
+            return "alltoallv needs its split matrix on the call (Call.splits)"
         return None
 
     def bind(self, call: Call) -> None:

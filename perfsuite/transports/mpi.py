@@ -1,5 +1,5 @@
 """``mpi``: the MPI library's own collectives (MPI_Allreduce, MPI_Allgather,
-MPI_Reduce_scatter_block, MPI_Alltoall, MPI_Bcast, MPI_Reduce) on numpy buffers.
+MPI_Reduce_scatter_block, MPI_Alltoall, MPI_Bcast, MPI_Reduce, MPI_Alltoallv) on numpy buffers.
 
 Its timed loop runs in C when the launching side could build the native loop for this MPI
 (``transports/native.py``; option ``host_timing``): the barrier, clock reads and call are then
@@ -67,6 +67,9 @@ class MpiAllreduce(AllreduceTransport):
 
     def alltoall(self, send, recv) -> None:
         self._calls.alltoall(send, recv)
+
+    def alltoallv(self, send, recv) -> None:
+        self._calls.alltoallv(send, recv)
 
     def broadcast(self, send, recv) -> None:
         self._calls.broadcast(send, recv)

@@ -4,11 +4,11 @@ and ``mpi-cuda``, so the three time the same call as the native loop does in C."
 from __future__ import annotations
 
 from ..records.model import FP8
-from .base import Call
+from .base import Call, peer_counts
 
 #: MPI has no average: nccl-tests' avg is NCCL's own op (ncclAvg).
 MPI_OPS = {"sum": "SUM", "prod": "PROD", "min": "MIN", "max": "MAX"}
-COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "alltoallv")
 
 
 def mpi_lacks(call: Call, dtype: str) -> str | None:
@@ -51,11 +51,15 @@ class MpiCalls:
         self.root = call.root
         self.is_root = self.rank == call.root
         self.bf16 = bfloat16_type() if call.dtype == "bfloat16" else None
+        if call.splits:  # alltoallv: this rank's (counts, displacements), sent and received
+            sc, sd, rc, rd = peer_counts(call.splits, self.rank)
+            self.v_send, self.v_recv = (sc, sd), (rc, rd)
         c, wrap = self.comm, self.typed
         # Only the bound collective's method is looked up: a communicator may have no other
         # (a test's stand-in; a training transport's that only sums).
         name = {"allreduce": "Allreduce", "all_gather": "Allgather", "reduce_scatter": "Reduce_scatter_block",
-                "alltoall": "Alltoall", "broadcast": "Bcast", "reduce": "Reduce"}[call.collective]
+                "alltoall": "Alltoall", "broadcast": "Bcast", "reduce": "Reduce",
+                "alltoallv": "Alltoallv"}[call.collective]
         method = getattr(c, name)
         if self.bf16 is None:
             self.method = method
@@ -67,6 +71,7 @@ class MpiCalls:
             "Allgather": lambda s, r: method(s if s is place else wrap(s), wrap(r)),
             "Reduce_scatter_block": lambda s, r, op: method(wrap(s), wrap(r), op),
             "Alltoall": lambda s, r: method(wrap(s), wrap(r)),
+            "Alltoallv": method,  # alltoallv names the type in its buffer specs itself
             "Bcast": lambda b, root: method(wrap(b), root),
             "Reduce": lambda s, r, op, root: method(s if s is place else wrap(s), wrap(r), op, root),
         }[name]
@@ -86,6 +91,12 @@ class MpiCalls:
 
     def alltoall(self, send, recv) -> None:
         self.method(send, recv)
+
+    def alltoallv(self, send, recv) -> None:
+        if self.bf16 is None:
+            self.method([send, self.v_send], [recv, self.v_recv])
+        else:
+            self.method([send, self.v_send, self.bf16], [recv, self.v_recv, self.bf16])
 
     def broadcast(self, send, recv) -> None:
         self.method(recv, self.root)

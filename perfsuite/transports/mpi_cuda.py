@@ -53,6 +53,10 @@ class MpiCudaAllreduce(GpuTransport):
         self.ops.synchronize()
         self._mpi.alltoall(send, recv)
 
+    def alltoallv(self, send, recv) -> None:
+        self.ops.synchronize()
+        self._mpi.alltoallv(send, recv)
+
     def broadcast(self, send, recv) -> None:
         self.ops.synchronize()
         self._mpi.broadcast(send, recv)

@@ -79,6 +79,12 @@ class MpiStagedAllreduce(GpuTransport):
         self._mpi.alltoall(self._down(send), hr)
         self._up(hr, recv)
 
+    def alltoallv(self, send, recv) -> None:
+        hr = self._recv(recv)
+        self._mpi.alltoallv(self._down(send), hr)
+        k = sum(self._mpi.v_recv[0])  # what MPI wrote: the pad beyond stays the device's zeros
+        self._up(hr[:k], recv[:k])
+
     def broadcast(self, send, recv) -> None:
         hr = self._recv(recv)
         root = self._mpi.is_root

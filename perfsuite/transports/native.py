@@ -14,13 +14,14 @@ import hashlib
 
 import numpy as np
 
-from .base import Call
+from .base import Call, peer_counts
 from .cuda_aware import library_text
 from .mpi_calls import MPI_OPS
 
-ABI = 2
+#: 3: the loop takes alltoallv's counts and displacements (an int array, NULL for the others).
+ABI = 3
 #: The collectives in the C loop's order (its enum).
-COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "alltoallv")
 #: MPI's count argument is an int: bigger buffers are timed by the mpi4py loop.
 MAX_COUNT = 2**31 - 1
 _LIBRARY_VERSION_CHARS = 8192  # MPI_MAX_LIBRARY_VERSION_STRING is 8192 in MPICH, 256 in Open MPI
@@ -39,10 +40,12 @@ class NativeLoop:
         self._loop = lib.perfsuite_native_loop
         self._loop.restype = ctypes.c_int
         self._loop.argtypes = [_c_void_p, _c_void_p, _c_void_p, ctypes.c_int, ctypes.c_int,
-                               _c_void_p, _c_void_p, _c_long, _c_long, _c_long, _c_long, _c_void_p]
+                               _c_void_p, _c_void_p, _c_long, _c_long, _c_long, _c_long, _c_void_p,
+                               _c_void_p]
         self._spin = lib.perfsuite_native_spin
         self._spin.restype, self._spin.argtypes = ctypes.c_double, [_c_long]
         self._comm = MPI._addressof(comm)
+        self._rank = comm.Get_rank()
         self._ops = {op: MPI._addressof(getattr(MPI, name)) for op, name in MPI_OPS.items()}
         self._types: dict[str, int] = {}
         self.bind(Call())
@@ -53,6 +56,9 @@ class NativeLoop:
         self._op = self._ops.get(call.op, self._ops["sum"])
         self._root, self._inplace = call.root, call.inplace
         self._bits = call.dtype == "bfloat16"  # held as uint16: the mpi4py loop names its type
+        # alltoallv: MPI_Alltoallv's four int arrays in one, kept alive while bound
+        self._v = (np.array([c for part in peer_counts(call.splits, self._rank) for c in part], np.intc)
+                   if call.splits else None)
 
     def fits(self, buf) -> bool:
         return (isinstance(buf, np.ndarray) and buf.size <= MAX_COUNT and buf.flags.c_contiguous
@@ -68,7 +74,8 @@ class NativeLoop:
         times = np.empty(iters)
         rc = self._loop(self._comm, self._type(recv.dtype), self._op, self._coll, self._root,
                         None if send is recv or self._inplace else send.ctypes.data, recv.ctypes.data,
-                        send.size, recv.size, iters, max(turns, 0), times.ctypes.data)
+                        send.size, recv.size, iters, max(turns, 0), times.ctypes.data,
+                        None if self._v is None else self._v.ctypes.data)
         if rc != 0:
             raise RuntimeError(f"MPI error in the native loop: {self._mpi.Get_error_string(rc)}")
         return times

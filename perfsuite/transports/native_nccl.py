@@ -21,8 +21,9 @@ from .native import load_checked
 
 ABI = 2
 OPTION = "native_nccl"  # launch/native_nccl.OPTION: what the launching side prepared
-#: The collective codes the C loop takes: the index in base.COLLECTIVES.
-CODES = {name: code for code, name in enumerate(COLLECTIVES)}
+#: The collective codes the C loop takes: the index in base.COLLECTIVES, of the regular ones
+#: (alltoallv's per-peer counts are not among its arguments: the Python batch times it).
+CODES = {name: code for code, name in enumerate(COLLECTIVES) if name != "alltoallv"}
 NCCL_LIBRARY = r"/libnccl\.so(\.[0-9]+)*$"  # libnccl.so.2, not libnccl-net.so (a plugin)
 CUDA_DRIVER = r"/libcuda\.so(\.[0-9]+)*$"
 _ERRORS = {1: "NCCL", 2: "CUDA", 3: "an argument"}

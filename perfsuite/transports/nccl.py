@@ -8,7 +8,8 @@ Every collective is issued as nccl-tests' ``RunColl`` issues it: allreduce, all_
 count c/n), reduce_scatter (recv count c/n), broadcast (one buffer: send is recv), reduce, and
 alltoall as a group of one ncclSend and one ncclRecv per peer at byte offsets p x c/n x size
 (the native loop calls ncclAlltoAll instead where the loaded NCCL has it, >= 2.28, as nccl-tests
-does). Per ``bind`` the call's NCCL type and op enums and root are looked up once (``plan``), so a
+does), and alltoallv as nccl-tests' alltoallv issues it: the same group with each peer's own
+counts and offsets from the split matrix (``peer_plan``), a zero count issuing nothing. Per ``bind`` the call's NCCL type and op enums and root are looked up once (``plan``), so a
 timed call is one CuPy method call with its pointers and count.
 
 Timing (option ``device_timing``, base.TIMINGS): ``auto`` times each batch with the native loop
@@ -25,7 +26,8 @@ from typing import Any
 from ..records.errors import TransportUnavailable
 from ..records.model import FP8
 from . import native_nccl
-from .base import COLLECTIVES, OPS, Call
+from ..records.model import DTYPES
+from .base import COLLECTIVES, OPS, Call, peer_counts
 from .gpu import GpuTransport, agree
 
 #: NCCL's own enum values (nccl.h: ncclDataType_t, ncclRedOp_t), used where CuPy lacks the
@@ -59,7 +61,7 @@ class NcclPlan:
     """What one bound call passes NCCL, looked up once per ``bind``."""
 
     collective: str
-    code: int  # the native loop's collective code (native_nccl.CODES)
+    code: int  # the native loop's collective code (native_nccl.CODES); -1: the loop has none
     type: Any  # ncclDataType_t (CuPy's constant, else NCCL's enum value)
     op: Any  # ncclRedOp_t (sum for the collectives that take none)
     root: int
@@ -69,7 +71,7 @@ def plan(call: Call, nccl: Any = None) -> NcclPlan:
     """Pure: the NCCL arguments of ``call`` (``nccl``: CuPy's module, for its constants)."""
     tname, tvalue = NCCL_TYPES[call.dtype]
     oname, ovalue = NCCL_OPS[call.op if call.collective in REDUCING else "sum"]
-    return NcclPlan(call.collective, native_nccl.CODES[call.collective], getattr(nccl, tname, tvalue),
+    return NcclPlan(call.collective, native_nccl.CODES.get(call.collective, -1), getattr(nccl, tname, tvalue),
                     getattr(nccl, oname, ovalue), call.root)
 
 
@@ -85,6 +87,14 @@ def counts(collective: str, send_size: int, recv_size: int, n: int, itemsize: in
     if collective == "broadcast":
         return recv_size, 0
     return send_size, 0
+
+
+def peer_plan(splits: tuple[tuple[int, ...], ...], rank: int, itemsize: int
+              ) -> tuple[tuple[int, int, int, int, int], ...]:
+    """Pure: alltoallv's ncclSend/ncclRecv of ``rank``, one row per peer: (peer, send byte
+    offset, send count, recv byte offset, recv count); both buffers are packed in peer order."""
+    sc, sd, rc, rd = peer_counts(splits, rank)
+    return tuple((p, sd[p] * itemsize, sc[p], rd[p] * itemsize, rc[p]) for p in range(len(sc)))
 
 
 def nccl_lacks(call: Call, dtype: str, version: int, min_sm: int | None = None) -> str | None:
@@ -103,8 +113,9 @@ def nccl_lacks(call: Call, dtype: str, version: int, min_sm: int | None = None) 
             return f"ncclBfloat16 needs NCCL >= 2.10; this NCCL is {version_text(version)}"
         if call.op == "avg" and call.collective in REDUCING:
             return f"ncclAvg needs NCCL >= 2.10; this NCCL is {version_text(version)}"
-    if version and version < NCCL_2_7 and call.collective == "alltoall":
-        return f"alltoall needs ncclSend/ncclRecv, NCCL >= 2.7; this NCCL is {version_text(version)}"
+    if version and version < NCCL_2_7 and call.collective in ("alltoall", "alltoallv"):
+        return (f"{call.collective} needs ncclSend/ncclRecv, NCCL >= 2.7; this NCCL is "
+                f"{version_text(version)}")
     return None
 
 
@@ -164,12 +175,22 @@ class NcclAllreduce(GpuTransport):
             self.facts["native_note"] = note
 
     def lacks(self, call: Call, dtype: str) -> str | None:
-        return super().lacks(call, dtype) or nccl_lacks(call, dtype, self._version, self.facts.get("min_sm"))
+        why = super().lacks(call, dtype) or nccl_lacks(call, dtype, self._version, self.facts.get("min_sm"))
+        if why is None and call.collective not in native_nccl.CODES \
+                and self.options.get("device_timing") == "native-batch":
+            why = f"device timing native-batch: the native NCCL loop has no {call.collective}"
+        return why
 
     def bind(self, call: Call) -> None:
         super().bind(call)
         self._plan = p = plan(call, self._nccl)
         self._type, self._op, self._root = p.type, p.op, p.root
+        if call.splits:
+            self._v = peer_plan(call.splits, self.rank, DTYPES[call.dtype])
+        if self.nccl_loop is not None:  # the loop's collectives, else the Python batch, saying why
+            native = p.code >= 0
+            self.timing = "native-batch" if native else "batch"
+            self.timing_why = "" if native else f"the native NCCL loop has no {call.collective}"
 
     # One method per collective, each one CuPy call (alltoall: a group of them), nccl-tests' way.
 
@@ -203,8 +224,21 @@ class NcclAllreduce(GpuTransport):
         finally:
             nccl.groupEnd()  # a group left open would swallow the next call
 
+    def alltoallv(self, send, recv) -> None:
+        comm, t, stream, nccl = self._comm, self._type, self._stream, self._nccl
+        s, r = send.data.ptr, recv.data.ptr
+        nccl.groupStart()
+        try:
+            for p, s_off, s_count, r_off, r_count in self._v:
+                if s_count:
+                    comm.send(s + s_off, s_count, t, p, stream)
+                if r_count:
+                    comm.recv(r + r_off, r_count, t, p, stream)
+        finally:
+            nccl.groupEnd()
+
     def time_batch(self, send, recv, calls: int) -> float:
-        if self.nccl_loop is not None:
+        if self.nccl_loop is not None and self._plan.code >= 0:
             p = self._plan
             count, peer_bytes = counts(p.collective, send.size, recv.size, self.n, recv.itemsize)
             turn, copies = self.next_turn(calls)

@@ -39,7 +39,8 @@ def do_overhead(args: argparse.Namespace) -> int:
     if picked != "mpi" and picked not in PLAIN_LOOPS:
         raise ConfigError(f"overhead compares transport {picked!r} with nothing; choose mpi (against a C "
                           f"program) or {', '.join(PLAIN_LOOPS)} (against a plain loop of its framework)")
-    benchmarks = parse_names(args.benchmarks or "allreduce", collectives.NAMES, "benchmark")
+    # The C program times the regular collectives: alltoallv's counts are per rank, not per size.
+    benchmarks = parse_names(args.benchmarks or "allreduce", collectives.REGULAR, "benchmark")
     sel = options.selection({**values, "transports": picked})
     # --rounds here counts interleaved rounds of the three loops, not pooled rounds of one world.
     rounds = whole_number(args.rounds, "rounds") if args.rounds is not None else ROUNDS

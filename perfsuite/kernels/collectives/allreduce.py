@@ -10,7 +10,8 @@ Per size: warm-up, then ``iters`` barrier-separated calls timed on every rank. R
   are one statistic per size);
 - algbw = bytes / t and busbw = algbw x the collective's factor with t that p50 (nccl-tests'
   factors: allreduce 2(n-1)/n, all_gather, reduce_scatter and alltoall (n-1)/n, broadcast and
-  reduce 1); bytes is nccl-tests' size, the larger of one rank's send and recv buffers;
+  reduce 1); bytes is nccl-tests' size, the larger of one rank's send and recv buffers (alltoallv:
+  of the rank with the most send or receive bytes, as nccl-tests' alltoallv);
 - ``omb_avg_us``/``omb_min_us``/``omb_max_us``: avg/min/max across ranks of each rank's mean
   time (OMB's Avg/Min/Max Latency). A mean keeps the slow calls a p50 drops, so ``omb_min_us``
   can lie above ``latency_us``.
@@ -35,7 +36,7 @@ from ...transports import load as load_transport
 from ...transports.base import Call
 from ...transports.hosts import node_name
 from .. import ranks
-from .buffers import Buffers, bind_case, copies_of, transport_set
+from .buffers import Buffers, bind_case, case_matrix, copies_of, transport_set
 from ..context import RankContext
 from ..contention import Probe, world_view
 from ..memory import Watch
@@ -189,13 +190,14 @@ def summarize(case: Case, times: np.ndarray, valid: bool, iters: int, warmup: in
     p99 = float(np.percentile(world_time, 99))
     call = call or Call(dtype=case.dtype)
     coll = collectives.get(call.collective)
-    sized = coll.sizes(case.size_bytes or 0, case.dtype, n)
+    sized = coll.sizes(case.size_bytes or 0, case.dtype, n, call.splits)
     size = sized["size_bytes"]
     factor = coll.busbw_factor(n)
     algbw = size / p50 / 1e9 if p50 > 0 else 0.0
     info = {
         "transport": case.transport, "world_size": n, **sized, "dtype": case.dtype,
         "op": call.op if coll.reduces else "none", **({"root": call.root} if coll.rooted else {}),
+        **({"splits": collectives.splits_of(case.variant)} if coll.splits is not None else {}),
         "inplace": inplace, "iters": iters, "warmup": warmup,
         "latency_us": p50 * 1e6, "p50_us": p50 * 1e6, "p99_us": p99 * 1e6,
         "omb_avg_us": float(per_rank_mean.mean() * 1e6),
@@ -398,7 +400,8 @@ def run(ctx: RankContext) -> dict:
     copy_gbps = root_alone(comm, ctx.is_root, transport.copy_bandwidth) if copy_bw else None
     call = None
     coll = collectives.get(transport_set(ctx))
-    largest = max((coll.sizes(c.size_bytes or 0, c.dtype, ctx.world_size)["size_bytes"] for c in ctx.cases), default=0)
+    largest = max((coll.sizes(c.size_bytes or 0, c.dtype, ctx.world_size, case_matrix(coll, c, ctx.world_size))["size_bytes"]
+                   for c in ctx.cases), default=0)
     # --iters is exact; else each size's iterations come from the time budget (budget_iters): a
     # fast transport keeps OMB's counts, a slow one is cut (docs/measurements.md, "Default run").
     given_iters = ctx.options.get("iters")

@@ -23,7 +23,9 @@ class Buffers:
     def __init__(self, transport, coll: Collective, call: Call, case: Case, rank: int, n: int,
                  copies: int = 1):
         self.transport, self.coll, self.call, self.rank, self.n = transport, coll, call, rank, n
-        self.send_count, self.recv_count = coll.buffers(case.size_bytes or 0, case.dtype, n)
+        self.send_count, self.recv_count = coll.buffers(case.size_bytes or 0, case.dtype, n, call.splits)
+        # An irregular collective's values follow from its split matrix (alltoallv).
+        self.split = {"matrix": call.splits} if coll.splits is not None else {}
         self.dtype = case.dtype
         # ``copies`` of both buffers one stride apart (the larger buffer's length, nccl-tests'
         # shift), for batches that rotate through them; copy 0 is the one warmed up and checked.
@@ -63,7 +65,7 @@ class Buffers:
         if stable and call.inplace and c.stable_inputs is not None:
             values = c.stable_inputs(self.rank, self.n, self.send_count, call.op, dtype=self.dtype)
         else:
-            values = c.inputs(self.rank, self.n, self.send_count, call.op, call.root, dtype=self.dtype)
+            values = c.inputs(self.rank, self.n, self.send_count, call.op, call.root, dtype=self.dtype, **self.split)
         values = as_type(values, self.dtype)
         for send, recv in self.views:
             if call.inplace and send is not recv:
@@ -79,7 +81,7 @@ class Buffers:
                 return None
             if c.stable_expected is not None:
                 return as_type(c.stable_expected(self.n, self.recv_count, call.op, dtype=self.dtype), self.dtype)
-        want = c.expected(self.rank, self.n, self.recv_count, call.op, call.root, dtype=self.dtype)
+        want = c.expected(self.rank, self.n, self.recv_count, call.op, call.root, dtype=self.dtype, **self.split)
         return None if want is None else as_type(want, self.dtype)
 
     def check(self, timed: bool, corrupt: bool) -> bool | None:
@@ -89,9 +91,9 @@ class Buffers:
         if want is not None:
             return same(self.transport.to_host(self.recv), want, corrupt)
         if not self.call.inplace and self.coll.expected(self.rank, self.n, self.recv_count, self.call.op,
-                                                       self.call.root, dtype=self.dtype) is None:
+                                                       self.call.root, dtype=self.dtype, **self.split) is None:
             sent = self.coll.inputs(self.rank, self.n, self.send_count, self.call.op, self.call.root,
-                                    dtype=self.dtype)
+                                    dtype=self.dtype, **self.split)
             return same(self.transport.to_host(self.send), as_type(sent, self.dtype), corrupt)
         return None
 
@@ -107,8 +109,13 @@ def copies_of(transport, coll: Collective, case: Case, n: int, largest: int, bat
     (the sweep's largest buffer over this case's), where the transport rotates its batches."""
     if not transport.rotates or batch <= 1:
         return 1
-    size = coll.sizes(case.size_bytes or 0, case.dtype, n)["size_bytes"]
+    size = coll.sizes(case.size_bytes or 0, case.dtype, n, case_matrix(coll, case, n))["size_bytes"]
     return max(1, min(largest // max(size, 1), MAX_COPIES))
+
+
+def case_matrix(coll: Collective, case: Case, n: int) -> collectives.Matrix:
+    """The split matrix the case's variant names (alltoallv); () for a regular collective."""
+    return coll.matrix(case.size_bytes or 0, case.dtype, n, collectives.splits_of(case.variant))
 
 
 def bind_case(transport, coll: Collective, case: Case, inplace: bool, n: int) -> Call:
@@ -121,8 +128,10 @@ def bind_case(transport, coll: Collective, case: Case, inplace: bool, n: int) ->
     wants_inplace = inplace or coll.one_buffer
     if wants_inplace and coll.inplace_offset is None:
         raise TransportUnavailable(f"{coll.name} has no in-place form here (NCCL has none for "
-                                   "alltoall; MPI and NCCL place reduce_scatter's result apart)")
-    call = Call(coll.name, op if coll.reduces else "sum", root if coll.rooted else 0, wants_inplace, case.dtype)
+                                   "alltoall nor nccl-tests for alltoallv; MPI and NCCL place "
+                                   "reduce_scatter's result apart)")
+    call = Call(coll.name, op if coll.reduces else "sum", root if coll.rooted else 0, wants_inplace, case.dtype,
+                case_matrix(coll, case, n))
     why = transport.lacks(call, case.dtype) or collectives.inexact(call.op, case.dtype, n, coll.reduces)
     if why:
         raise TransportUnavailable(why)

@@ -1,6 +1,6 @@
 """``torch-gloo``, ``torch-nccl``, ``torch-mpi``: torch.distributed's own call of every collective
 (``all_reduce``, ``all_gather_single``, ``reduce_scatter_single``, ``all_to_all_single``,
-``broadcast``, ``reduce``) as the collective kernel's call, on host tensors (gloo, MPI) or on
+``broadcast``, ``reduce``; alltoallv: ``all_to_all_single`` with split sizes) as the collective kernel's call, on host tensors (gloo, MPI) or on
 this rank's GPU (NCCL).
 
 torch's all_reduce and reduce work in place, as users call them; out of place the harness
@@ -27,13 +27,13 @@ import numpy as np
 
 from ...records.errors import ConfigError
 from ...records.model import FP8
-from ..base import AllreduceTransport, Call
+from ..base import AllreduceTransport, Call, peer_counts
 from ..gpu import COPY_BYTES, COPY_REPEATS, device_timing
 from .support import cuda_device, import_torch, start_group, stop_group
 
 DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16",
           "int32": "int32"}
-COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+COLLECTIVES = ("allreduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "alltoallv")
 #: Why each backend runs no fp8 here: gloo's and MPI's libraries have no fp8 type; torch's NCCL
 #: group reduces float8_e4m3fn/e5m2 only where torch itself was built against NCCL >= 2.24
 #: (ProcessGroupNCCL's isUnsupportedFloat8, NCCL_SUPPORTS_FP8), which no runtime call reports.
@@ -138,6 +138,9 @@ class TorchAllreduce(AllreduceTransport):
         super().bind(call)
         op = self._ops.get(call.op)
         self._op, self._root = self._ops["sum"] if op is None else op, call.root
+        if call.splits:  # alltoallv: torch wants split sizes as lists, and output exactly their sum
+            send, _, recv, _ = peer_counts(call.splits, self.comm.Get_rank())
+            self._send_splits, self._recv_splits, self._received = list(send), list(recv), sum(recv)
         self.call = self._call  # no dispatch of the base class's ``call`` inside the timed call
 
     def alloc(self, count: int, dtype: str):
@@ -173,6 +176,10 @@ class TorchAllreduce(AllreduceTransport):
 
     def alltoall(self, send, recv) -> None:
         self.dist.all_to_all_single(recv, send)
+
+    def alltoallv(self, send, recv) -> None:
+        # recv is the largest receive total over ranks: this rank's part of it, the pad untouched
+        self.dist.all_to_all_single(recv[:self._received], send, self._recv_splits, self._send_splits)
 
     def broadcast(self, send, recv) -> None:
         self.dist.broadcast(recv, src=self._root)

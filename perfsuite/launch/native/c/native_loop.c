@@ -11,7 +11,7 @@
 #include <mpi.h>
 #include <time.h>
 
-#define PERFSUITE_NATIVE_ABI 2
+#define PERFSUITE_NATIVE_ABI 3
 
 int perfsuite_native_abi(void) { return PERFSUITE_NATIVE_ABI; }
 
@@ -46,13 +46,15 @@ double perfsuite_native_spin(long turns) {
 }
 
 /* The collectives, in perfsuite.transports.native.COLLECTIVES' order. */
-enum { ALLREDUCE, ALL_GATHER, REDUCE_SCATTER, ALLTOALL, BROADCAST, REDUCE };
+enum { ALLREDUCE, ALL_GATHER, REDUCE_SCATTER, ALLTOALL, BROADCAST, REDUCE, ALLTOALLV };
 
 /* One call, as perfsuite.transports.mpi_calls makes it through mpi4py: `send` NULL is in place
  * (all_gather: recv holds this rank's chunk; reduce: the root's recv is its input, the others
- * send recv); broadcast has one buffer, recv. */
+ * send recv); broadcast has one buffer, recv; alltoallv's `v` holds this rank's send counts,
+ * send displacements, recv counts and recv displacements, n ints each (MPI_Alltoallv's). */
 static int call(int coll, const void *send, void *recv, long send_count, long recv_count,
-                MPI_Datatype type, MPI_Op op, int root, int rank, int n, MPI_Comm comm) {
+                MPI_Datatype type, MPI_Op op, int root, int rank, int n, MPI_Comm comm,
+                const int *v) {
     switch (coll) {
     case ALLREDUCE:
         return MPI_Allreduce(send ? send : MPI_IN_PLACE, recv, (int)recv_count, type, op, comm);
@@ -65,6 +67,9 @@ static int call(int coll, const void *send, void *recv, long send_count, long re
         return MPI_Alltoall(send, (int)(send_count / n), type, recv, (int)(recv_count / n), type, comm);
     case BROADCAST:
         return MPI_Bcast(recv, (int)recv_count, type, root, comm);
+    case ALLTOALLV:
+        if (v == NULL) return MPI_ERR_ARG;
+        return MPI_Alltoallv(send, v, v + n, type, recv, v + 2 * n, v + 3 * n, type, comm);
     case REDUCE:
         if (send) return MPI_Reduce(send, recv, (int)recv_count, type, op, root, comm);
         return rank == root ? MPI_Reduce(MPI_IN_PLACE, recv, (int)recv_count, type, op, root, comm)
@@ -75,10 +80,11 @@ static int call(int coll, const void *send, void *recv, long send_count, long re
 }
 
 /* `iters` barrier-separated calls of collective `coll`; times[i] gets call i's seconds. `send`
- * NULL: in place. Returns MPI_SUCCESS or the first failing call's error code (the caller raises). */
+ * NULL: in place; `v`: alltoallv's counts (call()), NULL for the others. Returns MPI_SUCCESS or
+ * the first failing call's error code (the caller raises). */
 int perfsuite_native_loop(const void *comm_p, const void *type_p, const void *op_p, int coll,
                           int root, const void *send, void *recv, long send_count, long recv_count,
-                          long iters, long turns, double *times) {
+                          long iters, long turns, double *times, const int *v) {
     MPI_Comm comm = *(const MPI_Comm *)comm_p;
     MPI_Datatype type = *(const MPI_Datatype *)type_p;
     MPI_Op op = *(const MPI_Op *)op_p;
@@ -89,7 +95,7 @@ int perfsuite_native_loop(const void *comm_p, const void *type_p, const void *op
         int rc = MPI_Barrier(comm);
         if (rc != MPI_SUCCESS) return rc;
         double t0 = now();
-        rc = call(coll, send, recv, send_count, recv_count, type, op, root, rank, n, comm);
+        rc = call(coll, send, recv, send_count, recv_count, type, op, root, rank, n, comm, v);
         if (rc != MPI_SUCCESS) return rc;
         if (turns > 0) spin(turns);
         times[i] = now() - t0;
