@@ -42,7 +42,8 @@ def _command_flags(line: str, commands: set[str], bare: bool = False) -> list[tu
         m = re.match(r"\s*([a-z][a-z-]*)( .*)", line)
     if m is None or m.group(1) not in commands:
         return []
-    rest = re.split(r"\s#|\||;|&&|>|\)|`", m.group(2))[0]  # the command's own words
+    # the command's own words (after `--`: the job perfsuite capture runs, not perfsuite's)
+    rest = re.split(r"\s#|\||;|&&|>|\)|`|\s--(?:\s|$)", m.group(2))[0]
     return [(m.group(1), f) for f in FLAG.findall(rest) if not f.startswith("--perf-")]
 
 

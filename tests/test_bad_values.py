@@ -63,6 +63,7 @@ BAD = [
     (["baseline", "update", "--from", "missing.json"], "missing.json"),
     (["study", "missing.toml"], "missing.toml"),
     (["transports", "--benchmarks", "nope"], "nope"),
+    (["capture", "--summary", "missing-trace"], "missing-trace"),
 ]
 
 

@@ -131,7 +131,7 @@ def test_default_tolerances_come_from_the_benchmark_record(toys):
 
 def test_the_primary_of_a_mirrored_pair_is_what_benchmarks_judge():
     assert bench.primary_metrics() == ("latency_us", "img_per_s", "tokens_per_s", "peak_mem_MiB",
-                                       "bw_min_GBps")  # p2p: its slowest link
+                                       "bw_min_GBps", "step_us")  # p2p: its slowest link; replay: its window
     s = sample("toy-undeclared", "mpi", {"latency_us": 1.0, "busbw_GBps": 2.0, "extra": 3.0})
     assert regress.judged_metrics(s) == ["latency_us", "extra"]  # busbw is latency's mirror
 
