@@ -51,13 +51,14 @@ def table(result: Result) -> str:
     for s in result.samples:
         i = s.info
         step = s.metrics.get(userbench.METRIC)
-        lines.append(heading(result, f"trace {i.get('trace')}", f"gaps {i.get('replay_gaps', 'off')}"))
+        gaps = i.get("replay_gaps", "off") + (f" x{i['replay_gaps_scale']:g}" if "replay_gaps_scale" in i else "")
+        lines.append(heading(result, f"trace {i.get('trace')}", f"gaps {gaps}"))
         captured = i.get("captured_comm_us")
         lines.append(f"# window {step.value if step else float('nan'):.4g} us per iteration (p50, slowest rank), "
                      f"p99 {i.get('p99_us', float('nan')):.4g} us, {int(i.get('iters') or 0)} iterations, "
-                     f"{i.get('calls_per_window')} calls, peak {memory.column(i)} MiB"
-                     + (f"; the captured job's own communication: {captured:.4g} us of a {i['captured_span_us']:.4g} us "
-                        "window" if captured is not None else ""))
+                     f"{i.get('calls_per_window')} calls, peak(MiB) {memory.column(i)}"
+                     + (f"; the captured job's own communication: {captured / 1e3:.2f} ms of its "
+                        f"{i['captured_span_us'] / 1e3:.2f} ms window" if captured is not None else ""))
         lines.append(f"#{'kind':>15} {'calls':>6} {'bytes':>12} {'time(us)':>10} {'share':>6} {'busbw(GB/s)':>12}")
         for kind, k in (i.get("kinds") or {}).items():
             lines.append(f"{kind:>16} {k['calls']:>6} {traces.format_bytes(k['bytes']):>12} {k['us']:>10.4g} "
