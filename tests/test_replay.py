@@ -232,3 +232,28 @@ def test_a_wrong_replayed_result_fails_the_world_with_exit_4(tmp_path, no_leftov
     r, sample = replayed(tmp_path, trace, "mpi", PERFSUITE_TEST_FAULT="corrupt@1")
     assert r.returncode == 4, said(r)
     assert sample["info"]["invalid_ranks"] == [1] and "left a wrong result" in sample["info"]["invalid_reason"]
+
+
+def test_nccls_record_param_comms_gives_the_group_dtype_and_splits(tmp_path):
+    """A Kineto trace of a job on NCCL: each c10d op holds a record_param_comms event whose
+    args (PyTorch's ParamCommsUtils names) carry the process group's ranks, the dtype and the
+    splits; a trace of record_param_comms alone (no c10d ops) is read from them."""
+    def param(ts, name, ins, outs, group, dtype="BFloat16", in_split="[]", out_split="[]"):
+        return {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": ts, "dur": 1,
+                "args": {"Collective name": name, "dtype": dtype, "In msg nelems": ins, "Out msg nelems": outs,
+                         "Group size": len(group), "Process Group Ranks": str(group),
+                         "In split size": in_split, "Out split size": out_split}}
+
+    def nested(rank):
+        return [op("c10d::allreduce_", 100, 10, [[[64]], [], [], [], [], []], ["TensorList", "", "", "", "Scalar", "Scalar"],
+                   ["", "", "", "", "False", "-1"]), param(101, "allreduce", 64, 64, [0, 1])]
+
+    t = traces.load(str(write(tmp_path / "nested", [kineto(0, nested(0)), kineto(1, nested(1))])))
+    c = t.ranks[1].comms[0]
+    assert (c.kind, c.dtype, c.in_count, c.group) == ("allreduce", "bfloat16", 64, (0, 1))
+
+    def alone(rank):
+        return [param(10, "all_to_allv", 6, 6, [0, 1], "Float", "[2, 4]" if rank == 0 else "[4, 2]",
+                      "[2, 4]" if rank == 0 else "[4, 2]")]
+    t = traces.load(str(write(tmp_path / "alone", [kineto(0, alone(0)), kineto(1, alone(1))])))
+    assert [(c.kind, c.dtype, c.in_splits) for c in t.ranks[0].comms] == [("alltoallv", "float32", (2, 4))]
