@@ -30,6 +30,9 @@ def do_capture(args: argparse.Namespace) -> int:
         for line in traces.summary(traces.load(args.summary)):
             say(line)
         return EXIT_OK
+    if args.skip_calls < 0:
+        raise ConfigError(f"--skip-calls {args.skip_calls} must be a whole number >= 0: the calls each rank's "
+                          "window leaves out, e.g. 11")
     if not args.out:
         raise ConfigError("perfsuite capture needs -o DIR (where the traces go) and -- COMMAND, "
                           "or --summary PATH")
