@@ -66,7 +66,8 @@ class Issuer:
         self.comm, self.rank, self.n = comm, comm.Get_rank(), comm.Get_size()
         self.trace = trace
         self.pools: dict[tuple[str, str], object] = {}
-        self.issued: list[tuple] = []  # the calls as made, described from what was handed over
+        #: The calls as made, described from what was handed over (None: not kept, while timed).
+        self.issued: list[tuple] | None = []
         self.notes: list[str] = []  # how this transport made a call other than the trace says
 
     def made_as(self, c: Comm) -> Comm:
@@ -201,8 +202,9 @@ class MpiIssuer(Issuer):
                         t(recv) if comm.Get_rank() == c.root else None, op, c.root)
         elif kind == "barrier":
             comm.Barrier()
-        self.issued.append(_described(kind, c.dtype, send, recv, comm.Get_group().Translate_ranks(
-            list(range(comm.Get_size())), self.comm.Get_group()), c))
+        if self.issued is not None:
+            self.issued.append(_described(kind, send, recv, comm.Get_group().Translate_ranks(
+                list(range(comm.Get_size())), self.comm.Get_group()), c))
 
     def close(self) -> None:
         for group, sub in self.comms.items():
@@ -275,8 +277,9 @@ class TorchIssuer(Issuer):
             dist.reduce(recv, dst=ranks[c.root], op=op, group=group)
         elif kind == "barrier":
             dist.barrier(group=group)
-        members = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(self.n))
-        self.issued.append(_described(kind, c.dtype, send, recv, members, c, torch_dtype=str(recv.dtype)))
+        if self.issued is not None:
+            members = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(self.n))
+            self.issued.append(_described(kind, send, recv, members, c))
 
     def close(self) -> None:
         for group in self.groups.values():
@@ -299,9 +302,11 @@ def _numpy_of(torch_dtype, torch) -> str:
             torch.bool: "bool"}[torch_dtype]
 
 
-def _described(kind: str, dtype: str, send, recv, group, c: Comm, torch_dtype: str | None = None) -> tuple:
-    """What was handed to the library, in ``Comm.shape``'s terms: the element counts of the
-    buffers given, the group's global ranks, the splits passed."""
+def _described(kind: str, send, recv, group, c: Comm) -> tuple:
+    """What was handed to the library, in ``Comm.shape``'s terms: the buffers' dtype and element
+    counts, the group's global ranks, the splits passed."""
+    name = str(recv.dtype).removeprefix("torch.")  # a tensor's torch.float32, an array's float32
+    dtype = "bfloat16" if name == "uint16" else name  # numpy holds bfloat16 as its bits
     in_count = int(send.shape[0]) if kind not in ("barrier",) else 0
     out_count = int(recv.shape[0]) if kind not in ("barrier",) else 0
     if kind in ("allreduce", "broadcast", "reduce"):
