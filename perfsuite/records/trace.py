@@ -4,8 +4,8 @@ files are read by ``trace_formats`` (PyTorch's Kineto and execution traces); ``k
 issues the calls again.
 
 What a trace cannot say is one line each (``Trace.notes``), never a guess in silence: a call
-that names no group is replayed on the whole world, one with no op sums (DDP's and FSDP's
-gradients are sums), a point-to-point call is left out. A trace holds sizes, types and order,
+that names no group is replayed on the whole world, one with no op sums (DDP's gradient
+allreduce is a sum), a point-to-point call is left out. A trace holds sizes, types and order,
 never a tensor's contents.
 """
 from __future__ import annotations
