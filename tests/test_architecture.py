@@ -234,3 +234,20 @@ def test_design_md_shows_the_floor_table_the_code_prints():
     assert begin in text and end in text, "docs/design.md lost its floor table's markers"
     shown = text.split(begin, 1)[1].split(end, 1)[0]
     assert shown == table(), "docs/design.md's floor table is stale: python -m perfsuite.house"
+
+
+def test_every_file_outside_a_python_package_ships_as_package_data():
+    """setuptools' package discovery takes folders with an __init__.py; a file elsewhere under
+    perfsuite/ (the C loops' sources, the capture hook) ships only where package-data names it.
+    The capture hook once did not: a pip-installed perfsuite captured nothing."""
+    import fnmatch
+    import tomllib
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["perfsuite"]
+    missing = []
+    for path in PACKAGE.rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts and not (path.parent / "__init__.py").exists():
+            rel = path.relative_to(PACKAGE).as_posix()
+            if not any(fnmatch.fnmatch(rel, p) for p in patterns):
+                missing.append(rel)
+    assert not missing, f"files that a wheel would leave out (add them to package-data): {missing}"

@@ -178,8 +178,7 @@ def check(trace: Trace) -> list[str]:
     for rt in trace.ranks:
         left.update(rt.left_out)
     if left:
-        notes.append("left out: " + ", ".join(f"{k} x{v}" for k, v in sorted(left.items()))
-                     + " (point-to-point and rooted gathers are not replayed)")
+        notes.append("not replayed (calls across ranks): " + ", ".join(f"{k} x{v}" for k, v in sorted(left.items())))
     return notes
 
 

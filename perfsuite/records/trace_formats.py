@@ -39,23 +39,23 @@ DTYPE_NAMES = {
     "unsigned char": "uint8", "byte": "uint8", "uint8": "uint8", "signed char": "int8", "char": "int8",
     "int8": "int8", "bool": "bool",
 }
-#: c10d op -> (kind, output argument, input argument, output splits, input splits, root, op):
+#: c10d op -> (kind, output argument, input argument, output splits, input splits, root):
 #: each an argument name of the op's schema (PyTorch 2.x), or None. The positions are the
 #: fallback where a trace carries no schema (Kineto), as these schemas have had them since 2.0.
 _C10D = {
-    "allreduce_": ("allreduce", "tensors", "tensors", None, None, None, "reduce_op"),
-    "allreduce_coalesced_": ("allreduce", "tensors", "tensors", None, None, None, "reduce_op"),
-    "_allgather_base_": ("all_gather", "output_tensor", "input_tensor", None, None, None, None),
-    "allgather_": ("all_gather", "output_tensors", "input_tensors", None, None, None, None),
-    "allgather_into_tensor_coalesced_": ("all_gather", "outputs", "inputs", None, None, None, None),
-    "_reduce_scatter_base_": ("reduce_scatter", "output_tensor", "input_tensor", None, None, None, "reduce_op"),
-    "reduce_scatter_": ("reduce_scatter", "output_tensors", "input_tensors", None, None, None, "reduce_op"),
-    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", "outputs", "inputs", None, None, None, "reduce_op"),
-    "alltoall_base_": ("alltoall", "output", "input", "output_split_sizes", "input_split_sizes", None, None),
-    "alltoall_": ("alltoall", "output_tensors", "input_tensors", None, None, None, None),
-    "broadcast_": ("broadcast", "tensors", "tensors", None, None, "root_rank", None),
-    "reduce_": ("reduce", "tensors", "tensors", None, None, "root_rank", "reduce_op"),
-    "barrier": ("barrier", None, None, None, None, None, None),
+    "allreduce_": ("allreduce", "tensors", "tensors", None, None, None),
+    "allreduce_coalesced_": ("allreduce", "tensors", "tensors", None, None, None),
+    "_allgather_base_": ("all_gather", "output_tensor", "input_tensor", None, None, None),
+    "allgather_": ("all_gather", "output_tensors", "input_tensors", None, None, None),
+    "allgather_into_tensor_coalesced_": ("all_gather", "outputs", "inputs", None, None, None),
+    "_reduce_scatter_base_": ("reduce_scatter", "output_tensor", "input_tensor", None, None, None),
+    "reduce_scatter_": ("reduce_scatter", "output_tensors", "input_tensors", None, None, None),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", "outputs", "inputs", None, None, None),
+    "alltoall_base_": ("alltoall", "output", "input", "output_split_sizes", "input_split_sizes", None),
+    "alltoall_": ("alltoall", "output_tensors", "input_tensors", None, None, None),
+    "broadcast_": ("broadcast", "tensors", "tensors", None, None, "root_rank"),
+    "reduce_": ("reduce", "tensors", "tensors", None, None, "root_rank"),
+    "barrier": ("barrier", None, None, None, None, None),
 }
 _POSITIONS = {  # argument name -> position, per op, where the trace names no schema
     "allreduce_": ["tensors", "process_group", "reduce_op"],
@@ -72,9 +72,6 @@ _POSITIONS = {  # argument name -> position, per op, where the trace names no sc
     "reduce_": ["tensors", "process_group", "reduce_op", "root_rank", "root_tensor"],
     "barrier": ["tensor", "process_group"],
 }
-#: Point-to-point and rooted gathers: read, counted, and left out of a replay (one line).
-_LEFT_OUT = ("send", "recv_", "recv_any_source_", "gather_", "scatter_", "allgather_coalesced_",
-             "monitored_barrier_")
 #: record_param_comms' collective names -> kinds.
 _PARAM_KINDS = {"allreduce": "allreduce", "all_reduce": "allreduce", "allreduce_coalesced": "allreduce",
                 "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
@@ -161,7 +158,7 @@ def _from_args(op: str, names: list[str], dims: list, types: list, values: list)
     spec = _C10D.get(op)
     if spec is None:
         return None, op
-    kind, out_arg, in_arg, out_split, in_split, root_arg, _ = spec
+    kind, out_arg, in_arg, out_split, in_split, root_arg = spec
     pos = {n: i for i, n in enumerate(names or _POSITIONS.get(op, []))}
 
     def arg(name, seq):
@@ -172,7 +169,7 @@ def _from_args(op: str, names: list[str], dims: list, types: list, values: list)
     if dtype is None and arg(in_arg, types) not in ("TensorList", None):
         return None, f"{op} on a type this reader does not know ({arg(in_arg, types)!r})"
     in_count, out_count = _count(arg(in_arg, dims)), _count(arg(out_arg, dims))
-    splits_in, splits_out = _groups_or_none(arg(in_split, values)), _groups_or_none(arg(out_split, values))
+    splits_in, splits_out = _groups_from(arg(in_split, values)), _groups_from(arg(out_split, values))
     if op == "alltoall_" and isinstance(arg(in_arg, dims), list):  # a list of tensors: one per peer
         splits_in = tuple(_count(d) for d in arg(in_arg, dims))
         splits_out = tuple(_count(d) for d in arg(out_arg, dims))
@@ -190,12 +187,6 @@ def in_elements(splits: tuple[int, ...] | None, count: int) -> tuple[int, ...] |
         return splits
     row = count // sum(splits)
     return tuple(k * row for k in splits)
-
-
-def _groups_or_none(value) -> tuple[int, ...] | None:
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):
-        return tuple(value)
-    return None
 
 
 def read_kineto(data: dict, source: str) -> tuple[int | None, RankTrace]:

@@ -24,6 +24,8 @@ from ...collectives.alltoall import chunk_values
 from ...records import trace as traces
 from ...records.errors import TransportUnavailable
 from ...records.trace import Comm
+from ...transports.base import Call
+from ...transports.torch.allreduce import torch_lacks
 
 #: c10d's ops -> torch.distributed's ReduceOp names.
 TORCH_OPS = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}
@@ -31,10 +33,8 @@ MPI_OPS = {"sum": "SUM", "prod": "PROD", "min": "MIN", "max": "MAX"}
 
 
 def factor(kind: str, n: int) -> float:
-    """nccl-tests' busbw factor of a kind over a group of n (alltoallv as alltoall)."""
-    if n <= 1 or kind == "barrier":
-        return 0.0
-    return collectives.get("alltoall" if kind == "alltoallv" else kind).busbw_factor(n)
+    """nccl-tests' busbw factor of a kind over a group of n (its collective's record)."""
+    return 0.0 if kind == "barrier" else collectives.get(kind).busbw_factor(n)
 
 
 def bus_bytes(c: Comm, n: int) -> float:
@@ -130,7 +130,9 @@ class MpiIssuer(Issuer):
 
         from ...transports.mpi_calls import bfloat16_type
 
-        self.MPI = MPI
+        from mpi4py.util.dtlib import from_numpy_dtype
+
+        self.MPI, self.mpi_type = MPI, from_numpy_dtype
         self.bf16 = bfloat16_type()
         self.comms = {tuple(range(self.n)): comm}
         for group in trace.groups():
@@ -193,7 +195,7 @@ class MpiIssuer(Issuer):
             comm.Alltoall(t(send), t(recv))
         elif kind == "alltoallv":
             ins, outs = traces.splits_of(c, comm.Get_size())
-            mpi_type = self.bf16 if send.dtype == np.uint16 and self.bf16 is not None else MPI._typedict[send.dtype.char]
+            mpi_type = self.bf16 if send.dtype == np.uint16 and self.bf16 is not None else self.mpi_type(send.dtype)
             comm.Alltoallv([send, (list(ins), _displs(ins)), mpi_type], [recv, (list(outs), _displs(outs)), mpi_type])
         elif kind == "broadcast":
             comm.Bcast(t(recv), c.root)
@@ -216,9 +218,16 @@ class TorchIssuer(Issuer):
     """torch.distributed on tensors of the world's group (already started) and of a group per
     sub-group the trace names (``new_group``, made by every rank in the trace's order)."""
 
-    def __init__(self, comm, trace: traces.Trace, dist, torch, device):
+    def __init__(self, comm, trace: traces.Trace, dist, torch, device, backend: str):
         super().__init__(comm, trace)
         self.dist, self.torch, self.device = dist, torch, device
+        for rt in trace.ranks:  # what the backend lacks (torch_lacks: from versions alone), on every rank
+            for c in rt.comms:
+                if c.kind != "barrier":
+                    call = Call("alltoall" if c.kind == "alltoallv" else c.kind, c.op or "sum", dtype=c.dtype)
+                    why = torch_lacks(backend, str(torch.__version__), call, c.dtype)
+                    if why:
+                        raise TransportUnavailable(f"{why} (the trace's {c.kind} asks for it)")
         self.groups = {tuple(range(self.n)): None}
         for group in trace.groups():
             self.groups[group] = dist.new_group(list(group))

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from ...records import trace as traces
+from ...records import trace as traces, userbench
 from ...records.errors import ConfigError, TransportUnavailable
 from ...records.model import Case
 from ...transports.hosts import node_name
@@ -74,7 +74,7 @@ def _issuer(ctx, trace, device):
 
         dev = torch.device(device)
         dist, _ = start_group(ctx.comm, ctx.transport.removeprefix("torch-"), device=None if device == "cpu" else dev)
-        return TorchIssuer(ctx.comm, trace, dist, torch, dev)
+        return TorchIssuer(ctx.comm, trace, dist, torch, dev, ctx.transport.removeprefix("torch-"))
     raise TransportUnavailable(f"replay runs on mpi, torch-gloo, torch-nccl and torch-mpi, not {ctx.transport}")
 
 
@@ -104,16 +104,15 @@ def _case(ctx, case: Case, trace, issuer, mine, gaps, clock, spinner, mode: str,
             t = now
         return took
 
-    first = window()  # the first pass, setup included: also what was issued, once
-    issued, issuer.issued = issuer.issued, None  # the first pass is the record; timed passes keep none
-    budget_s = float(ctx.options.get("max_time") or 1.0)
+    window()  # the first pass, set-up included, is the record of what was issued; timed passes keep none
+    issued, issuer.issued = issuer.issued, None
+    budget_s = float(ctx.options.get("max_time") or userbench.DEFAULT_MAX_TIME_S)
     def timer(step) -> float:
         t0 = clock()
         step()
         return clock() - t0
 
     warmup, estimate = user_step.warm_up(ctx, window, timer, budget_s)
-    del first
     iters = whole_option(ctx.options, "iters", None, 1, "iterations")
     if iters is None:
         iters = max(10, min(user_step.MAX_ITERS, int(np.ceil(budget_s / max(estimate, 1e-9)))))
