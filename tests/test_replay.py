@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from perfsuite.collectives import as_type
+from perfsuite.collectives.alltoall import chunk_values
 from perfsuite.kernels.replay.issue import bus_bytes, expected_values
 from perfsuite.records import trace as traces, trace_formats
 from perfsuite.records.errors import ConfigError
@@ -146,7 +147,11 @@ def test_rank_files_gaps_and_the_summary(tmp_path):
 def test_each_kind_sends_the_records_exact_values_and_counts_nccl_tests_bus_bytes():
     v = Comm("alltoallv", "float32", 4, 5, in_splits=(3, 1), out_splits=(3, 2))
     send, want = expected_values(v, 0, 2)
-    assert len(send) == 4 and len(want) == 5 and not np.array_equal(want[:3], want[3:] if len(want) > 3 else want)
+    # rank 0 sends 3 to itself and 1 to rank 1; receives its own 3, then rank 1's 2, each chunk
+    # named by its sender and receiver, so a chunk in the wrong place or of the wrong length shows
+    assert np.array_equal(send, np.concatenate([chunk_values(0, 0, 2, 3), chunk_values(0, 1, 2, 1)]))
+    assert np.array_equal(want, np.concatenate([chunk_values(0, 0, 2, 3), chunk_values(1, 0, 2, 2)]))
+    assert not np.array_equal(chunk_values(0, 0, 2, 2), chunk_values(1, 0, 2, 2))
     s, w = expected_values(Comm("allreduce", "bfloat16", 8, 8, op="max"), 1, 4)
     assert np.array_equal(as_type(w, "bfloat16"), as_type(np.arange(8) % 4 + 4, "bfloat16"))
     assert expected_values(Comm("barrier"), 0, 2) == (None, None)
