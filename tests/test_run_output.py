@@ -6,7 +6,10 @@ do not depend on what this machine has."""
 from __future__ import annotations
 
 import io
+import re
+import shlex
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -169,3 +172,52 @@ def test_pytest_collects_no_tf1_design_by_default_and_says_no_skip_under_collect
     out = r.stdout.str()
     assert "test_allreduce[mpi-n2-4B]" in out and not any(t in out for t in TF1)
     assert "perfsuite worlds" not in out  # nothing ran, nothing was skipped
+
+
+# --- README's "What it prints" is what its command prints ----------------------------------------
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def _shape(line: str) -> str:
+    """A line with its measured numbers as N and its spacing as one space: what must not drift."""
+    return " ".join(NUMBER.sub("N", line).split())
+
+
+def readme_output() -> tuple[list[str], list[list[str]]]:
+    """README's "What it prints": the command (argv after ``perfsuite``) and its output block,
+    in chunks cut where the README elides with ``...``."""
+    text = README.read_text()
+    section = text[text.index("## What it prints"):]
+    argv = shlex.split(re.search(r"`perfsuite (run [^`]+)`", section).group(1))
+    block = section.split("```\n", 2)[1]
+    chunks: list[list[str]] = [[]]
+    for line in block.splitlines():
+        if line.strip() == "...":
+            chunks.append([])
+        elif line.strip():
+            chunks[-1].append(_shape(line))
+    return argv, chunks
+
+
+@pytest.mark.world
+def test_readmes_what_it_prints_is_what_its_command_prints(tmp_path):
+    """Every line README shows, in order, is a line its command prints now (numbers aside), the
+    first its first and the last its last: a column added, a line dropped or a skip the command
+    cannot print (the block once listed GPU transports it did not name) fails here."""
+    argv, chunks = readme_output()
+    shown_skipped = re.findall(r"([\w+-]+)-nN", " ".join(line for c in chunks for line in c if "skipped" in line))
+    runs_here = [t for t in shown_skipped if transports.unavailable_reason(t) is None]
+    if runs_here:
+        pytest.skip(f"README's block is a machine's where {', '.join(runs_here)} skips; here it runs")
+    r = perfsuite(*argv, cwd=tmp_path)
+    assert r.returncode == 0, said(r)
+    printed = [_shape(line) for line in r.stdout.splitlines() if line.strip()]
+    at = 0
+    for n, chunk in enumerate(chunks):
+        starts = [i for i in range(at, len(printed) - len(chunk) + 1) if printed[i:i + len(chunk)] == chunk]
+        assert starts and (n or starts[0] == 0), \
+            f"README's lines {chunk} are not printed {'first' if not n else 'after the last'}:\n{r.stdout}"
+        at = starts[0] + len(chunk)
+    assert at == len(printed), f"the command prints more after README's last line:\n{r.stdout}"
