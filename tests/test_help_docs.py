@@ -71,3 +71,21 @@ def test_design_md_names_every_script():
     design = (ROOT / "docs" / "design.md").read_text()
     unnamed = [p.name for p in sorted((ROOT / "scripts").iterdir()) if p.is_file() and f"`{p.name}`" not in design]
     assert not unnamed, f"scripts/ holds {unnamed}, which docs/design.md does not name"
+
+
+def test_overhead_states_the_rounds_sizes_and_transport_its_code_uses():
+    """Issue 56: overhead's --help said 1 round, sizes 4:64MiB and every transport (run's
+    options), while the command runs ROUNDS interleaved rounds over SIZES (PLAIN_TARGET_SIZES
+    beside a plain loop) of one transport, mpi unless named."""
+    from perfsuite.experiments.overhead import PLAIN_LOOPS, PLAIN_TARGET_SIZES, ROUNDS, SIZES
+    from perfsuite.records.model import format_size
+
+    text = " ".join(commands()["overhead"].format_help().split())
+    rounds, sizes, transports = (flag("overhead", f) for f in ("--rounds", "--sizes", "--transports"))
+    assert int(rounds.default) == ROUNDS and f"[default: {ROUNDS}]" in text
+    for plain in PLAIN_LOOPS:
+        assert plain in transports.help
+    assert transports.default == "mpi" and "'all'" not in transports.help and "comma list" not in transports.help
+    for each in (SIZES, PLAIN_TARGET_SIZES):
+        assert ",".join(format_size(n) for n in each) in sizes.help
+    assert "4:64MiB" not in text
