@@ -89,3 +89,13 @@ def test_overhead_states_the_rounds_sizes_and_transport_its_code_uses():
     for each in (SIZES, PLAIN_TARGET_SIZES):
         assert ",".join(format_size(n) for n in each) in sizes.help
     assert "4:64MiB" not in text
+
+
+def test_study_names_the_vectors_a_plan_may_hold():
+    """Issue 56: study's --help said "the seed paper's four vectors" where a plan has five (the
+    fifth, parallelism, is PyTorch's); the help reads them from the plan's own table."""
+    from perfsuite.experiments.study_plan import VECTORS
+
+    text = " ".join(commands()["study"].format_help().split())
+    assert f"{len(VECTORS)} vectors" in text and all(name in text for name in VECTORS)
+    assert "four" not in text

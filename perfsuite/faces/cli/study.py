@@ -10,6 +10,7 @@ from ...store import formats
 from .. import options
 from ... import suite
 from ...experiments import study_session
+from ...experiments.study_plan import VECTORS
 from .common import EXIT_INTERRUPTED, EXIT_OK, EXIT_WORLD, exit_status, say
 
 COMMANDS = {}
@@ -51,5 +52,5 @@ def do_study(args: argparse.Namespace) -> int:
 
 
 COMMANDS["study"] = (add_study, do_study,
-                     "run a study plan (the seed paper's four vectors: scaling, batch, MPI library, models) "
-                     "and write its report")
+                     f"run a study plan (any of its {len(VECTORS)} vectors: {', '.join(VECTORS)}) and write "
+                     "its report")
