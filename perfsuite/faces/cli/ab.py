@@ -149,11 +149,18 @@ def one_benchmark(text: str, command: str) -> str:
     """``--benchmarks`` of ab and bisect: one benchmark, by its name (a built-in, or one of yours
     registered by your package's entry point or PERFSUITE_BENCHMARKS), or the module or .py
     file that declares it (``bench.selected``)."""
-    names = bench.selected(split_list(text, "benchmarks", "allreduce"))
+    items = split_list(text, "benchmarks", "allreduce")
+    names = bench.selected(items)
     if len(names) != 1:
         listed = f" ({', '.join(names)})" if names else ""
+        # A file or module declaring several is registered by PERFSUITE_BENCHMARKS, and one of
+        # its benchmarks then named as a built-in is.
+        files = [i for i in items if bench.is_source(i)]
+        how = (f"register {'them' if len(files) > 1 else 'it'} and name one: {bench.ENV}={','.join(files)} "
+               f"perfsuite {command} --benchmarks {names[0]}" if files and names else
+               f"e.g. --benchmarks {names[0] if names else 'allreduce'}")
         raise ConfigError(f"--benchmarks {text!r} names {len(names) or 'no'} benchmarks{listed}; perfsuite "
-                          f"{command} takes one value: name it")
+                          f"{command} takes one value; {how}")
     if names[0] not in bench.names():
         raise ConfigError(f"benchmark {names[0]!r} is unknown; choose from {', '.join(bench.names())}, or name "
                           "the module or .py file that declares yours")
