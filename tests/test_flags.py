@@ -82,6 +82,10 @@ def test_the_new_default_stands_when_the_old_spelling_is_not_given():
     (["detection-power", "--transports", "mpi,ring"], "perfsuite detection-power takes one value"),
     (["overhead", "--transports", "mpi,torch-gloo"], "perfsuite overhead takes one value"),
     (["ab", "--transports", "mpi,ring"], "perfsuite ab takes one value"),
+    (["ab", "--transports", "all"], "--transports 'all' names every one; perfsuite ab takes one value"),
+    (["bisect", "--transports", "all", "--good", "HEAD", "--bad", "HEAD"],
+     "--transports 'all' names every one; perfsuite bisect takes one value"),
+    (["overhead", "--transports", "all"], "--transports 'all' names every one; perfsuite overhead takes one value"),
     (["ab", "--benchmarks", "allreduce,p2p"], "perfsuite ab takes one value"),
 ])
 def test_a_command_of_one_value_says_so_in_one_line(argv, says, capsys):

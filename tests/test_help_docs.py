@@ -11,6 +11,7 @@ import pytest
 
 from perfsuite.verdicts import judging
 from perfsuite.faces.cli import build_parser
+from perfsuite.faces import options
 from perfsuite.launch.netns import parse_shaping
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,3 +100,17 @@ def test_study_names_the_vectors_a_plan_may_hold():
     text = " ".join(commands()["study"].format_help().split())
     assert f"{len(VECTORS)} vectors" in text and all(name in text for name in VECTORS)
     assert "four" not in text
+
+
+#: The commands that compare or break down one transport (``common.one_value``).
+ONE_TRANSPORT = ("ab", "bisect", "overhead", "detection-power", "stalls")
+
+
+@pytest.mark.parametrize("command", ONE_TRANSPORT)
+def test_a_command_of_one_transport_offers_no_list_and_no_all(command):
+    """Issue 56 (fixed in 537f494): ab's and bisect's --transports said "LIST ... or 'all'
+    [default: all]", run's help, while each takes one value, mpi unless named, and refuses all."""
+    action = flag(command, "--transports")
+    assert action.metavar != "LIST" and "comma list" not in action.help and "'all'" not in action.help
+    assert "all" not in (options.stated_default(action.help) or "")
+    assert "mpi" in action.help

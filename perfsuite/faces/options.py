@@ -167,6 +167,16 @@ def _fraction_above_0(text: Any, what: str) -> float:
     return value
 
 
+#: How every help states a default, in one form: ``[default: X]``, or ``[default: X; when...]``.
+DEFAULT_RE = re.compile(r"\s*\[default: ((?:[^\[\]]|\[[^\[\]]*\])*)\]")
+
+
+def stated_default(help: str | None) -> str | None:
+    """What a help says the default is (the text inside ``[default: ...]``), or None."""
+    m = DEFAULT_RE.search(" ".join((help or "").split()))
+    return m.group(1) if m else None
+
+
 def all_options() -> list[Opt]:
     """The shared options, then every registered benchmark's own."""
     names = {o.name for o in COMMON}
