@@ -11,6 +11,7 @@ import pytest
 
 from perfsuite.verdicts import judging
 from perfsuite.faces.cli import build_parser
+from perfsuite.faces.cli.common import help_text
 from perfsuite.faces import options
 from perfsuite.launch.netns import parse_shaping
 
@@ -35,6 +36,78 @@ def test_every_option_with_a_default_says_it_in_its_help(command):
               if a.option_strings and a.nargs != 0 and a.help not in (None, argparse.SUPPRESS)
               and a.default not in (None, False, [], ()) and "[default:" not in a.help]
     assert not silent, f"perfsuite {command}: options whose help hides their default: {silent}"
+
+
+def fallbacks() -> dict:
+    """The value the code falls back to for an option argparse leaves None (unset means something
+    to the code: a user's own benchmark's transport, the kernel's own count, given or not) whose
+    help names a value, keyed by flag or (command, flag); read from the code, not written here."""
+    from perfsuite import collectives
+    from perfsuite.asv.project import DEFAULT_CONFIG
+    from perfsuite.experiments import ab
+    from perfsuite.experiments.overhead import SIZES
+    from perfsuite.faces.cli import overhead, report, stalls
+    from perfsuite.faces.cli.ab import tolerance_text
+    from perfsuite.kernels.training.torch_epoch import DEFAULT_PROFILE_STEPS
+    from perfsuite.launch.world import START_TIMEOUT_S
+    from perfsuite.records.model import format_size
+    from perfsuite.transports.tf.train import DEFAULT_FUSION_THRESHOLD
+    from perfsuite.transports.torch.train import DEFAULT_FSDP_PREFETCH
+    from perfsuite.verdicts.decision import DEFAULT_ALPHA
+    from perfsuite.verdicts.rounds import RoundsPolicy
+
+    return {"--alpha": f"{DEFAULT_ALPHA:g}", "--max-time": f"{collectives.SIZE_MAX_TIME_S:g}",
+            "--start-timeout": f"{START_TIMEOUT_S:g}", "--asv-config": DEFAULT_CONFIG,
+            "--max-rounds": "off" if RoundsPolicy.max_rounds is None else str(RoundsPolicy.max_rounds),
+            "--fsdp-prefetch": DEFAULT_FSDP_PREFETCH, "--profile-steps": str(DEFAULT_PROFILE_STEPS),
+            "--fusion-threshold": format_size(DEFAULT_FUSION_THRESHOLD),
+            ("ab", "--tolerance"): tolerance_text(ab.DEFAULT_TOLERANCE),
+            ("bisect", "--tolerance"): tolerance_text(ab.DEFAULT_TOLERANCE),
+            ("ab", "--seed"): "random", ("bisect", "--seed"): "random",  # ab.ABConfig.seed None: drawn
+            ("overhead", "--sizes"): overhead.sizes_text(SIZES), ("stalls", "--transports"): stalls.TRANSPORT,
+            ("report", "--out"): report.OUT}
+
+
+def shared_option(action: argparse.Action):
+    """The shared option (options.COMMON, a benchmark's) ``action`` was added from, or None."""
+    return next((o for o in options.all_options() if action.dest == o.dest and action.help
+                 and action.help.startswith(o.help.replace("%", "%%"))), None)
+
+
+@pytest.mark.parametrize("command", sorted(commands()))
+def test_a_stated_default_is_the_one_the_code_uses(command):
+    """Issue 56: a default is written one way, ``[default: X]``, and X is the code's: argparse's
+    default, else the shared option's (``with_defaults``), else the value the code falls back to
+    (``fallbacks``); a help naming a value no code holds fails here."""
+    known, wrong = fallbacks(), []
+    for a in commands()[command]._actions:
+        if not a.option_strings or a.help in (None, argparse.SUPPRESS):
+            continue
+        text = help_text(a)
+        flag_ = a.option_strings[-1]
+        said = options.stated_default(text)
+        assert not re.search(r"\(default\b", text), f"perfsuite {command} {flag_}: say [default: X]: {text}"
+        shared = shared_option(a)
+        actual = next((d for d in (a.default, shared and shared.default) if d is not None and d is not False),
+                      known.get((command, flag_), known.get(flag_)))
+        if said is None or (actual is None and options.leading_value(said) is None):
+            continue
+        if actual is None or not (said == str(actual) or said.startswith((f"{actual}; ", f"{actual}, "))):
+            wrong.append(f"{flag_} says [default: {said}], the code's is {actual}")
+    assert not wrong, f"perfsuite {command}: " + "; ".join(wrong)
+
+
+def test_options_md_shows_the_default_each_help_states():
+    """Issue 56: docs/options.md showed "-" for max-time and alpha, whose help says 0.5 and 0.01."""
+    from perfsuite import collectives
+    from perfsuite.verdicts.decision import DEFAULT_ALPHA
+
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([a-z0-9-]+)` \| ([^|]*) \|", options.reference_markdown(), re.M)}
+    assert rows["max-time"].startswith(f"`{collectives.SIZE_MAX_TIME_S:g}`")
+    assert rows["alpha"].startswith(f"`{DEFAULT_ALPHA:g}`")
+    for o in options.all_options():
+        if o.kind != "flag" and (o.default not in (None, []) or options.stated_default(o.help)):
+            assert rows[o.name] != "-", o.name
 
 
 def test_max_rounds_says_the_cap_a_judging_run_uses():
@@ -111,6 +184,6 @@ def test_a_command_of_one_transport_offers_no_list_and_no_all(command):
     """Issue 56 (fixed in 537f494): ab's and bisect's --transports said "LIST ... or 'all'
     [default: all]", run's help, while each takes one value, mpi unless named, and refuses all."""
     action = flag(command, "--transports")
-    assert action.metavar != "LIST" and "comma list" not in action.help and "'all'" not in action.help
-    assert "all" not in (options.stated_default(action.help) or "")
-    assert "mpi" in action.help
+    text = help_text(action)
+    assert action.metavar != "LIST" and "comma list" not in text and "'all'" not in text
+    assert "all" not in (options.stated_default(text) or "") and "mpi" in text

@@ -11,7 +11,7 @@ COMMANDS = {}
 
 def add_asv_offline(p: argparse.ArgumentParser) -> None:
     p.add_argument("--asv-config", default=asv_project.DEFAULT_CONFIG, metavar="PATH",
-                   help=f"asv config whose html_dir to rewrite [default: {asv_project.DEFAULT_CONFIG}]")
+                   help="asv config whose html_dir to rewrite [default: %(default)s]")
     p.add_argument("--html-dir", metavar="DIR", help="the published site [default: html_dir of the config]")
 
 

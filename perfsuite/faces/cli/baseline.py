@@ -6,6 +6,7 @@ import argparse
 from ...store import formats
 from ...records.errors import ConfigError
 from ...gate import not_recorded
+from .. import options
 from .common import EXIT_OK, say
 
 COMMANDS = {}
@@ -18,7 +19,8 @@ def add_baseline(p: argparse.ArgumentParser) -> None:
                    help="results file written by perfsuite run --json (for update)")
     p.add_argument("--system", metavar="NAME", help="system name [default: from the results file's "
                    "fingerprint for update, every system for show]")
-    p.add_argument("--baseline-dir", default="baselines", metavar="DIR", help="[default: baselines]")
+    p.add_argument("--baseline-dir", default=options.BASELINE_DIR, metavar="DIR",
+                   help="folder of baselines/<system>/<benchmark>.json [default: %(default)s]")
     p.add_argument("--allow-partial", action="store_true", help="update: also record the cases a failed "
                    "or interrupted world measured before it stopped (left out by default)")
     p.add_argument("--add", action="store_true", help="update: add the file's rounds to the stored ones "

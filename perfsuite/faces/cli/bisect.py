@@ -22,7 +22,7 @@ def add_bisect(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bad", required=True, metavar="REF", help="a later commit known to be slower")
     p.add_argument("--benchmarks", default="allreduce", metavar="NAME",
                    help=f"the benchmark each step runs: {', '.join(bench.names())}, or the module or .py file "
-                   "that declares yours (@perfsuite.benchmark) [default: allreduce]")
+                   "that declares yours (@perfsuite.benchmark) [default: %(default)s]")
     add_transport(p, "each step runs")
     options.add_options(p.add_argument, names=[n for n in shared() if n != "transports"])
     add_judging(p)

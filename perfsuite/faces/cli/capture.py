@@ -15,7 +15,7 @@ COMMANDS = {}
 def add_capture(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", metavar="DIR", help="folder the ranks' traces go to (empty or new)")
     p.add_argument("--skip-calls", type=int, default=0, metavar="N",
-                   help="each rank's window starts after its first N collectives (set-up, warm-up steps) [default: 0]")
+                   help="each rank's window starts after its first N collectives (set-up, warm-up steps) [default: %(default)s]")
     p.add_argument("--summary", metavar="PATH", help="print what a captured trace holds (a folder of rank files, "
                    "or a name with {rank}): calls per kind, bytes per window, groups, dtypes; then exit")
     p.add_argument("job", nargs=argparse.REMAINDER, metavar="-- COMMAND",

@@ -9,7 +9,7 @@ from ... import gate
 from ...verdicts import regress
 from ...reading import verdict_text as vt
 from ...records.errors import ConfigError
-from .common import ALPHA_HELP, EXIT_OK, EXIT_WORLD, add_canary_shift, add_gating, canary_shift, exit_status, gate_settings, say
+from .common import EXIT_OK, EXIT_WORLD, add_canary_shift, add_gating, alpha_help, canary_shift, exit_status, gate_settings, say
 
 COMMANDS = {}
 
@@ -21,7 +21,7 @@ def add_compare(p: argparse.ArgumentParser) -> None:
     add_gating(p)
     # One meaning of --alpha, run's: compare judges NEW's cases as one family (decision.judge, Holm),
     # so it is the chance that any of them wrongly says DIFFERENT, not one interval's confidence.
-    p.add_argument("--alpha", metavar="P", help=ALPHA_HELP.format(how="Holm over the cases, as run's --alpha"))
+    p.add_argument("--alpha", metavar="P", help=alpha_help("Holm over the cases, as run's --alpha"))
     add_canary_shift(p)
 
 

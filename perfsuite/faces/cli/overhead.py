@@ -41,7 +41,7 @@ def add_overhead(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default="allreduce", metavar="LIST",
                    help="comma list of the collectives to compare with a plain loop of the same call "
                         "(mpi: a C program; torch-gloo: a plain torch loop): allreduce, all_gather, "
-                        "reduce_scatter, alltoall, broadcast, reduce, or all [default: allreduce]")
+                        "reduce_scatter, alltoall, broadcast, reduce, or all [default: %(default)s]")
 
 
 def do_overhead(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ COMMANDS = {}
 def add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default="allreduce", metavar="LIST",
                    help=f"comma list of benchmarks: {', '.join(bench.names())}, or a module or .py file "
-                   "of your own (@perfsuite.benchmark) [default: allreduce]")
+                   "of your own (@perfsuite.benchmark) [default: %(default)s]")
     options.add_options(p.add_argument)
     p.add_argument("--json", metavar="PATH", help="write the versioned results file here")
     p.add_argument("--compare", action="store_true", help="judge every case against the baselines "
@@ -30,7 +30,7 @@ def add_run(p: argparse.ArgumentParser) -> None:
     # Progress goes to stderr and the results to stdout; these change stderr only.
     said = p.add_mutually_exclusive_group()
     said.add_argument("-v", "--verbose", action="store_true", help="progress for every world, a line for "
-                      "each one skipped too (default: one line per reason, at the end)")
+                      "each one skipped too (without it: one line per reason, at the end)")
     said.add_argument("-q", "--quiet", action="store_true", help="no progress: only the tables, verdicts and "
                       "the summary of skips and failures (on stdout)")
     options.add_asv_options(p.add_argument)

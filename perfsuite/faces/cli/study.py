@@ -19,7 +19,7 @@ COMMANDS = {}
 def add_study(p: argparse.ArgumentParser) -> None:
     p.add_argument("plan", metavar="PLAN", help="a study plan, .toml or .json (e.g. studies/seed-tf.toml)")
     p.add_argument("--out", default="study", metavar="DIR",
-                   help=f"folder for {study_session.RESULTS} (every finished world) and the report [default: study]")
+                   help=f"folder for {study_session.RESULTS} (every finished world) and the report [default: %(default)s]")
     p.add_argument("--resume", action="store_true",
                    help=f"continue the study in --out: run only the worlds its {study_session.RESULTS} lacks, then report")
     p.add_argument("--dry-run", action="store_true",
