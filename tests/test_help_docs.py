@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from perfsuite.verdicts import judging
-from perfsuite.faces.cli import build_parser
+from perfsuite.faces import cli
+from perfsuite.faces.cli import build_parser, reference
 from perfsuite.faces.cli.common import help_text
 from perfsuite.faces import options
 from perfsuite.launch.netns import parse_shaping
@@ -187,3 +188,86 @@ def test_a_command_of_one_transport_offers_no_list_and_no_all(command):
     text = help_text(action)
     assert action.metavar != "LIST" and "comma list" not in text and "'all'" not in text
     assert "all" not in (options.stated_default(text) or "") and "mpi" in text
+
+
+# --- one screen of --help, every option in --help-all and docs/cli.md (issue 56) ----------------
+
+CLI_MD = ROOT / "docs" / "cli.md"
+
+
+def printed(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", sorted(commands()))
+def test_help_is_one_screen_and_help_all_lists_every_option(command, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    brief = printed([command, "--help"], capsys)
+    assert len(brief.splitlines()) <= reference.SCREEN, brief
+    assert brief.startswith(f"usage: perfsuite {command} ") and "[options]" in brief.splitlines()[0]
+    every = printed([command, "--help-all"], capsys)
+    for a in reference.shown(commands()[command]):
+        assert a.option_strings[-1] in brief.replace("\n", " "), f"--help names no {a.option_strings[-1]}"
+        assert re.search(rf"(?<![\w-]){re.escape(a.option_strings[-1])}(?![\w-])", every), a.option_strings
+    assert f"perfsuite {command} --help-all" in " ".join(brief.split()) or "more options" not in brief
+    assert f"docs/cli.md#{command}" in " ".join(brief.split())
+
+
+def test_perfsuite_help_is_one_screen(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    text = printed(["--help"], capsys)
+    assert len(text.splitlines()) <= reference.SCREEN and all(c in text for c in commands()), text
+
+
+@pytest.mark.parametrize("command", sorted(commands()))
+def test_brief_names_options_the_command_has(command):
+    main = getattr(cli.MODULE_OF[command], "BRIEF", None) or ()
+    have = {s for a in reference.shown(commands()[command]) for s in a.option_strings}
+    assert set(main) <= have, set(main) - have
+
+
+def test_cli_md_is_the_reference_the_parsers_generate():
+    assert CLI_MD.read_text() == reference.markdown(), (
+        "docs/cli.md is out of date: python -m perfsuite.faces.cli.reference > docs/cli.md")
+
+
+def cli_md_sections() -> dict[str, str]:
+    parts = re.split(r"^## ", CLI_MD.read_text(), flags=re.M)
+    return {p.split("\n", 1)[0]: p for p in parts[1:]}
+
+
+@pytest.mark.parametrize("command", sorted(commands()))
+def test_every_option_and_argument_is_in_its_commands_section_of_cli_md(command):
+    """Issue 56 found 19 flags documented nowhere (ab --a-transport, baseline --add, history
+    --threshold ...): every option a command's parser has, but its old spellings and the ones it
+    hides, is in docs/cli.md's section of that command, with its default and exit statuses."""
+    section = cli_md_sections()[command]
+    p = commands()[command]
+    missing = [a.option_strings[-1] for a in p._actions if a.option_strings and a.help is not argparse.SUPPRESS
+               and not isinstance(a, options.Renamed) and a.option_strings[-1] not in reference.HELP_FLAGS
+               and not re.search(rf"`(?:-\w, )?{re.escape(a.option_strings[-1])}[ `]", section)]
+    assert not missing, f"docs/cli.md's {command} section lacks {missing}"
+    for a in reference.positionals(p):
+        assert f"`{reference.argument(a)}`" in section
+    assert f"    {p.usage}" in section and "| exit status | meaning |" in section
+
+
+def test_old_spellings_are_listed_once_at_the_end_and_in_no_commands_table():
+    sections = cli_md_sections()
+    old = {(c, s) for c, p in commands().items() for a in p._actions if isinstance(a, options.Renamed)
+           for s in a.option_strings}
+    assert old
+    for command, flag_ in old:
+        assert not re.search(rf"`{re.escape(flag_)}[ `]", sections[command]), (command, flag_)
+        assert re.search(rf"^\| `{re.escape(flag_)}` \| .*\| .*\b{command}\b", sections["Old spellings"], re.M)
+
+
+def test_each_commands_exit_statuses_are_status_pys():
+    from perfsuite.records import status
+
+    for command, module in cli.MODULE_OF.items():
+        assert set(getattr(module, "EXITS", {})) <= set(status.MEANING), command
+    assert set(status.MEANING) == {v for k, v in vars(status).items() if k.startswith("EXIT_")}

@@ -17,6 +17,15 @@ from ...records.model import split_list, whole_number
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, add_gating, alpha_help, exit_status, one_value, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("compare two arms (transport, env, venv, commit, image, launcher args) in interleaved pairs in random "
+               "order: B/A with its interval and SAME/DIFFERENT/UNKNOWN")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "a case DIFFERENT: B slower than A",
+         EXIT_UNKNOWN: "--strict: a case left UNKNOWN, nothing judged (stopped before the first look), or a case only one arm's tree declares",
+         EXIT_WORLD: "a world failed or returned wrong results (its pairs are no evidence), or the A/B file could not be written"}
+#: The options --help shows with their help (what each arm is, and how long the pairs run); --help-all shows every one.
+BRIEF = ("--benchmarks", "--transports", "--a-transport", "--b-transport", "--a-ref", "--b-ref")
 LAUNCH = ("transports", "world-sizes", "launcher", "launcher-program", "mpi-flavor", "hostfile", "hosts", "ppn",
           "oversubscribe", "env", "emulated-network", "timeout", "start-timeout", "iters", "warmup", "max-time", "workdir",
           "max-contention", "max-canary-shift")
@@ -288,5 +297,4 @@ def ab_status(rep, strict: bool) -> int:
                        EXIT_UNKNOWN if strict and undecided else EXIT_OK)
 
 
-COMMANDS["ab"] = (add_ab, do_ab, "compare two arms (transport, env, venv, launcher args) in "
-                  "interleaved pairs in random order: B/A with its interval and SAME/DIFFERENT/UNKNOWN")
+COMMANDS["ab"] = (add_ab, do_ab, "compare two arms in interleaved pairs: B/A and its verdict")

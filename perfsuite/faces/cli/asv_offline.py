@@ -7,6 +7,8 @@ from ...asv import project as asv_project
 from .common import EXIT_OK, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("make a published asv site work without internet: its CDN scripts from Debian packages, in vendor/")
 
 
 def add_asv_offline(p: argparse.ArgumentParser) -> None:
@@ -24,5 +26,4 @@ def do_asv_offline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS["asv-offline"] = (add_asv_offline, do_asv_offline,
-                           "make a published asv site work without internet (scripts from Debian packages)")
+COMMANDS["asv-offline"] = (add_asv_offline, do_asv_offline, "make a published asv site work without internet")

@@ -10,6 +10,8 @@ from .. import options
 from .common import EXIT_OK, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("record a results file as this system's baselines, or show the stored ones")
 
 
 def add_baseline(p: argparse.ArgumentParser) -> None:
@@ -52,5 +54,4 @@ def do_baseline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS["baseline"] = (add_baseline, do_baseline,
-                        "record a results file as this system's baselines, or show the stored ones")
+COMMANDS["baseline"] = (add_baseline, do_baseline, "record a results file as the baselines, or show them")

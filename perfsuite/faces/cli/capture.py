@@ -10,6 +10,8 @@ from ...records.errors import ConfigError
 from .common import EXIT_OK, EXIT_WORLD, say
 
 COMMANDS = {}
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_WORLD: "the job wrote no trace, or exited non-zero (its traces are kept)"}
 
 
 def add_capture(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,11 @@ from .ab import write_kept
 from .common import EXIT_OK, EXIT_WORLD, exit_status, fraction, alpha_help, gate_settings, one_value, renamed, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("measure how often A/B and stored-baseline verdicts flag a slowdown and a clean rerun, and whether the "
+               "canary earns an adjustment")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_WORLD: "a world failed or measured wrong results: the stream is incomplete"}
 
 
 def add_detection_power(p: argparse.ArgumentParser) -> None:
@@ -91,6 +96,4 @@ def detection_status(rep) -> int:
     return EXIT_WORLD if rep.failures or rep.invalid_lines() else EXIT_OK
 
 
-COMMANDS["detection-power"] = (add_detection_power, do_detection_power,
-                               "measure how often A/B and stored-baseline verdicts flag a slowdown "
-                               "and a clean rerun, and whether the canary earns an adjustment")
+COMMANDS["detection-power"] = (add_detection_power, do_detection_power, "how often verdicts flag a slowdown and a clean rerun")

@@ -12,6 +12,11 @@ from ...verdicts.history import DEFAULT_THRESHOLD
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, add_gating, exit_status, renamed, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("list the steps asv's step detection finds in the asv history (regressions, improvements)")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "--compare: a new regression (one that starts after --since, else any still present)",
+         EXIT_UNKNOWN: "--compare --strict: no series to judge"}
 
 
 def add_history(p: argparse.ArgumentParser) -> None:
@@ -96,5 +101,4 @@ def do_history(args: argparse.Namespace) -> int:
                        EXIT_UNKNOWN if args.strict and not series else EXIT_OK)
 
 
-COMMANDS["history"] = (add_history, do_history,
-                       "list the steps asv's step detection finds in the asv history (regressions, improvements)")
+COMMANDS["history"] = (add_history, do_history, "the steps asv's step detection finds in the asv history")

@@ -12,6 +12,14 @@ from ...records.model import format_size
 from .common import EXIT_REGRESSION, EXIT_WORLD, exit_status, one_value, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("print the mpi transport's native and mpi4py loops beside a C program of the same MPI call (--benchmarks: "
+               "allreduce or any of the six collectives), or torch-gloo beside a plain torch.distributed loop, with deltas")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "a target missed: the harness adds more than it may",
+         EXIT_WORLD: "a target nothing measured (no C program, no native loop), or a world failed"}
+#: The options --help shows with their help (what is compared, over what); --help-all shows every one.
+BRIEF = ("--transports", "--benchmarks", "--sizes", "--rounds", "--world-sizes")
 
 
 #: The shared options that mean here what they mean to run; --transports, --sizes and --rounds
@@ -78,7 +86,4 @@ def do_overhead(args: argparse.Namespace) -> int:
                          for _what, measured, met in rep.targets() if not met))
 
 
-COMMANDS["overhead"] = (add_overhead, do_overhead,
-                        "print the mpi transport's native and mpi4py loops beside a C program of the same MPI call "
-                        "(--benchmarks: allreduce or any of the six collectives; or "
-                        "torch-gloo beside a plain torch.distributed loop), with deltas; exit 1 when a target is missed, 4 when one could not be measured")
+COMMANDS["overhead"] = (add_overhead, do_overhead, "what the harness adds: its loops beside a plain loop")

@@ -12,9 +12,15 @@ from ...reading import verdict_text as vt
 from ...records.errors import ConfigError
 from ...gate import verdict_status
 from .. import options
-from .common import EXIT_OK, EXIT_UNKNOWN, add_canary_shift, add_gating, canary_shift, exit_status, renamed, say
+from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, add_canary_shift, add_gating, canary_shift, exit_status, renamed, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("turn results files into index.html, summary.md, CSV and plots; --compare judges them against the baselines")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "--compare: a case DIFFERENT against its baseline (--fail-on-improvement: an improvement too)",
+         EXIT_UNKNOWN: "--compare --strict: a case left UNKNOWN, or nothing compared",
+         EXIT_WORLD: "--compare: a case whose results were wrong (INVALID)"}
 
 
 def print_formats() -> tuple[str, ...]:
@@ -100,4 +106,4 @@ def do_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS["report"] = (add_report, do_report, "turn results files into index.html, summary.md, CSV and plots")
+COMMANDS["report"] = (add_report, do_report, "turn results files into HTML, Markdown, CSV and plots")

@@ -13,9 +13,15 @@ from ... import gate
 from ...reading import report
 from ...records.errors import ConfigError
 from ...records.model import split_list
-from .common import say
+from .common import EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, say
 
 COMMANDS = {}
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "--compare: a case DIFFERENT against its baseline (--fail-on-improvement: an improvement too)",
+         EXIT_UNKNOWN: "--compare --strict: a case left UNKNOWN, or nothing compared (no baseline)",
+         EXIT_WORLD: "a world failed or returned wrong results, or the results, report, baselines or asv history could not be written"}
+#: The options --help shows with their help (the suite's axes, and the gate's two ends: judge, record); --help-all shows every one.
+BRIEF = ("--benchmarks", "--transports", "--world-sizes", "--compare", "--baseline-update", "--json")
 
 
 def add_run(p: argparse.ArgumentParser) -> None:
@@ -77,7 +83,7 @@ def do_run(args: argparse.Namespace) -> int:
     return done.status
 
 
-COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster) and print tables")
+COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster), print tables")
 
 
 # --- the command that records this run's baselines (the gate's hint) ---------------------

@@ -17,6 +17,12 @@ from ...kernels.models.catalogue import LM_MODELS, MODELS
 from .common import EXIT_OK, EXIT_WORLD, one_value, renamed, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("Stash stall breakdown of a training step: compute, interconnect, prep, fetch, network")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_WORLD: "a run's world failed or measured wrong results, or the results or the picture could not be written"}
+#: The options --help shows with their help (the one training world broken down); --help-all shows every one.
+BRIEF = ("--models", "--transports", "--world-sizes", "--batches", "--emulated-network", "--json")
 #: The training transport a breakdown runs unless --transports names one: TensorFlow's mpi design
 #: for an image model, PyTorch's gloo for a language model.
 TRANSPORT, LM_TRANSPORT = "mpi", "torch-gloo"
@@ -134,5 +140,4 @@ def do_stalls(args: argparse.Namespace) -> int:
     return EXIT_WORLD if failed or unwritten else EXIT_OK
 
 
-COMMANDS["stalls"] = (add_stalls, do_stalls,
-                      "Stash stall breakdown of a training step: compute, interconnect, prep, fetch, network")
+COMMANDS["stalls"] = (add_stalls, do_stalls, "Stash stall breakdown of a training step")

@@ -12,6 +12,12 @@ from ...records.model import whole_number
 from .common import EXIT_OK, EXIT_REGRESSION, fraction, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("the verdict rules' false-alarm and detection rates on synthetic sessions, through the code the commands run")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "a rule's false-alarm rate above its bound"}
+#: The options --help shows with their help (which rules, how many runs, what change); --help-all shows every one.
+BRIEF = ("--mode", "--runs", "--change", "--cases", "--json")
 
 
 def add_validity(p: argparse.ArgumentParser) -> None:
@@ -97,6 +103,4 @@ def do_validity(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if any(r.rate > v.BOUND for r in clean) else EXIT_OK
 
 
-COMMANDS["validity"] = (add_validity, do_validity,
-                        "the verdict rules' false-alarm and detection rates on synthetic sessions, "
-                        "through the code the commands run")
+COMMANDS["validity"] = (add_validity, do_validity, "the verdict rules' error rates on synthetic sessions")
