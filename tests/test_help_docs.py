@@ -214,6 +214,8 @@ def test_help_is_one_screen_and_help_all_lists_every_option(command, capsys, mon
         assert re.search(rf"(?<![\w-]){re.escape(a.option_strings[-1])}(?![\w-])", every), a.option_strings
     assert f"perfsuite {command} --help-all" in " ".join(brief.split()) or "more options" not in brief
     assert f"docs/cli.md#{command}" in " ".join(brief.split())
+    # reference.Formatter wraps at spaces only (argparse's _split_lines/_fill_text, overridden)
+    assert not re.search(r"--[\w-]*-\n", brief + every), "a flag cut at its hyphen"
 
 
 def test_perfsuite_help_is_one_screen(capsys, monkeypatch):
