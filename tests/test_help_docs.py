@@ -273,3 +273,9 @@ def test_each_commands_exit_statuses_are_status_pys():
     for command, module in cli.MODULE_OF.items():
         assert set(getattr(module, "EXITS", {})) <= set(status.MEANING), command
     assert set(status.MEANING) == {v for k, v in vars(status).items() if k.startswith("EXIT_")}
+
+
+def test_options_md_says_what_it_covers_and_points_to_cli_md():
+    """Issue 56: options.md said "Every option", while each command has options of its own."""
+    text = options.reference_markdown()
+    assert "Every option" not in text and "They are not every option" in text and "[cli.md](cli.md)" in text
