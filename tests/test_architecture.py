@@ -68,7 +68,7 @@ def commands_defined(path: Path) -> list[str]:
     return names
 
 
-CLI_SHARED = ("__init__.py", "__main__.py", "common.py")
+CLI_SHARED = ("__init__.py", "__main__.py", "common.py", "reference.py")
 
 
 @pytest.mark.parametrize("path", [p for p in sorted((PACKAGE / "faces" / "cli").glob("*.py")) if p.name not in CLI_SHARED],

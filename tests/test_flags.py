@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import perfsuite
+from conftest import perfsuite, said
 from docflags import DOCS, SHELL, flags, subparsers, written_flags
 from perfsuite.faces import cli, options
 
@@ -82,12 +82,45 @@ def test_the_new_default_stands_when_the_old_spelling_is_not_given():
     (["detection-power", "--transports", "mpi,ring"], "perfsuite detection-power takes one value"),
     (["overhead", "--transports", "mpi,torch-gloo"], "perfsuite overhead takes one value"),
     (["ab", "--transports", "mpi,ring"], "perfsuite ab takes one value"),
+    (["ab", "--transports", "all"], "--transports 'all' names every one; perfsuite ab takes one value"),
+    (["bisect", "--transports", "all", "--good", "HEAD", "--bad", "HEAD"],
+     "--transports 'all' names every one; perfsuite bisect takes one value"),
+    (["overhead", "--transports", "all"], "--transports 'all' names every one; perfsuite overhead takes one value"),
     (["ab", "--benchmarks", "allreduce,p2p"], "perfsuite ab takes one value"),
 ])
 def test_a_command_of_one_value_says_so_in_one_line(argv, says, capsys):
     assert cli.main(argv) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and says in err, err
+
+
+TWO = """import perfsuite
+
+
+@perfsuite.benchmark(world_sizes=[2])
+def first(ctx):
+    pass
+
+
+@perfsuite.benchmark(world_sizes=[2])
+def second(ctx):
+    pass
+"""
+
+
+@pytest.mark.parametrize("command", ["ab", "bisect"])
+def test_a_file_of_two_benchmarks_says_how_to_name_one_and_that_way_works(command, tmp_path):
+    """Issue 56: ``ab --benchmarks FILE`` of a file declaring two said "takes one value: name
+    it" without saying how; the line gives the command that works, which gets past the check."""
+    (tmp_path / "two.py").write_text(TWO)
+    ends = ["--good", "HEAD", "--bad", "HEAD"] if command == "bisect" else []
+    r = perfsuite(command, "--benchmarks", "two.py", *ends, cwd=tmp_path)
+    assert r.returncode == cli.EXIT_USAGE and len(r.stderr.strip().splitlines()) == 1, said(r)
+    way = f"PERFSUITE_BENCHMARKS=two.py perfsuite {command} --benchmarks first"
+    assert "names 2 benchmarks (first, second)" in r.stderr and way in r.stderr, said(r)
+    r = perfsuite(command, "--benchmarks", "first", "--max-pairs", "1", *ends, cwd=tmp_path,
+                  PERFSUITE_BENCHMARKS="two.py")
+    assert r.returncode == cli.EXIT_USAGE and "max pairs '1'" in r.stderr, said(r)  # past --benchmarks
 
 
 # --- the docs ----------------------------------------------------------------------------------

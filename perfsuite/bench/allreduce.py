@@ -350,7 +350,7 @@ def asv_layout(coll: Collective) -> AsvLayout:
         measured=(MeasuredAxis(_asv_timing, _timings), STRAGGLER))
 
 OPTIONS = (
-    Opt("sizes", DEFAULT_SIZES, "message sizes: 4,1024,1MiB or a range MIN:MAX[:FACTOR] (default x4)",
+    Opt("sizes", DEFAULT_SIZES, f"message sizes: 4,1024,1MiB or a range MIN:MAX[:FACTOR], FACTOR {DEFAULT_SIZE_FACTOR} unless given",
         metavar="SIZES", parse=lambda text: parse_sizes(text, None)),
     Opt("dtypes", DEFAULT_DTYPE, "comma list of float32, float64, float16, bfloat16, int32, float8_e4m3, float8_e5m2 "
         "(or f8e4m3, f8e5m2; fp8 runs on nccl only)", metavar="LIST",
@@ -363,7 +363,7 @@ OPTIONS = (
         "comma list of uniform (equal), zipf (receivers' popularity 1/(j+1), as an MoE's skewed expert "
         "load), distance (nccl-tests' distance-weighted pattern), or all", metavar="LIST",
         parse=parse_splits),
-    Opt("inplace", False, "in-place collectives (default out-of-place; broadcast is always in place, "
+    Opt("inplace", False, "in-place collectives, out of place without it (broadcast is always in place; "
         "reduce_scatter, alltoall and alltoallv are skipped)", kind="flag", parse=bool, knob="inplace"),
     Opt("device-timing", "auto", "how GPU transports' calls are timed: auto (nccl: native-batch where its C "
         "loop builds, else batch with the reason; the others: batch), native-batch (a batch of calls "

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..records.model import Case, Opt, Result, Sample, parse_size
+from ..records.model import Case, Opt, Result, Sample, format_size, parse_size
+from ..transports.tf.train import DEFAULT_FUSION_THRESHOLD
 from . import BenchmarkSpec, Selection, register
 from .training import (DEFAULT_BATCHES, DEFAULT_MODELS, JUDGED, OPTIONS as TRAINING_OPTIONS,  # noqa: F401
                        SHORT_NAMES, check_model_inputs, loss_line, parse_batches, parse_models, ratio_comparisons,
@@ -60,7 +61,7 @@ def transport_ratios(samples: Sequence[Sample], pairs: Sequence[tuple[str, str]]
 
 OPTIONS = TRAINING_OPTIONS + (
     Opt("fusion-threshold", None, "tf-epoch mpi/horovod: tensor fusion buffer in bytes, 0 = one allreduce "
-        "per tensor (default 64MiB)", metavar="SIZE", parse=parse_fusion_threshold, knob="fusion_threshold"),
+        f"per tensor [default: {format_size(DEFAULT_FUSION_THRESHOLD)}, Horovod's]", metavar="SIZE", parse=parse_fusion_threshold, knob="fusion_threshold"),
 )
 
 SPEC = register(BenchmarkSpec(

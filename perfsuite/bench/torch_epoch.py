@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from ..records.errors import ConfigError
 from ..kernels.training.loop import AMP, PARALLEL, rate_of
 from ..records.model import Case, Opt, Result, Sample, parse_names, whole_number
-from ..transports.torch.train import FSDP_PREFETCH
+from ..kernels.training.torch_epoch import DEFAULT_PROFILE_STEPS
+from ..transports.torch.train import DEFAULT_FSDP_PREFETCH, FSDP_PREFETCH
 from . import BenchmarkSpec, Selection, register
 from .training import (DEFAULT_BATCHES, DEFAULT_MODELS, JUDGED, OPTIONS as TRAINING_OPTIONS, SHORT_NAMES,
                        axis_lines, check_model_inputs, loss_line, ratio_lines, ratio_pairs, sharding_lines, training_cases,
@@ -102,16 +103,16 @@ def parse_bucket_cap(text: str) -> float:
 
 
 OPTIONS = TRAINING_OPTIONS + (
-    Opt("bucket-cap-mb", None, "torch-epoch: DDP's gradient bucket size in MB (default 25, DDP's own)",
+    Opt("bucket-cap-mb", None, "torch-epoch: DDP's gradient bucket size in MB [default: DDP's own, 25]",
         metavar="MB", parse=parse_bucket_cap, knob="bucket_cap_mb"),
     Opt("parallel", "ddp", "torch-epoch: comma list of data parallelism, ddp (DistributedDataParallel) and "
         "fsdp (FSDP2 fully_shard per transformer block), or 'all'", metavar="LIST", parse=parse_parallel),
     Opt("amp", "off", "torch-epoch: comma list of precisions, off (float32) and bf16 (autocast; FSDP's "
         "mixed-precision policy), or 'all'", metavar="LIST", parse=parse_amp),
-    Opt("fsdp-prefetch", None, "torch-epoch: FSDP2's explicit prefetch of the next block, on (default), off, or "
-        "default (FSDP2's own)", metavar="on|off|default", parse=parse_prefetch, knob="fsdp_prefetch"),
+    Opt("fsdp-prefetch", None, "torch-epoch: FSDP2's explicit prefetch of the next block, on, off, or default "
+        f"(FSDP2's own) [default: {DEFAULT_FSDP_PREFETCH}]", metavar="on|off|default", parse=parse_prefetch, knob="fsdp_prefetch"),
     Opt("profile-steps", None, "torch-epoch: steps run under torch.profiler after the timed epoch, for each "
-        "collective's time and exposed time (default 4; 0: none)", metavar="N",
+        f"collective's time and exposed time; 0: none [default: {DEFAULT_PROFILE_STEPS}]", metavar="N",
         parse=lambda v: whole_number(v, "profiled steps", low=0), knob="profile_steps"),
 )
 

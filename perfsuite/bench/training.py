@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ..records import memory, stats
 from ..records.errors import ConfigError
-from ..kernels.models.catalogue import MODELS, check_batch, check_image_size, check_seq_len, model_spec
+from ..kernels.models.catalogue import LM_MODELS, MODELS, check_batch, check_image_size, check_seq_len, model_spec
 from ..kernels.training.loop import AMP, PARALLEL, parallel_amp, rate_of, training_variant
 from ..records.model import Case, Opt, Result, Sample, parse_names, round_values, split_list, whole_number
 from . import heading
@@ -278,15 +278,21 @@ def ratio_comparisons(benchmark: str, pairs: Pairs) -> Callable[[Sequence[Sample
     return comparisons
 
 
+def _each(value) -> str:
+    """The values the models' own defaults take, for a help: '32 or 8'."""
+    return " or ".join(dict.fromkeys(str(value(s)) for s in MODELS.values() if value(s)))
+
+
 #: The options every training benchmark reads; another framework's record lists these very
 #: objects, so the registry sees one option, not two of one name.
 MODELS_OPT = Opt("models", DEFAULT_MODELS, f"training: comma list of {', '.join(MODELS)}, or 'all'",
                  metavar="LIST", parse=parse_models)
 BATCHES_OPT = Opt("batches", DEFAULT_BATCHES, "training: comma list of per-worker batch sizes (images, or "
-                  "sequences of a language model), e.g. 16,32,64 [default: each model's own, 32 or 8]",
+                  "sequences of a language model), e.g. 16,32,64 [default: each model's own, "
+                  f"{_each(lambda s: s.batch)}]",
                   metavar="LIST", parse=parse_batches)
-IMAGE_SIZE_OPT = Opt("image-size", None, "training: image height = width in pixels (default: the model's, "
-                     "32 or 224)", metavar="N", parse=lambda v: whole_number(v, "image size"),
+IMAGE_SIZE_OPT = Opt("image-size", None, "training: image height = width in pixels [default: the model's, "
+                     f"{_each(lambda s: s.image_size)}]", metavar="N", parse=lambda v: whole_number(v, "image size"),
                      knob="image_size")
 
 
@@ -297,8 +303,8 @@ def parse_on_off(text: str) -> bool:
     return value == "on"
 
 
-SEQ_LEN_OPT = Opt("seq-len", None, "training: tokens per sequence of a language model (default: the model's, 64 "
-                  "for gpt-tiny, 1024 for gpt2-small)", metavar="N",
+SEQ_LEN_OPT = Opt("seq-len", None, "training: tokens per sequence of a language model [default: the model's, "
+                  + ", ".join(f"{MODELS[m].seq_len} for {m}" for m in LM_MODELS) + "]", metavar="N",
                   parse=lambda v: whole_number(v, "sequence length"), knob="seq_len")
 
 

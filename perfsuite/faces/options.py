@@ -27,7 +27,7 @@ from ..bench import Selection
 from ..records.errors import ConfigError
 from ..launch.launchers import FLAVORS, LAUNCHERS, LaunchConfig, parse_env
 from ..records.model import Opt, parse_names, split_list, whole_number
-from ..verdicts.decision import parse_alpha, parse_tolerance
+from ..verdicts.decision import DEFAULT_ALPHA, parse_alpha, parse_tolerance
 from ..store import baselines
 from ..verdicts import regress, rounds
 from ..verdicts.regress import MIN_SESSIONS, PRIOR_SPAN
@@ -81,6 +81,9 @@ def max_time(value: Any) -> float:
     return t
 
 
+#: Where baselines are kept unless --baseline-dir says: the gate's own default.
+BASELINE_DIR = gate.Plan.root
+
 COMMON: list[Opt] = [
     Opt("transports", "all", "comma list of transports, or 'all': every one but the TensorFlow 1 designs, "
         "which perfsuite transports lists (unavailable ones are skipped with the reason)", metavar="LIST"),
@@ -102,29 +105,29 @@ COMMON: list[Opt] = [
         "that cannot start them fails its world then, quoting its own error, and the run's later worlds are not "
         f"started [default: {START_TIMEOUT_S:g}; {START_TIMEOUT_SLOW_S:g} in a container, under srun or over --hosts/--hostfile]",
         metavar="S", parse=lambda v: seconds(v, "start timeout")),
-    Opt("iters", None, "timed iterations per size, exactly (default: by size, OMB-like, cut by --max-time)",
+    Opt("iters", None, "timed iterations per size, exactly [default: by size, OMB-like, cut by --max-time]",
         metavar="N", parse=_whole("iterations"), knob="iters"),
     Opt("max-time", None, "seconds of timed calls per size of a collective (pytest-benchmark's max_time): "
         "a size's iterations are this over the time per call of its warm-up (the slowest rank's), never "
         "more than the by-size default, so only slow transports are cut; not with --iters "
         f"[default: {collectives.SIZE_MAX_TIME_S:g}]", metavar="S", parse=max_time, knob="max_time"),
-    Opt("warmup", None, "warm-up iterations per size (default: by size)", metavar="N",
+    Opt("warmup", None, "warm-up iterations per size [default: by size]", metavar="N",
         parse=_whole("warm-up iterations", low=0), knob="warmup"),
     Opt("workdir", None, "folder for world scratch files (must be shared across nodes on a cluster)", metavar="DIR"),
-    Opt("rounds", "1", "rounds: run each world this many times and pool them (noise on shared machines)", metavar="N"),
+    Opt("rounds", str(RoundsPolicy.rounds), "rounds: run each world this many times and pool them (noise on shared machines)", metavar="N"),
     Opt("max-rounds", None, "adaptive sampling: more rounds, up to N, until each median is known to --precision "
         f"[default: off; judging (--compare), {COMPARE_MAX_ROUNDS}: rounds are added while a verdict is UNKNOWN]",
         metavar="N"),
-    Opt("precision", "0.01", "adaptive sampling stops when the 95% CI of each median is within +-this fraction", metavar="F"),
+    Opt("precision", f"{RoundsPolicy.precision:g}", "adaptive sampling stops when the 95% CI of each median is within +-this fraction", metavar="F"),
     Opt("round-budget", None, "adaptive sampling stops after this many seconds per world", metavar="S"),
-    Opt("max-contention", "0.05", "a round whose ranks waited for a CPU longer than this share of the timed "
+    Opt("max-contention", f"{rounds.DEFAULT_MAX_CONTENTION:g}", "a round whose ranks waited for a CPU longer than this share of the timed "
         "loop is contended: kept in the results, left out of verdicts and re-run", metavar="F"),
-    Opt("contention-retries", "3", "worlds re-run per world in place of contended rounds", metavar="N"),
-    Opt("max-canary-shift", "0.15", "rounds whose canaries differ by more than this fraction ran in different "
+    Opt("contention-retries", str(rounds.DEFAULT_RETRIES), "worlds re-run per world in place of contended rounds", metavar="N"),
+    Opt("max-canary-shift", f"{rounds.DEFAULT_CANARY_SHIFT:g}", "rounds whose canaries differ by more than this fraction ran in different "
         "machine modes: verdicts set rounds only against rounds of their own mode (off: every round)", metavar="F",
         parse=lambda v: canary_limit(v)),
     Opt("system", None, "baseline system name [default: from this machine's fingerprint]", metavar="NAME"),
-    Opt("baseline-dir", "baselines", "folder of baselines/<system>/<benchmark>.json", metavar="DIR"),
+    Opt("baseline-dir", BASELINE_DIR, "folder of baselines/<system>/<benchmark>.json", metavar="DIR"),
     Opt("baseline-update", False, "record this run as the baselines, replacing their rounds (atomic; prints "
         "what changed, and how many sessions and rounds each holds)", kind="flag"),
     Opt("baseline-add", False, "add this run's rounds to the stored baselines as one more session: once the "
@@ -136,12 +139,12 @@ COMMON: list[Opt] = [
         "decided from fewer than 8 sittings, by an interleaved A/B against the commit that measured the "
         "baseline (perfsuite ab --a-ref), within --confirm-budget; under pytest at the session's end",
         kind="flag"),
-    Opt("confirm-budget", "120", "seconds of A/B pairs --confirm may take, all its cases together (the "
+    Opt("confirm-budget", f"{gate.Plan.confirm_budget:g}", "seconds of A/B pairs --confirm may take, all its cases together (the "
         "baseline's commit is built once, not counted)", metavar="S", parse=lambda v: seconds(v, "confirm budget")),
     Opt("fail-on-improvement", False, "an improvement beyond tolerance fails too (exit 1), as a regression "
         "does: a prompt to refresh the baseline", kind="flag"),
     Opt("alpha", None, "false-alarm rate of the whole judged family: the chance that any verdict of the run wrongly says "
-        "DIFFERENT (Holm over the cases, split over the looks adaptive sampling takes) [default: 0.01]",
+        f"DIFFERENT (Holm over the cases, split over the looks adaptive sampling takes) [default: {DEFAULT_ALPHA:g}]",
         metavar="P", parse=parse_alpha),
     Opt("tolerance", None, "override every tolerance: 0.05 or LOWER:UPPER like -0.10:0.05 [default: per metric, "
         "widened to 2x the baseline's between-round spread]",
@@ -165,6 +168,29 @@ def _fraction_above_0(text: Any, what: str) -> float:
     if not 0.0 < value < 1.0:
         raise ConfigError(f"{what} {text!r} must be a fraction between 0 and 1, e.g. 0.02")
     return value
+
+
+#: How every help states a default, in one form: ``[default: X]``, or ``[default: X; when...]``.
+DEFAULT_RE = re.compile(r"\s*\[default: ((?:[^\[\]]|\[[^\[\]]*\])*)\]")
+
+
+def stated_default(help: str | None) -> str | None:
+    """What a help says the default is (the text inside ``[default: ...]``), or None."""
+    m = DEFAULT_RE.search(" ".join((help or "").split()))
+    return m.group(1) if m else None
+
+
+def leading_value(said: str) -> str | None:
+    """The value a stated default starts with (``0.5``, ``4B,1MiB``, ``off``), or None where it
+    starts with words about one (the model's own), another option or a variable."""
+    first = re.split(r"; |, ", said)[0]
+    return None if " " in first or first.startswith(("$", "-")) else first
+
+
+def default_cell(said: str) -> str:
+    """A stated default for a Markdown table: its value as code, the words after it as words."""
+    value = leading_value(said)
+    return said if value is None else f"`{value}`{said[len(value):]}"
 
 
 def all_options() -> list[Opt]:
@@ -346,18 +372,19 @@ def suite_config(values: Mapping[str, Any]) -> SuiteConfig:
 
 
 def rounds_policy(v: Mapping[str, Any]) -> RoundsPolicy:
-    """--rounds/--max-rounds/--precision/--round-budget as a checked RoundsPolicy."""
+    """--rounds/--max-rounds/--precision/--round-budget as a checked RoundsPolicy, from values
+    ``with_defaults`` completed (each default is its option's)."""
     try:
-        precision = float(v.get("precision") or 0.01)
+        precision = float(v["precision"])
         budget = float(v["round_budget"]) if v.get("round_budget") not in (None, "") else None
     except ValueError:
         raise ConfigError(f"precision {v.get('precision')!r} and round budget {v.get('round_budget')!r} "
                           "must be numbers, e.g. 0.01 and 60") from None
-    return RoundsPolicy(rounds=whole_number(v.get("rounds") or 1, "rounds"),
+    return RoundsPolicy(rounds=whole_number(v["rounds"], "rounds"),
                         max_rounds=whole_number(v.get("max_rounds"), "max rounds"),
                         precision=precision, budget_s=budget,
-                        max_contention=contention_limit(v.get("max_contention", "0.05")),
-                        retries=whole_number(v.get("contention_retries") or "3", "contention retries", low=0))
+                        max_contention=contention_limit(v["max_contention"]),
+                        retries=whole_number(v["contention_retries"], "contention retries", low=0))
 
 
 def _limit_or_off(value: Any, what: str, high: float, example: str) -> float | None:
@@ -443,17 +470,23 @@ def reference_markdown() -> str:
     lines = ["# Options", "",
              "Generated by `python -m perfsuite.faces.options > docs/options.md`; a test fails when this",
              "file and the code disagree.", "",
-             "Every option exists for pytest as `--perf-NAME` with an ini twin `perf_NAME` (in",
-             "`pytest.ini`, `[tool.pytest.ini_options]` or `setup.cfg`), for `perfsuite run` as",
-             "`--NAME`, and for `asv run` as the variable `PERFSUITE_ASV_NAME` (upper case, `_` for",
-             "`-`; list options separated by `;`).", "",
+             "The shared options, the suite's and each benchmark's, written once for both faces: each",
+             "exists for pytest as `--perf-NAME` with an ini twin `perf_NAME` (in `pytest.ini`,",
+             "`[tool.pytest.ini_options]` or `setup.cfg`), for `perfsuite run` as `--NAME`, and for",
+             "`asv run` as the variable `PERFSUITE_ASV_NAME` (upper case, `_` for `-`; list options",
+             "separated by `;`). They are not every option: `perfsuite run` has a few of its own, and the",
+             "other commands take those of these that apply beside their own; every command's options,",
+             "with its usage and exit statuses, are in [cli.md](cli.md).", "",
              "| option | default | meaning |", "| --- | --- | --- |"]
     for o in all_options():
-        default = "off" if o.kind == "flag" else (f"`{o.default}`" if o.default not in (None, []) else "-")
-        lines.append(f"| `{o.name}` | {default} | {o.help.replace('|', '/')} |")
+        said = stated_default(o.help)
+        default = ("off" if o.kind == "flag" else f"`{o.default}`" if o.default not in (None, [])
+                   else default_cell(said) if said else "-")
+        lines.append(f"| `{o.name}` | {default} | {DEFAULT_RE.sub('', o.help).replace('|', '/')} |")
     lines += ["", "The asv recording options (no ini twin, no asv variable):", "",
-              "| option | meaning |", "| --- | --- |"]
-    lines += [f"| `{name}` | {text} |" for name, text in ASV_OPTIONS]
+              "| option | default | meaning |", "| --- | --- | --- |"]
+    lines += [f"| `{name}` | {default_cell(stated_default(text)) if stated_default(text) else 'off'} | "
+              f"{DEFAULT_RE.sub('', text)} |" for name, text in ASV_OPTIONS]
     return "\n".join(lines) + "\n"
 
 
@@ -483,12 +516,13 @@ def gate_plan(values: Mapping[str, Any], *, compare: bool, root: str | Path | No
                           f"(leave --rounds out: {regress.BASELINE_ROUNDS} are recorded)")
     tol = parse_tolerance(values["tolerance"]) if values.get("tolerance") else None
     system = values.get("system")
+    v = with_defaults(values)  # each default is its option's (docs/options.md shows them)
     return gate.Plan(compare=compare, record=record, strict=bool(values.get("strict")),
                 improvements=bool(values.get("fail_on_improvement")), tolerance=tol,
                 alpha=parse_alpha(values.get("alpha")),
-                canary_shift=canary_limit(values.get("max_canary_shift") or str(rounds.DEFAULT_CANARY_SHIFT)),
+                canary_shift=canary_limit(v["max_canary_shift"]),
                 session_sd=session_drift(values.get("session_drift")),
-                root=str(root or values.get("baseline_dir") or "baselines"),
+                root=str(root or v["baseline_dir"]),
                 system=baselines.system_for(name=system) if system else None, asv=asv, project=str(project),
                 confirm=bool(values.get("confirm")) and compare,
-                confirm_budget=seconds(values.get("confirm_budget") or 120, "confirm budget"))
+                confirm_budget=seconds(v["confirm_budget"], "confirm budget"))

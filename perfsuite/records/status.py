@@ -9,6 +9,20 @@ EXIT_UNKNOWN = 3     # --strict: some comparison could not be decided (UNKNOWN),
 EXIT_WORLD = 4       # a world failed, a case was invalid, or what was measured could not be written
 EXIT_INTERRUPTED = 128  # + the signal's number: 130 Ctrl-C, 143 SIGTERM, 141 a closed pipe
 
+#: What each status means, in the words docs/cli.md's tables give it (docs/running.md's table adds
+#: examples); a command's own module may say what a status means for it (its ``EXITS``).
+MEANING = {
+    EXIT_OK: "nothing wrong",
+    EXIT_REGRESSION: "a regression: a comparison said DIFFERENT, or a gate tripped",
+    EXIT_USAGE: "bad input (an option, a file to read, a place to write), refused in one line before any "
+                "world starts",
+    EXIT_UNKNOWN: "--strict: a comparison left UNKNOWN, or nothing compared, and nothing worse",
+    EXIT_WORLD: "a world failed, a case was invalid, or what was measured could not be written: "
+                "infrastructure, not performance",
+    EXIT_INTERRUPTED: "signal N stopped it: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP, 141 a reader "
+                      "that went away",
+}
+
 #: When one command finds several things wrong, its status names the first of these it found.
 #: A failed world (or an invalid case, or results that could not be kept) comes before a
 #: regression: the comparison then lacks part of its evidence, and a rerun must come before

@@ -25,8 +25,13 @@ from .common import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EX
 MODULES = (run, baseline, compare, transports, report, history, asv_offline, detection_power, validity,
            overhead, stalls, ab, bisect, study, nodes, capture)
 COMMANDS = {name: command for m in MODULES for name, command in m.COMMANDS.items()}
+#: The module of each command: its ``DESCRIPTION`` (what its --help says it does, where that is
+#: more than its line in ``perfsuite --help``), ``BRIEF`` (the main options its --help shows with
+#: their help; every option where it has none) and ``EXITS`` (what its statuses mean for it,
+#: 1 and 3 only where it names them), read by ``reference``.
+MODULE_OF = {name: m for m in MODULES for name in m.COMMANDS}
 __all__ = ["COMMANDS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNKNOWN", "EXIT_USAGE",
-           "EXIT_WORLD", "build_parser", "exit_status", "main"]
+           "EXIT_WORLD", "MODULE_OF", "build_parser", "exit_status", "main", "subparsers"]
 
 
 DESCRIPTION = ("perfsuite: performance regression suite for distributed deep learning (MPI worlds, "
@@ -42,14 +47,26 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="perfsuite", description=DESCRIPTION)
+    from . import reference  # here, not on import: python -m perfsuite.faces.cli.reference runs it as __main__
+
+    parser = Parser(prog="perfsuite", description=DESCRIPTION, formatter_class=reference.Formatter,
+                    epilog=f"perfsuite COMMAND --help: its main options; --help-all: every one; {reference.DOC}: "
+                           "every command, option and exit status")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (add, handler, help) in COMMANDS.items():
-        p = sub.add_parser(name, help=help, description=help)
+        p = sub.add_parser(name, help=help, description=getattr(MODULE_OF[name], "DESCRIPTION", help),
+                           add_help=False, formatter_class=reference.Formatter)
         add(p)
+        reference.add_help(p, name, getattr(MODULE_OF[name], "BRIEF", None))
         p.set_defaults(handler=handler)
     return parser
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Each command's parser, by name, in ``perfsuite --help``'s order."""
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
 
 
 def _version() -> str:

@@ -12,11 +12,20 @@ from ...store import formats
 from ...records.errors import ConfigError
 from ...launch import containers, envs
 from ...launch.launchers import parse_env
-from ...experiments.ab import DEFAULT_MAX_PAIRS
+from ...experiments.ab import DEFAULT_MAX_PAIRS, DEFAULT_TOLERANCE
 from ...records.model import split_list, whole_number
-from .common import ALPHA_HELP, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, add_gating, exit_status, one_value, say
+from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, add_gating, alpha_help, exit_status, one_value, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("compare two arms (transport, env, venv, commit, image, launcher args) in interleaved pairs in random "
+               "order: B/A with its interval and SAME/DIFFERENT/UNKNOWN")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "a case DIFFERENT: B slower than A",
+         EXIT_UNKNOWN: "--strict: a case left UNKNOWN, nothing judged (stopped before the first look), or a case only one arm's tree declares",
+         EXIT_WORLD: "a world failed or returned wrong results (its pairs are no evidence), or the A/B file could not be written"}
+#: The options --help shows with their help (what each arm is, and how long the pairs run); --help-all shows every one.
+BRIEF = ("--benchmarks", "--transports", "--a-transport", "--b-transport", "--a-ref", "--b-ref")
 LAUNCH = ("transports", "world-sizes", "launcher", "launcher-program", "mpi-flavor", "hostfile", "hosts", "ppn",
           "oversubscribe", "env", "emulated-network", "timeout", "start-timeout", "iters", "warmup", "max-time", "workdir",
           "max-contention", "max-canary-shift")
@@ -34,7 +43,7 @@ def shared() -> tuple[str, ...]:
 def add_ab(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default="allreduce", metavar="NAME",
                    help=f"the benchmark both arms run: {', '.join(bench.names())}, or the module or .py file "
-                   "that declares yours (@perfsuite.benchmark) [default: allreduce]")
+                   "that declares yours (@perfsuite.benchmark) [default: %(default)s]")
     add_transport(p, "both arms run")
     options.add_options(p.add_argument, names=[n for n in shared() if n != "transports"])
     for arm in ("a", "b"):
@@ -149,11 +158,18 @@ def one_benchmark(text: str, command: str) -> str:
     """``--benchmarks`` of ab and bisect: one benchmark, by its name (a built-in, or one of yours
     registered by your package's entry point or PERFSUITE_BENCHMARKS), or the module or .py
     file that declares it (``bench.selected``)."""
-    names = bench.selected(split_list(text, "benchmarks", "allreduce"))
+    items = split_list(text, "benchmarks", "allreduce")
+    names = bench.selected(items)
     if len(names) != 1:
         listed = f" ({', '.join(names)})" if names else ""
+        # A file or module declaring several is registered by PERFSUITE_BENCHMARKS, and one of
+        # its benchmarks then named as a built-in is.
+        files = [i for i in items if bench.is_source(i)]
+        how = (f"register {'them' if len(files) > 1 else 'it'} and name one: {bench.ENV}={','.join(files)} "
+               f"perfsuite {command} --benchmarks {names[0]}" if files and names else
+               f"e.g. --benchmarks {names[0] if names else 'allreduce'}")
         raise ConfigError(f"--benchmarks {text!r} names {len(names) or 'no'} benchmarks{listed}; perfsuite "
-                          f"{command} takes one value: name it")
+                          f"{command} takes one value; {how}")
     if names[0] not in bench.names():
         raise ConfigError(f"benchmark {names[0]!r} is unknown; choose from {', '.join(bench.names())}, or name "
                           "the module or .py file that declares yours")
@@ -244,11 +260,12 @@ def ab_config(values: dict, name: str, a, b):
         cases.append(tuple(suite.select_cases(sel)))
     tol = decision.parse_tolerance(values["tolerance"]) if values.get("tolerance") else ab.DEFAULT_TOLERANCE
     budget = options.seconds(values["budget"], "budget") if values.get("budget") is not None else None
+    given = options.with_defaults(values)  # each shared option's default is its own (options.COMMON)
     cfg = ab.ABConfig(a, b, cases[0], cases[1],
                       max_pairs=whole_number(values["max_pairs"], "max pairs", low=2), budget_s=budget,
                       tolerance=tol, alpha=decision.parse_alpha(values.get("alpha")),
-                      max_contention=options.contention_limit(values.get("max_contention") or "0.05"),
-                      canary_shift=options.canary_limit(values.get("max_canary_shift") or "0.15"),
+                      max_contention=options.contention_limit(given["max_contention"]),
+                      canary_shift=options.canary_limit(given["max_canary_shift"]),
                       seed=whole_number(values.get("seed"), "seed", low=0), judged=bench.get(name).judged,
                       stop_on_regression=bool(values.get("stop_on_regression")))
     return cfg, options.suite_config({**values, "transports": a.transport})
@@ -257,11 +274,16 @@ def ab_config(values: dict, name: str, a, b):
 def add_judging(p: argparse.ArgumentParser) -> None:
     """How long pairs run and what they must resolve: ab's and each bisect step's."""
     p.add_argument("--max-pairs", default=str(DEFAULT_MAX_PAIRS), metavar="N",
-                   help=f"pairs at most [default: {DEFAULT_MAX_PAIRS}]")
+                   help="pairs at most [default: %(default)s]")
     p.add_argument("--budget", metavar="S", help="seconds at most (stops after the pair running then)")
-    p.add_argument("--tolerance", metavar="TOL", help="0.02 or LOWER:UPPER [default: 0.02]")
-    p.add_argument("--alpha", metavar="P", help=ALPHA_HELP.format(how="split over the cases and the looks"))
+    p.add_argument("--tolerance", metavar="TOL", help=f"0.02 or LOWER:UPPER [default: {tolerance_text(DEFAULT_TOLERANCE)}]")
+    p.add_argument("--alpha", metavar="P", help=alpha_help("split over the cases and the looks"))
     p.add_argument("--seed", metavar="N", help="seed of the pairs' order [default: random]")
+
+
+def tolerance_text(t) -> str:
+    """A tolerance as --tolerance takes it: 0.02, or LOWER:UPPER where it is not symmetric."""
+    return f"{t.upper:g}" if t.lower == -t.upper else f"{t.lower:g}:{t.upper:g}"
 
 
 def ab_status(rep, strict: bool) -> int:
@@ -275,5 +297,4 @@ def ab_status(rep, strict: bool) -> int:
                        EXIT_UNKNOWN if strict and undecided else EXIT_OK)
 
 
-COMMANDS["ab"] = (add_ab, do_ab, "compare two arms (transport, env, venv, launcher args) in "
-                  "interleaved pairs in random order: B/A with its interval and SAME/DIFFERENT/UNKNOWN")
+COMMANDS["ab"] = (add_ab, do_ab, "compare two arms in interleaved pairs: B/A and its verdict")

@@ -7,11 +7,13 @@ from ...asv import project as asv_project
 from .common import EXIT_OK, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("make a published asv site work without internet: its CDN scripts from Debian packages, in vendor/")
 
 
 def add_asv_offline(p: argparse.ArgumentParser) -> None:
     p.add_argument("--asv-config", default=asv_project.DEFAULT_CONFIG, metavar="PATH",
-                   help=f"asv config whose html_dir to rewrite [default: {asv_project.DEFAULT_CONFIG}]")
+                   help="asv config whose html_dir to rewrite [default: %(default)s]")
     p.add_argument("--html-dir", metavar="DIR", help="the published site [default: html_dir of the config]")
 
 
@@ -24,5 +26,4 @@ def do_asv_offline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS["asv-offline"] = (add_asv_offline, do_asv_offline,
-                           "make a published asv site work without internet (scripts from Debian packages)")
+COMMANDS["asv-offline"] = (add_asv_offline, do_asv_offline, "make a published asv site work without internet")

@@ -6,9 +6,12 @@ import argparse
 from ...store import formats
 from ...records.errors import ConfigError
 from ...gate import not_recorded
+from .. import options
 from .common import EXIT_OK, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("record a results file as this system's baselines, or show the stored ones")
 
 
 def add_baseline(p: argparse.ArgumentParser) -> None:
@@ -18,7 +21,8 @@ def add_baseline(p: argparse.ArgumentParser) -> None:
                    help="results file written by perfsuite run --json (for update)")
     p.add_argument("--system", metavar="NAME", help="system name [default: from the results file's "
                    "fingerprint for update, every system for show]")
-    p.add_argument("--baseline-dir", default="baselines", metavar="DIR", help="[default: baselines]")
+    p.add_argument("--baseline-dir", default=options.BASELINE_DIR, metavar="DIR",
+                   help="folder of baselines/<system>/<benchmark>.json [default: %(default)s]")
     p.add_argument("--allow-partial", action="store_true", help="update: also record the cases a failed "
                    "or interrupted world measured before it stopped (left out by default)")
     p.add_argument("--add", action="store_true", help="update: add the file's rounds to the stored ones "
@@ -50,5 +54,4 @@ def do_baseline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS["baseline"] = (add_baseline, do_baseline,
-                        "record a results file as this system's baselines, or show the stored ones")
+COMMANDS["baseline"] = (add_baseline, do_baseline, "record a results file as the baselines, or show them")

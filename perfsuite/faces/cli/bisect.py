@@ -15,6 +15,15 @@ from .ab import ab_config, shared, add_env_options, add_transport, add_judging, 
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, exit_status, one_value, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("find the commit between --good and --bad that made a case slower: A/B of the good end against each "
+               "midpoint, in commits' own environments")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "a first bad commit named",
+         EXIT_UNKNOWN: "a step could not be decided (always: a bisection's one answer is the commit)",
+         EXIT_WORLD: "a step's world failed or returned wrong results"}
+#: The options --help shows with their help (the two ends, what each step runs); --help-all shows every one.
+BRIEF = ("--good", "--bad", "--benchmarks", "--transports", "--max-pairs")
 
 
 def add_bisect(p: argparse.ArgumentParser) -> None:
@@ -22,7 +31,7 @@ def add_bisect(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bad", required=True, metavar="REF", help="a later commit known to be slower")
     p.add_argument("--benchmarks", default="allreduce", metavar="NAME",
                    help=f"the benchmark each step runs: {', '.join(bench.names())}, or the module or .py file "
-                   "that declares yours (@perfsuite.benchmark) [default: allreduce]")
+                   "that declares yours (@perfsuite.benchmark) [default: %(default)s]")
     add_transport(p, "each step runs")
     options.add_options(p.add_argument, names=[n for n in shared() if n != "transports"])
     add_judging(p)
@@ -147,5 +156,4 @@ def bisect_status(found) -> int:
                        EXIT_OK if decided else EXIT_UNKNOWN)
 
 
-COMMANDS["bisect"] = (add_bisect, do_bisect, "find the commit between --good and --bad that made a case "
-                      "slower: A/B of the good end against each midpoint, in commits' own environments")
+COMMANDS["bisect"] = (add_bisect, do_bisect, "find the commit between --good and --bad that slowed a case")

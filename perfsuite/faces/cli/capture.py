@@ -10,12 +10,14 @@ from ...records.errors import ConfigError
 from .common import EXIT_OK, EXIT_WORLD, say
 
 COMMANDS = {}
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_WORLD: "the job wrote no trace, or exited non-zero (its traces are kept)"}
 
 
 def add_capture(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", metavar="DIR", help="folder the ranks' traces go to (empty or new)")
     p.add_argument("--skip-calls", type=int, default=0, metavar="N",
-                   help="each rank's window starts after its first N collectives (set-up, warm-up steps) [default: 0]")
+                   help="each rank's window starts after its first N collectives (set-up, warm-up steps) [default: %(default)s]")
     p.add_argument("--summary", metavar="PATH", help="print what a captured trace holds (a folder of rank files, "
                    "or a name with {rank}): calls per kind, bytes per window, groups, dtypes; then exit")
     p.add_argument("job", nargs=argparse.REMAINDER, metavar="-- COMMAND",

@@ -7,10 +7,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ...verdicts import decision
+from ...verdicts import decision, rounds
 from .. import options
 from ...records.errors import ConfigError
 from ...records.status import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_USAGE, EXIT_WORLD, exit_status  # noqa: F401
+
+
+def help_text(action: argparse.Action, prog: str = "perfsuite") -> str:
+    """An option's help as argparse prints it: ``%(default)s`` and its kin filled in, one line."""
+    params = {k: v for k, v in vars(action).items() if v is not argparse.SUPPRESS}
+    params["prog"] = prog
+    if action.choices is not None:
+        params["choices"] = ", ".join(map(str, action.choices))
+    return " ".join((action.help % params).split())
 
 
 def say(text: str = "") -> None:
@@ -52,9 +61,11 @@ def one_value(text: Any, flag: str, command: str, example: str) -> str:
     raise ConfigError(f"{flag} {text!r} names {named}; perfsuite {command} takes one value, e.g. {flag} {example}")
 
 
-#: ``--alpha`` of every command that judges: one meaning, the whole family's false-alarm rate.
-ALPHA_HELP = ("false-alarm rate of the whole judged family: the chance that any verdict of the command "
-              "wrongly says DIFFERENT ({how}) [default: 0.01]")
+def alpha_help(how: str, default: str = f"{decision.DEFAULT_ALPHA:g}") -> str:
+    """``--alpha`` of every command that judges: one meaning, the whole family's false-alarm rate
+    (``default``: where the command's argparse default is another, ``%(default)s``)."""
+    return ("false-alarm rate of the whole judged family: the chance that any verdict of the command "
+            f"wrongly says DIFFERENT ({how}) [default: {default}]")
 
 
 def add_gating(p: argparse.ArgumentParser, *, improvements: bool = True) -> None:
@@ -68,11 +79,11 @@ def add_gating(p: argparse.ArgumentParser, *, improvements: bool = True) -> None
 
 def add_canary_shift(p: argparse.ArgumentParser) -> None:
     """--max-canary-shift for the commands that judge stored results (run has it as an option)."""
-    p.add_argument("--max-canary-shift", metavar="F",
-                   help="compare rounds whose canaries agree within F only; off: every round [default: 0.15]")
+    p.add_argument("--max-canary-shift", metavar="F", default=f"{rounds.DEFAULT_CANARY_SHIFT:g}",
+                   help="compare rounds whose canaries agree within F only; off: every round [default: %(default)s]")
 
 
 def canary_shift(args: argparse.Namespace) -> float | None:
-    return options.canary_limit(getattr(args, "max_canary_shift", None) or "0.15")
+    return options.canary_limit(args.max_canary_shift)
 
 

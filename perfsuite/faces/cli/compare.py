@@ -9,9 +9,15 @@ from ... import gate
 from ...verdicts import regress
 from ...reading import verdict_text as vt
 from ...records.errors import ConfigError
-from .common import ALPHA_HELP, EXIT_OK, EXIT_WORLD, add_canary_shift, add_gating, canary_shift, exit_status, gate_settings, say
+from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, add_canary_shift, add_gating, alpha_help, canary_shift, exit_status, gate_settings, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("judge one results file against another with the baseline verdict logic")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "a case of NEW DIFFERENT from OLD (--fail-on-improvement: an improvement too)",
+         EXIT_UNKNOWN: "--strict: a case left UNKNOWN, or no case compared",
+         EXIT_WORLD: "NEW holds a failed or interrupted world, or an invalid case"}
 
 
 def add_compare(p: argparse.ArgumentParser) -> None:
@@ -21,7 +27,7 @@ def add_compare(p: argparse.ArgumentParser) -> None:
     add_gating(p)
     # One meaning of --alpha, run's: compare judges NEW's cases as one family (decision.judge, Holm),
     # so it is the chance that any of them wrongly says DIFFERENT, not one interval's confidence.
-    p.add_argument("--alpha", metavar="P", help=ALPHA_HELP.format(how="Holm over the cases, as run's --alpha"))
+    p.add_argument("--alpha", metavar="P", help=alpha_help("Holm over the cases, as run's --alpha"))
     add_canary_shift(p)
 
 
@@ -67,5 +73,4 @@ def do_compare(args: argparse.Namespace) -> int:
     return exit_status(code, EXIT_WORLD if new.failures or new.interrupted else EXIT_OK)
 
 
-COMMANDS["compare"] = (add_compare, do_compare,
-                       "judge one results file against another with the baseline verdict logic")
+COMMANDS["compare"] = (add_compare, do_compare, "judge one results file against another, as the gate does")

@@ -8,40 +8,45 @@ import sys
 from ...store import formats
 from .. import options
 from ... import suite, transports
-from ...records.model import parse_size, whole_number
+from ...records.model import format_size, parse_size, whole_number
 from .ab import write_kept
-from .common import ALPHA_HELP, EXIT_OK, EXIT_WORLD, exit_status, fraction, gate_settings, one_value, renamed, say
+from .common import EXIT_OK, EXIT_WORLD, exit_status, fraction, alpha_help, gate_settings, one_value, renamed, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("measure how often A/B and stored-baseline verdicts flag a slowdown and a clean rerun, and whether the "
+               "canary earns an adjustment")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_WORLD: "a world failed or measured wrong results: the stream is incomplete"}
 
 
 def add_detection_power(p: argparse.ArgumentParser) -> None:
     from ...experiments import detection as d
 
     c = d.DetectionConfig()
-    p.add_argument("--small", default=str(c.small), metavar="SIZE", help=f"latency size [default: {c.small}]")
-    p.add_argument("--large", default="16MiB", metavar="SIZE", help="busbw size [default: 16MiB]")
+    p.add_argument("--small", default=format_size(c.small), metavar="SIZE", help="latency size [default: %(default)s]")
+    p.add_argument("--large", default=format_size(c.large), metavar="SIZE", help="busbw size [default: %(default)s]")
     p.add_argument("--transports", default=c.transport, metavar="NAME",
-                   help=f"the transport measured, one value [default: {c.transport}]")
+                   help="the transport measured, one value [default: %(default)s]")
     renamed(p, "--transport", "--transports", "transports")
     p.add_argument("--blocks", default=str(c.blocks), metavar="K",
-                   help="blocks of three pairs (A/A, A/+small, A/+large), 6 worlds each [default: 0, "
-                        f"blocks until the stream has run the gap plus {d.CANDIDATE_S:.0f} s]")
+                   help="blocks of three pairs (A/A, A/+small, A/+large), 6 worlds each; 0: blocks until the "
+                        f"stream has run the gap plus {d.CANDIDATE_S:.0f} s [default: %(default)s]")
     p.add_argument("--small-slowdown", default=f"{c.small_slowdown:g}", metavar="F",
-                   help=f"slowdown A/B mode is asked to catch [default: {c.small_slowdown:g}]")
+                   help="slowdown A/B mode is asked to catch [default: %(default)s]")
     p.add_argument("--large-slowdown", default=f"{c.large_slowdown:g}", metavar="F",
-                   help=f"slowdown the stored-baseline gate is asked to catch [default: {c.large_slowdown:g}]")
+                   help="slowdown the stored-baseline gate is asked to catch [default: %(default)s]")
     p.add_argument("--gap", default=f"{c.gap_s:g}", metavar="S",
-                   help=f"seconds between a baseline and its candidates [default: {c.gap_s:g}]")
+                   help="seconds between a baseline and its candidates [default: %(default)s]")
     p.add_argument("--max-pairs", default=str(c.max_pairs), metavar="N",
-                   help=f"A/B mode: pairs per window at most [default: {c.max_pairs}]")
+                   help="A/B mode: pairs per window at most [default: %(default)s]")
     p.add_argument("--tolerance", metavar="TOL", help="stored mode: 0.05 or LOWER:UPPER [default: the gate's]")
-    p.add_argument("--alpha", default=str(c.alpha), metavar="P", help=ALPHA_HELP.format(
-        how="the gate's, whose rates this measures").replace("[default: 0.01]", f"[default: {c.alpha}]"))
-    p.add_argument("--max-contention", default="0.05", metavar="F",
-                   help="contended worlds are left out, as the gate does [default: 0.05; off]")
-    p.add_argument("--seed", default=str(c.seed), metavar="N", help=f"order of pairs [default: {c.seed}]")
-    p.add_argument("--timeout", default="120", metavar="S", help="seconds one world may take [default: 120]")
+    p.add_argument("--alpha", default=f"{c.alpha:g}", metavar="P",
+                   help=alpha_help("the gate's, whose rates this measures", "%(default)s"))
+    p.add_argument("--max-contention", default=f"{c.max_contention:g}", metavar="F",
+                   help="contended worlds are left out, as the gate does; off: none is [default: %(default)s]")
+    p.add_argument("--seed", default=str(c.seed), metavar="N", help="order of pairs [default: %(default)s]")
+    p.add_argument("--timeout", default="120", metavar="S", help="seconds one world may take [default: %(default)s]")
     p.add_argument("--json", metavar="PATH", help="write the versioned file: every world, every window")
     p.add_argument("--from", dest="source", metavar="PATH",
                    help="judge the worlds of a stream written by --json again, with this perfsuite's "
@@ -91,6 +96,4 @@ def detection_status(rep) -> int:
     return EXIT_WORLD if rep.failures or rep.invalid_lines() else EXIT_OK
 
 
-COMMANDS["detection-power"] = (add_detection_power, do_detection_power,
-                               "measure how often A/B and stored-baseline verdicts flag a slowdown "
-                               "and a clean rerun, and whether the canary earns an adjustment")
+COMMANDS["detection-power"] = (add_detection_power, do_detection_power, "how often verdicts flag a slowdown and a clean rerun")

@@ -8,21 +8,28 @@ from collections.abc import Callable
 from ... import bench
 from ...asv import project as asv_project
 from ...records.errors import ConfigError
+from ...verdicts.history import DEFAULT_THRESHOLD
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, add_gating, exit_status, renamed, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("list the steps asv's step detection finds in the asv history (regressions, improvements)")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "--compare: a new regression (one that starts after --since, else any still present)",
+         EXIT_UNKNOWN: "--compare --strict: no series to judge"}
 
 
 def add_history(p: argparse.ArgumentParser) -> None:
     p.add_argument("--asv-config", default=asv_project.DEFAULT_CONFIG, metavar="PATH",
-                   help=f"asv config whose results to read [default: {asv_project.DEFAULT_CONFIG}]")
+                   help="asv config whose results to read [default: %(default)s]")
     p.add_argument("--asv-machine", metavar="NAME", help="only this asv machine [default: every machine]")
     p.add_argument("-k", dest="pattern", metavar="EXPRESSION",
                    help="only the series matching a pytest -k expression (not a regex) over the words of "
                         "asv's entry: benchmark, metric and each parameter, e.g. \"inv_busbw and mpi and not "
                         "64MiB\"; a word matches any part of a name, case-insensitively, as in pytest")
     p.add_argument("--threshold", metavar="FRACTION",
-                   help="smallest step reported, e.g. 0.05 [default: asv.conf.json regressions_thresholds, else 0.05]")
+                   help="smallest step reported, e.g. 0.05 [default: the config's regressions_thresholds, else "
+                        f"{DEFAULT_THRESHOLD:g}]")
     p.add_argument("--since", metavar="COMMIT",
                    help="regressions that start after COMMIT are new (e.g. the last published commit) "
                         "[default: every regression still present is new]")
@@ -94,5 +101,4 @@ def do_history(args: argparse.Namespace) -> int:
                        EXIT_UNKNOWN if args.strict and not series else EXIT_OK)
 
 
-COMMANDS["history"] = (add_history, do_history,
-                       "list the steps asv's step detection finds in the asv history (regressions, improvements)")
+COMMANDS["history"] = (add_history, do_history, "the steps asv's step detection finds in the asv history")

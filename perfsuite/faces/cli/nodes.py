@@ -18,6 +18,14 @@ from ...records.model import whole_number
 from .common import EXIT_OK, EXIT_REGRESSION, EXIT_WORLD, exit_status, renamed, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("measure every link between the nodes (one rank per node, round-robin pairs) and name the slow node or "
+               "links")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "a slow node or link named",
+         EXIT_WORLD: "a world failed or returned wrong results, or the results file could not be written"}
+#: The options --help shows with their help (which nodes, and how they start); --help-all shows every one.
+BRIEF = ("--nodes", "--hosts", "--hostfile", "--launcher", "--link-sizes", "--json")
 
 NODES_OPTIONS = ("launcher", "launcher-program", "launcher-args", "mpi-flavor", "hostfile", "hosts", "env",
                  "timeout", "start-timeout", "workdir", "iters", "link-sizes", "repeats", "emulated-network")
@@ -91,6 +99,4 @@ def do_nodes(args: argparse.Namespace) -> int:
     return exit_status(EXIT_OK if run.ok and kept else EXIT_WORLD, EXIT_REGRESSION if found else EXIT_OK)
 
 
-COMMANDS["nodes"] = (add_nodes, do_nodes,
-                     "measure every link between the nodes (one rank per node, round-robin pairs) and name "
-                     "the slow node or links; exit 1 when one is named")
+COMMANDS["nodes"] = (add_nodes, do_nodes, "measure every link between nodes and name a slow one")

@@ -5,45 +5,68 @@ from __future__ import annotations
 import argparse
 
 from .. import options
+from ...experiments.overhead import PLAIN_LOOPS, PLAIN_TARGET_SIZES, ROUNDS, SIZES
 from ...reading import report
 from ...records.errors import ConfigError
+from ...records.model import format_size
 from .common import EXIT_REGRESSION, EXIT_WORLD, exit_status, one_value, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("print the mpi transport's native and mpi4py loops beside a C program of the same MPI call (--benchmarks: "
+               "allreduce or any of the six collectives), or torch-gloo beside a plain torch.distributed loop, with deltas")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "a target missed: the harness adds more than it may",
+         EXIT_WORLD: "a target nothing measured (no C program, no native loop), or a world failed"}
+#: The options --help shows with their help (what is compared, over what); --help-all shows every one.
+BRIEF = ("--transports", "--benchmarks", "--sizes", "--rounds", "--world-sizes")
 
 
-OVERHEAD_OPTIONS = ("transports", "world-sizes", "sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor",
+#: The shared options that mean here what they mean to run; --transports, --sizes and --rounds
+#: do not (one transport, the command's own sizes, interleaved rounds), so they are overhead's own.
+OVERHEAD_OPTIONS = ("world-sizes", "launcher", "launcher-program", "launcher-args", "mpi-flavor",
                     "hostfile", "hosts", "ppn", "oversubscribe", "env", "timeout", "start-timeout", "iters", "warmup", "workdir",
-                    "rounds", "root")
+                    "root")
+
+
+def sizes_text(sizes) -> str:
+    return ",".join(format_size(n) for n in sizes)
 
 
 def add_overhead(p: argparse.ArgumentParser) -> None:
     # Only what applies: the mpi transport against C, or a transport against its framework's plain
     # loop (kernels/plain/), float32, once.
+    p.add_argument("--transports", default="mpi", metavar="NAME",
+                   help=f"the one transport compared: mpi (its native and mpi4py loops against a C program) or "
+                        f"{', '.join(PLAIN_LOOPS)} (against a plain loop of its framework) [default: %(default)s]")
     options.add_options(p.add_argument, names=OVERHEAD_OPTIONS)
+    p.add_argument("--sizes", metavar="SIZES",
+                   help=f"message sizes: 4,1024,1MiB or a range MIN:MAX[:FACTOR] [default: {sizes_text(SIZES)}; "
+                        f"{', '.join(PLAIN_LOOPS)}: {sizes_text(PLAIN_TARGET_SIZES)}]")
+    p.add_argument("--rounds", default=str(ROUNDS), metavar="N",
+                   help="rounds, each running every loop once per collective in a rotated order, so a drift of "
+                        "the machine hits every loop alike [default: %(default)s]")
     p.add_argument("--benchmarks", default="allreduce", metavar="LIST",
                    help="comma list of the collectives to compare with a plain loop of the same call "
                         "(mpi: a C program; torch-gloo: a plain torch loop): allreduce, all_gather, "
-                        "reduce_scatter, alltoall, broadcast, reduce, or all [default: allreduce]")
+                        "reduce_scatter, alltoall, broadcast, reduce, or all [default: %(default)s]")
 
 
 def do_overhead(args: argparse.Namespace) -> int:
     from ... import collectives
-    from ...experiments.overhead import ROUNDS, SIZES, overhead
+    from ...experiments.overhead import overhead, plain_overhead
     from ...records.model import parse_names, whole_number
 
-    from ...experiments.overhead import PLAIN_LOOPS, PLAIN_TARGET_SIZES, plain_overhead
-
     values = vars(args)
-    picked = one_value(args.transports, "--transports", "overhead", "mpi") if args.transports not in (None, "all") else "mpi"
+    picked = one_value(args.transports, "--transports", "overhead", "mpi")
     if picked != "mpi" and picked not in PLAIN_LOOPS:
         raise ConfigError(f"overhead compares transport {picked!r} with nothing; choose mpi (against a C "
                           f"program) or {', '.join(PLAIN_LOOPS)} (against a plain loop of its framework)")
     # The C program times the regular collectives: alltoallv's counts are per rank, not per size.
     benchmarks = parse_names(args.benchmarks or "allreduce", collectives.REGULAR, "benchmark")
     sel = options.selection({**values, "transports": picked})
-    # --rounds here counts interleaved rounds of the three loops, not pooled rounds of one world.
-    rounds = whole_number(args.rounds, "rounds") if args.rounds is not None else ROUNDS
+    # --rounds here counts interleaved rounds of the loops, not pooled rounds of one world.
+    rounds = whole_number(args.rounds, "rounds")
     if picked != "mpi":
         rep = plain_overhead(options.suite_config({**values, "rounds": None}), picked,
                              world_size=sel.world_sizes[0], rounds=rounds,
@@ -63,7 +86,4 @@ def do_overhead(args: argparse.Namespace) -> int:
                          for _what, measured, met in rep.targets() if not met))
 
 
-COMMANDS["overhead"] = (add_overhead, do_overhead,
-                        "print the mpi transport's native and mpi4py loops beside a C program of the same MPI call "
-                        "(--benchmarks: allreduce or any of the six collectives; or "
-                        "torch-gloo beside a plain torch.distributed loop), with deltas; exit 1 when a target is missed, 4 when one could not be measured")
+COMMANDS["overhead"] = (add_overhead, do_overhead, "what the harness adds: its loops beside a plain loop")

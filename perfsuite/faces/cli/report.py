@@ -11,9 +11,16 @@ from ...reading import report
 from ...reading import verdict_text as vt
 from ...records.errors import ConfigError
 from ...gate import verdict_status
-from .common import EXIT_OK, EXIT_UNKNOWN, add_canary_shift, add_gating, canary_shift, exit_status, renamed, say
+from .. import options
+from .common import EXIT_OK, EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, add_canary_shift, add_gating, canary_shift, exit_status, renamed, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("turn results files into index.html, summary.md, CSV and plots; --compare judges them against the baselines")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "--compare: a case DIFFERENT against its baseline (--fail-on-improvement: an improvement too)",
+         EXIT_UNKNOWN: "--compare --strict: a case left UNKNOWN, or nothing compared",
+         EXIT_WORLD: "--compare: a case whose results were wrong (INVALID)"}
 
 
 def print_formats() -> tuple[str, ...]:
@@ -22,10 +29,14 @@ def print_formats() -> tuple[str, ...]:
     return ("nccl", *report.layout_names(), "csv", "md")
 
 
+#: The report's folder when neither --out nor --print is given.
+OUT = "report"
+
+
 def add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", nargs="+", metavar="RESULTS.json", help="files written by perfsuite run --json")
     p.add_argument("--out", metavar="DIR", help="write index.html, summary.md, results.csv, tables.txt "
-                   "and PNG plots here [default: report, unless --print is given]")
+                   f"and PNG plots here [default: {OUT}, unless --print is given]")
     p.add_argument("--asv-url", metavar="URL", help="link the page to the asv history site")
     p.add_argument("--print", dest="print_format", metavar="FORMAT",
                    help=f"also print the results to stdout as one of: {', '.join(print_formats())}")
@@ -33,8 +44,8 @@ def add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", action="store_true", help="judge every case against the stored baselines, "
                    "put the verdicts, regressions first, at the top of the report, and exit 1 on a regression "
                    "(4 on an invalid result)")
-    p.add_argument("--baseline-dir", default="baselines", metavar="DIR",
-                   help="folder of baselines/<system>/<benchmark>.json [default: baselines]")
+    p.add_argument("--baseline-dir", default=options.BASELINE_DIR, metavar="DIR",
+                   help="folder of baselines/<system>/<benchmark>.json [default: %(default)s]")
     p.add_argument("--system", metavar="NAME", help="baseline system name [default: from each "
                    "results file's fingerprint]")
     add_gating(p)
@@ -73,7 +84,7 @@ def do_report(args: argparse.Namespace) -> int:
             for r in run.results:
                 say(report.layout_table(r, args.print_format))
     notes = sys.stderr if args.print_format else sys.stdout  # stdout holds the printed results
-    out = args.out or (None if args.print_format else "report")
+    out = args.out or (None if args.print_format else OUT)
     if out:
         written = report.write_report(out, runs, verdicts=verdicts, asv_url=args.asv_url)
         drawn = [p.file.name for p in written["plots"] if p.file]
@@ -95,4 +106,4 @@ def do_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS["report"] = (add_report, do_report, "turn results files into index.html, summary.md, CSV and plots")
+COMMANDS["report"] = (add_report, do_report, "turn results files into HTML, Markdown, CSV and plots")

@@ -13,15 +13,21 @@ from ... import gate
 from ...reading import report
 from ...records.errors import ConfigError
 from ...records.model import split_list
-from .common import say
+from .common import EXIT_REGRESSION, EXIT_UNKNOWN, EXIT_WORLD, say
 
 COMMANDS = {}
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "--compare: a case DIFFERENT against its baseline (--fail-on-improvement: an improvement too)",
+         EXIT_UNKNOWN: "--compare --strict: a case left UNKNOWN, or nothing compared (no baseline)",
+         EXIT_WORLD: "a world failed or returned wrong results, or the results, report, baselines or asv history could not be written"}
+#: The options --help shows with their help (the suite's axes, and the gate's two ends: judge, record); --help-all shows every one.
+BRIEF = ("--benchmarks", "--transports", "--world-sizes", "--compare", "--baseline-update", "--json")
 
 
 def add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default="allreduce", metavar="LIST",
                    help=f"comma list of benchmarks: {', '.join(bench.names())}, or a module or .py file "
-                   "of your own (@perfsuite.benchmark) [default: allreduce]")
+                   "of your own (@perfsuite.benchmark) [default: %(default)s]")
     options.add_options(p.add_argument)
     p.add_argument("--json", metavar="PATH", help="write the versioned results file here")
     p.add_argument("--compare", action="store_true", help="judge every case against the baselines "
@@ -30,7 +36,7 @@ def add_run(p: argparse.ArgumentParser) -> None:
     # Progress goes to stderr and the results to stdout; these change stderr only.
     said = p.add_mutually_exclusive_group()
     said.add_argument("-v", "--verbose", action="store_true", help="progress for every world, a line for "
-                      "each one skipped too (default: one line per reason, at the end)")
+                      "each one skipped too (without it: one line per reason, at the end)")
     said.add_argument("-q", "--quiet", action="store_true", help="no progress: only the tables, verdicts and "
                       "the summary of skips and failures (on stdout)")
     options.add_asv_options(p.add_argument)
@@ -77,7 +83,7 @@ def do_run(args: argparse.Namespace) -> int:
     return done.status
 
 
-COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster) and print tables")
+COMMANDS["run"] = (add_run, do_run, "run the suite on this machine (or a cluster), print tables")
 
 
 # --- the command that records this run's baselines (the gate's hint) ---------------------

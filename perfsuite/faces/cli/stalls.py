@@ -13,29 +13,40 @@ from ...reading import report
 from ...reading import verdict_text as vt
 from ...launch.netns import SHAPING_FORMS
 from ...records.model import whole_number
+from ...kernels.models.catalogue import LM_MODELS, MODELS
 from .common import EXIT_OK, EXIT_WORLD, one_value, renamed, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("Stash stall breakdown of a training step: compute, interconnect, prep, fetch, network")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_WORLD: "a run's world failed or measured wrong results, or the results or the picture could not be written"}
+#: The options --help shows with their help (the one training world broken down); --help-all shows every one.
+BRIEF = ("--models", "--transports", "--world-sizes", "--batches", "--emulated-network", "--json")
+#: The training transport a breakdown runs unless --transports names one: TensorFlow's mpi design
+#: for an image model, PyTorch's gloo for a language model.
+TRANSPORT, LM_TRANSPORT = "mpi", "torch-gloo"
 
 
 def add_stalls(p: argparse.ArgumentParser) -> None:
     # The axes are spelled as every command spells them (plural); a breakdown takes one value of each.
     p.add_argument("--models", default="small-cnn", metavar="MODEL", help="training model, one value "
-                   "[default: small-cnn]")
+                   "[default: %(default)s]")
     p.add_argument("--transports", default=None, metavar="TRANSPORT", help="training transport, one value: "
                    "TensorFlow's (mpi, grpc, horovod, ...) or PyTorch's (torch-gloo, torch-nccl) "
-                   "[default: mpi; torch-gloo for a language model]")
-    p.add_argument("--world-sizes", default="2", metavar="N", help="workers, one value [default: 2]")
+                   f"[default: {TRANSPORT}; {LM_TRANSPORT} for a language model]")
+    p.add_argument("--world-sizes", default="2", metavar="N", help="workers, one value [default: %(default)s]")
     p.add_argument("--batches", default="16", metavar="B", help="images (or sequences) per worker per step, "
-                   "one value [default: 16]")
+                   "one value [default: %(default)s]")
     for old, now in (("--model", "--models"), ("--transport", "--transports"), ("--world-size", "--world-sizes"),
                      ("--batch", "--batches")):
         renamed(p, old, now, now[2:].replace("-", "_"))
-    p.add_argument("--steps", default="10", metavar="N", help="timed steps per run [default: 10]")
-    p.add_argument("--warmup", default="2", metavar="N", help="warm-up steps per run [default: 2]")
+    p.add_argument("--steps", default="10", metavar="N", help="timed steps per run [default: %(default)s]")
+    p.add_argument("--warmup", default="2", metavar="N", help="warm-up steps per run [default: %(default)s]")
     p.add_argument("--image-size", default=None, metavar="PX", help="model input size [default: the model's]")
     p.add_argument("--seq-len", default=None, metavar="T",
-                   help="tokens per sequence of a language model [default: the model's, 64 for gpt-tiny]")
+                   help="tokens per sequence of a language model [default: the model's, "
+                   + ", ".join(f"{MODELS[m].seq_len} for {m}" for m in LM_MODELS) + "]")
     p.add_argument("--emulated-network", default=None, metavar="RATE[,...]",
                    help=f"the emulated links for T4: {SHAPING_FORMS}; unset: no network stall")
     p.add_argument("--data-dir", default=None, metavar="DIR",
@@ -46,8 +57,8 @@ def add_stalls(p: argparse.ArgumentParser) -> None:
                    help="read bandwidth of an emulated slow disk for the file runs, e.g. 20MB/s "
                         "(root, cgroup v1 blkio) [default: the real disk]")
     p.add_argument("--prep-threads", default="2", metavar="N", help="input threads per worker: tf.data's, or DataLoader "
-                   "worker processes [default: 2]")
-    p.add_argument("--timeout", default="600", metavar="S", help="seconds one run may take [default: 600]")
+                   "worker processes [default: %(default)s]")
+    p.add_argument("--timeout", default="600", metavar="S", help="seconds one run may take [default: %(default)s]")
     p.add_argument("--json", metavar="PATH", help="write the versioned results file (stall metrics) here")
     p.add_argument("--png", metavar="PATH", help="stacked-bar picture [default: next to --json, else stalls.png]")
 
@@ -64,8 +75,8 @@ def do_stalls(args: argparse.Namespace) -> int:
         formats.check_output_file(png, "the stacked-bar picture (--png)")
     model = one_value(args.models, "--models", "stalls", "small-cnn")
     spec = model_spec(model)
-    transport = (one_value(args.transports, "--transports", "stalls", "mpi") if args.transports
-                 else "torch-gloo" if spec.is_lm else "mpi")
+    transport = (one_value(args.transports, "--transports", "stalls", TRANSPORT) if args.transports
+                 else LM_TRANSPORT if spec.is_lm else TRANSPORT)
     transports.spec(transport, stall_benchmark(model, transport, not args.no_data))
     n = whole_number(one_value(args.world_sizes, "--world-sizes", "stalls", "2"), "world size", low=2)
     batch = whole_number(one_value(args.batches, "--batches", "stalls", "16"), "batch")
@@ -129,5 +140,4 @@ def do_stalls(args: argparse.Namespace) -> int:
     return EXIT_WORLD if failed or unwritten else EXIT_OK
 
 
-COMMANDS["stalls"] = (add_stalls, do_stalls,
-                      "Stash stall breakdown of a training step: compute, interconnect, prep, fetch, network")
+COMMANDS["stalls"] = (add_stalls, do_stalls, "Stash stall breakdown of a training step")

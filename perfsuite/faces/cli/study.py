@@ -10,15 +10,21 @@ from ...store import formats
 from .. import options
 from ... import suite
 from ...experiments import study_session
+from ...experiments.study_plan import VECTORS
 from .common import EXIT_INTERRUPTED, EXIT_OK, EXIT_WORLD, exit_status, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line: the vectors a plan
+#: may hold, from the table plans are checked against.
+DESCRIPTION = f"run a study plan (any of its {len(VECTORS)} vectors: {', '.join(VECTORS)}) and write its report"
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_WORLD: "a world failed or measured wrong results, or the study's files could not be written"}
 
 
 def add_study(p: argparse.ArgumentParser) -> None:
     p.add_argument("plan", metavar="PLAN", help="a study plan, .toml or .json (e.g. studies/seed-tf.toml)")
     p.add_argument("--out", default="study", metavar="DIR",
-                   help=f"folder for {study_session.RESULTS} (every finished world) and the report [default: study]")
+                   help=f"folder for {study_session.RESULTS} (every finished world) and the report [default: %(default)s]")
     p.add_argument("--resume", action="store_true",
                    help=f"continue the study in --out: run only the worlds its {study_session.RESULTS} lacks, then report")
     p.add_argument("--dry-run", action="store_true",
@@ -50,6 +56,4 @@ def do_study(args: argparse.Namespace) -> int:
                        EXIT_WORLD if got.failed or got.wrong or got.unwritten else EXIT_OK)
 
 
-COMMANDS["study"] = (add_study, do_study,
-                     "run a study plan (the seed paper's four vectors: scaling, batch, MPI library, models) "
-                     "and write its report")
+COMMANDS["study"] = (add_study, do_study, "run a study plan and write its report")

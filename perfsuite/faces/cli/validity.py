@@ -12,14 +12,22 @@ from ...records.model import whole_number
 from .common import EXIT_OK, EXIT_REGRESSION, fraction, say
 
 COMMANDS = {}
+#: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
+DESCRIPTION = ("the verdict rules' false-alarm and detection rates on synthetic sessions, through the code the commands run")
+#: What its statuses mean for this command (records/status.py's where it says nothing).
+EXITS = {EXIT_REGRESSION: "a rule's false-alarm rate above its bound"}
+#: The options --help shows with their help (which rules, how many runs, what change); --help-all shows every one.
+BRIEF = ("--mode", "--runs", "--change", "--cases", "--json")
 
 
 def add_validity(p: argparse.ArgumentParser) -> None:
     from ...experiments import validity as v
 
-    p.add_argument("--mode", default="both", choices=("stored", "ab", "both"), help="[default: both]")
+    p.add_argument("--mode", default="both", choices=("stored", "ab", "both"),
+                   help="the rules measured: stored (run --compare's, against a baseline), ab (perfsuite ab's "
+                        "pairs) or both [default: %(default)s]")
     p.add_argument("--runs", default=str(v.DEFAULT_RUNS), metavar="N",
-                   help=f"seeded runs per setting [default: {v.DEFAULT_RUNS}]")
+                   help="seeded runs per setting [default: %(default)s]")
     p.add_argument("--within", default=",".join(f"{x:g}" for x in v.WITHIN), metavar="LIST",
                    help="within-session spreads, fractions [default: %(default)s]")
     p.add_argument("--lag1", default=",".join(f"{x:g}" for x in v.LAG1), metavar="LIST",
@@ -27,31 +35,32 @@ def add_validity(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sessions", default=",".join(f"{x:g}" for x in v.SESSION), metavar="LIST",
                    help="SD of the drift between sessions, fractions [default: %(default)s]")
     p.add_argument("--mode-step", default="0", metavar="F",
-                   help="a slow machine mode this much slower (0.65: x1.65), its canary 1.65x [default: 0]")
+                   help="a slow machine mode this much slower (0.65: x1.65), its canary 1.65x [default: %(default)s]")
     p.add_argument("--switch", default="0.1", metavar="F",
-                   help="with --mode-step: the chance per world that the mode changes [default: 0.1]")
+                   help="with --mode-step: the chance per world that the mode changes [default: %(default)s]")
     p.add_argument("--canary-blind", action="store_true",
                    help="with --mode-step: the canary does not see the modes (a machine whose canary misses its states)")
     p.add_argument("--shared", default="0", metavar="F",
                    help="SD of a session's drift common to every case (the machine's state), a fraction "
-                        "[default: 0]")
+                        "[default: %(default)s]")
     p.add_argument("--case-spread", default="0", metavar="F",
-                   help="cases drift unalike: each case's own session drift scaled by exp(F z) [default: 0]")
+                   help="cases drift unalike: each case's own session drift scaled by exp(F z) [default: %(default)s]")
     p.add_argument("--spells-shared", action="store_true",
                    help="with --mode-step: one spell for the whole machine, every case in it at once")
     p.add_argument("--change", default="0", metavar="F",
                    help="a real change of the candidate (arm B), e.g. 0.3: the rate it is caught "
-                        "[default: 0, the false-alarm rate]")
-    p.add_argument("--cases", default="1", metavar="N", help="cases judged in each run, one family [default: 1]")
+                        "[default: %(default)s, the false-alarm rate]")
+    p.add_argument("--cases", default="1", metavar="N", help="cases judged in each run, one family [default: %(default)s]")
     p.add_argument("--baseline-sessions", default="1", metavar="K",
-                   help="stored mode: sessions the baseline holds (--baseline-add) [default: 1]")
+                   help="stored mode: sessions the baseline holds (--baseline-add) [default: %(default)s]")
     p.add_argument("--back-to-back", action="store_true",
                    help="stored mode: the baseline's sessions and the candidate recorded minutes apart (one "
                         "sitting, a spell going on), not an hour apart (each its own sitting)")
     p.add_argument("--confirm", action="store_true",
                    help="stored mode: then --confirm, as run --compare --confirm: an A/B (of at most 200 pairs) on "
                         "the machine as it is now decides the UNKNOWN cases and the DIFFERENT ones from few sittings")
-    p.add_argument("--seed", default="0", metavar="N", help="[default: 0]")
+    p.add_argument("--seed", default="0", metavar="N", help="seed of the first machine's runs; each next machine "
+                   "takes the next [default: %(default)s]")
     p.add_argument("--json", metavar="PATH", help="write the versioned table here")
 
 
@@ -94,6 +103,4 @@ def do_validity(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if any(r.rate > v.BOUND for r in clean) else EXIT_OK
 
 
-COMMANDS["validity"] = (add_validity, do_validity,
-                        "the verdict rules' false-alarm and detection rates on synthetic sessions, "
-                        "through the code the commands run")
+COMMANDS["validity"] = (add_validity, do_validity, "the verdict rules' error rates on synthetic sessions")
