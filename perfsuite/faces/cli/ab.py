@@ -25,7 +25,7 @@ EXITS = {EXIT_REGRESSION: "a case DIFFERENT: B slower than A",
          EXIT_UNKNOWN: "--strict: a case left UNKNOWN, nothing judged (stopped before the first look), or a case only one arm's tree declares",
          EXIT_WORLD: "a world failed or returned wrong results (its pairs are no evidence), or the A/B file could not be written"}
 #: The options --help shows with their help (what each arm is, and how long the pairs run); --help-all shows every one.
-BRIEF = ("--benchmarks", "--transports", "--a-transport", "--b-transport", "--a-ref", "--b-ref")
+BRIEF = ("--benchmarks", "--transports", "--sizes", "--a-ref", "--b-ref", "--b-env", "--strict")
 LAUNCH = ("transports", "world-sizes", "launcher", "launcher-program", "mpi-flavor", "hostfile", "hosts", "ppn",
           "oversubscribe", "env", "emulated-network", "timeout", "start-timeout", "iters", "warmup", "max-time", "workdir",
           "max-contention", "max-canary-shift")
@@ -42,8 +42,9 @@ def shared() -> tuple[str, ...]:
 
 def add_ab(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default="allreduce", metavar="NAME",
-                   help=f"the benchmark both arms run: {', '.join(bench.names())}, or the module or .py file "
-                   "that declares yours (@perfsuite.benchmark) [default: %(default)s]")
+                   help=f"the benchmark both arms run: one of perfsuite's ({', '.join(bench.names()[:2])}, ...: "
+                   "perfsuite run --help-all lists them), or the module or .py file that declares yours "
+                   "(@perfsuite.benchmark) [default: %(default)s]")
     add_transport(p, "both arms run")
     options.add_options(p.add_argument, names=[n for n in shared() if n != "transports"])
     for arm in ("a", "b"):
@@ -53,9 +54,8 @@ def add_ab(p: argparse.ArgumentParser) -> None:
                        help=f"a variable set for arm {up}'s ranks (repeatable)")
         p.add_argument(f"--{arm}-python", metavar="PATH", help=f"arm {up}'s Python (another venv; "
                        "its mpiexec is used when one lies beside it)")
-        p.add_argument(f"--{arm}-ref", metavar="REF", help=f"arm {up} runs this commit of the repository "
-                       "perfsuite runs in, perfsuite's or your own project's (HEAD~1, main, a sha): its "
-                       "environment is built from the commit's tree before the first pair, and kept")
+        p.add_argument(f"--{arm}-ref", metavar="REF", help=f"arm {up} runs this commit (main, HEAD~1, a sha) of the "
+                       "repository you run in, built into an environment of its own before the first pair")
         p.add_argument(f"--{arm}-launcher-args", metavar="ARGS", help=f"extra launcher arguments for arm {up}")
         p.add_argument(f"--{arm}-image", metavar="IMAGE", help=f"arm {up}'s whole world runs inside this container "
                        "image, with the image's mpiexec, Python (--a-python names another there) and perfsuite")

@@ -14,7 +14,7 @@ from .common import EXIT_REGRESSION, EXIT_WORLD, exit_status, one_value, say
 COMMANDS = {}
 #: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
 DESCRIPTION = ("print the mpi transport's native and mpi4py loops beside a C program of the same MPI call (--benchmarks: "
-               "allreduce or any of the six collectives), or torch-gloo beside a plain torch.distributed loop, with deltas")
+               "allreduce or any other collective), or torch-gloo beside a plain torch.distributed loop, with deltas")
 #: What its statuses mean for this command (records/status.py's where it says nothing).
 EXITS = {EXIT_REGRESSION: "a target missed: the harness adds more than it may",
          EXIT_WORLD: "a target nothing measured (no C program, no native loop), or a world failed"}
