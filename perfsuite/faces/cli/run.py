@@ -21,7 +21,7 @@ EXITS = {EXIT_REGRESSION: "--compare: a case DIFFERENT against its baseline (--f
          EXIT_UNKNOWN: "--compare --strict: a case left UNKNOWN, or nothing compared (no baseline)",
          EXIT_WORLD: "a world failed or returned wrong results, or the results, report, baselines or asv history could not be written"}
 #: The options --help shows with their help (the suite's axes, and the gate's two ends: judge, record); --help-all shows every one.
-BRIEF = ("--benchmarks", "--transports", "--world-sizes", "--compare", "--baseline-update", "--json")
+BRIEF = ("--benchmarks", "--transports", "--world-sizes", "--sizes", "--compare", "--baseline-update", "--json")
 
 
 def add_run(p: argparse.ArgumentParser) -> None:
