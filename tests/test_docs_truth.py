@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite import bench
+from perfsuite.bench.asv_view import generic_layout
 from perfsuite.records import trace
 from perfsuite.store import formats
 
@@ -51,3 +53,64 @@ def test_every_stated_format_version_is_the_one_the_code_writes(page, fmt, versi
     assert fmt in CURRENT, f"{page} names a format the code does not have: {fmt}"
     assert version == CURRENT[fmt], (f"{page} says {fmt} version {version}; the code writes version "
                                      f"{CURRENT[fmt]} (perfsuite/store/formats.py VERSIONS)")
+
+
+# --- asv: the layouts' parameters and versions (docs/asv.md) ----------------------------------
+
+ASV_MD = ROOT / "docs" / "asv.md"
+
+
+def bullet(title: str) -> str:
+    """The text of docs/asv.md's bullet that starts with **title**, joined into one line."""
+    text = ASV_MD.read_text()
+    start = text.index(f"- **{title}")
+    end = text.find("\n- ", start + 1)
+    return " ".join(text[start:end if end > 0 else None].split())
+
+
+def tuples(text: str) -> list[tuple[str, ...]]:
+    return [tuple(w.strip() for w in m.group(1).split(",")) for m in re.finditer(r"`\(([^`]+)\)`", text)]
+
+
+def layouts() -> dict[str, object]:
+    return {layout.benchmark: layout for layout in bench.asv_layouts()}
+
+
+def test_asv_md_gives_each_layouts_parameters_in_the_codes_order():
+    allreduce, collectives, generic = tuples(bullet("Parameters"))[:3]
+    found = layouts()
+    assert allreduce == found["allreduce"].axes
+    optional = {"op", "root", "splits"}
+    for name, layout in found.items():
+        if name != "allreduce":
+            # the doc's tuple less the optional axes this collective lacks
+            assert tuple(a for a in collectives if a not in optional or a in layout.axes) == layout.axes, name
+    assert generic == generic_layout("mine").axes
+
+
+def test_asv_md_names_the_current_layout_versions_and_what_is_migrated():
+    versions = bullet("Layout versions")
+    found = layouts()
+    assert found["allreduce"].version in versions
+    others = {re.sub(rf"^perfsuite-{re.escape(n)}-", "perfsuite-<collective>-", lay.version)
+              for n, lay in found.items() if n != "allreduce"}
+    assert len(others) == 1 and others <= set(re.findall(r"perfsuite-<collective>-\d+", versions)), others
+    generic = generic_layout("bench").version.replace("perfsuite-bench-", "perfsuite-<bench>-")
+    assert generic in versions
+    # the oldest version each layout migrates from, and every axis a migration added with its value
+    migrated = bullet("Older versions are migrated")
+    for layout, shown in ((found["allreduce"], "perfsuite-allreduce-"), (generic_layout("bench"), "perfsuite-<bench>-")):
+        oldest = min(layout.migrations, key=lambda m: int(m.old.rsplit("-", 1)[1]))
+        assert f"`{shown}{oldest.old.rsplit('-', 1)[1]}` and later" in migrated, oldest
+        for m in layout.migrations:
+            assert f"`{m.axis}` `{m.value}`" in migrated, m
+
+
+def test_no_page_names_an_asv_layout_version_the_code_has_not_reached():
+    """A page may tell a layout's history, never a version beyond the current one."""
+    current = {lay.version.rsplit("-", 1)[0]: int(lay.version.rsplit("-", 1)[1]) for lay in bench.asv_layouts()}
+    current["perfsuite-<bench>"] = int(generic_layout("bench").version.rsplit("-", 1)[1])
+    for page in PAGES:
+        for prefix, n in re.findall(r"`(perfsuite-(?:<bench>|[a-z_]+))-(\d+)`", page.read_text()):
+            if prefix in current:
+                assert int(n) <= current[prefix], f"{page.name} names {prefix}-{n}; the code writes {current[prefix]}"
