@@ -6,6 +6,7 @@ Generic where it can be: every "`perfsuite-NAME` vN" / "version N" the docs writ
 format's name must be that format's current version."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -114,3 +115,23 @@ def test_no_page_names_an_asv_layout_version_the_code_has_not_reached():
         for prefix, n in re.findall(r"`(perfsuite-(?:<bench>|[a-z_]+))-(\d+)`", page.read_text()):
             if prefix in current:
                 assert int(n) <= current[prefix], f"{page.name} names {prefix}-{n}; the code writes {current[prefix]}"
+
+
+def test_asv_md_says_the_exit_statuses_history_compare_strict_gives(tmp_path, capsys):
+    """Run, not read: `history --compare --strict` over a history with no series exits 3, and
+    over no history at all (no benchmarks.json) 2; the page's sentence gives both."""
+    from perfsuite.faces import cli
+
+    results = tmp_path / "results"
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text(json.dumps({"version": 1, "project": "p", "repo": str(tmp_path), "results_dir": str(results),
+                                "html_dir": str(tmp_path / "html"), "environment_type": "existing"}))
+    argv = ["history", "--asv-config", str(conf), "--compare", "--strict"]
+    no_history = cli.main(argv)
+    results.mkdir()
+    (results / "benchmarks.json").write_text(json.dumps({"version": 2}))
+    no_series = cli.main(argv)
+    assert "NOTHING COMPARED" in capsys.readouterr().out
+    said = bullet("`perfsuite history`")
+    assert f"with `--strict`, exit {no_series} when no series was compared" in said, said
+    assert "No asv history at all (no `benchmarks.json`" in said and f"is bad input, exit {no_history}" in said, said
