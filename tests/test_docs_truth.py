@@ -135,3 +135,25 @@ def test_asv_md_says_the_exit_statuses_history_compare_strict_gives(tmp_path, ca
     said = bullet("`perfsuite history`")
     assert f"with `--strict`, exit {no_series} when no series was compared" in said, said
     assert "No asv history at all (no `benchmarks.json`" in said and f"is bad input, exit {no_history}" in said, said
+
+
+# --- study.md: the plan's vectors ----------------------------------------------------------------
+
+NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
+
+
+def test_study_md_lists_the_vectors_the_plan_reads_and_counts_them_right():
+    """The vectors table holds exactly the plan code's vectors; the sentences that count them
+    (a plan's vectors, the seed paper's) give the code's counts."""
+    from perfsuite.experiments import study_plan
+
+    text = (ROOT / "docs" / "study.md").read_text()
+    table = text[text.index("| vector | keys |"):]
+    table = table[:table.index("\n\n")]
+    rows = re.findall(r"^\| `([a-z-]+)` \|", table, re.M)
+    assert rows == list(study_plan.VECTORS)
+    (plan_row,) = re.findall(r"^\| `\[vectors\.NAME\]` \|.*$", text, re.M)
+    counted = re.search(r"one or more of the (\w+) below", plan_row)
+    assert counted and NUMBERS[counted.group(1)] == len(study_plan.VECTORS), plan_row
+    paper = re.findall(r"the seed paper's (\w+) vectors", text)
+    assert paper and {NUMBERS[w] for w in paper} == {len(study_plan.IMAGE_VECTORS)}, paper
