@@ -157,3 +157,23 @@ def test_study_md_lists_the_vectors_the_plan_reads_and_counts_them_right():
     assert counted and NUMBERS[counted.group(1)] == len(study_plan.VECTORS), plan_row
     paper = re.findall(r"the seed paper's (\w+) vectors", text)
     assert paper and {NUMBERS[w] for w in paper} == {len(study_plan.IMAGE_VECTORS)}, paper
+
+
+# --- perfsuite is not on PyPI ---------------------------------------------------------------------
+
+FROM_INDEX = re.compile(r"pip install (?:-[-\w]+ )*[\"']?perfsuite(?:\[[\w,-]+\])?[\"']?(?=[\s`;)]|$)(?! *@)")
+
+
+def test_no_page_or_recipe_installs_perfsuite_from_a_package_index():
+    """`pip install perfsuite` finds nothing (docs/install.md): every page and recipe installs it
+    from a clone, a git URL, a wheel (`perfsuite[EXTRA] @ URL`), never by bare name, except the
+    sentence that says so."""
+    files = [*PAGES, *sorted((ROOT / "recipes").rglob("*.sh")), *sorted((ROOT / "recipes").rglob("*.yml"))]
+    found = [f"{f.relative_to(ROOT)}:{n}: {line.strip()}" for f in files
+             for n, line in enumerate(f.read_text().splitlines(), 1)
+             if FROM_INDEX.search(line) and "finds nothing" not in line
+             and "is not installed (pip install" not in line]  # a skip reason quoted as perfsuite prints it
+    assert not found, found
+    assert FROM_INDEX.search("pip install perfsuite mpich") and FROM_INDEX.search("pip install 'perfsuite[gpu]'")
+    assert not FROM_INDEX.search('pip install "perfsuite[torch] @ git+https://x/perfsuite.git@v1"')
+    assert not FROM_INDEX.search("pip install perfsuite-0.1.0-py3-none-any.whl")
