@@ -40,4 +40,6 @@ def test_a_count_in_the_docs_is_the_codes(where, said, count, noun):
 
 
 def test_the_docs_state_such_counts():
-    assert {noun for *_, noun in claims()} >= {"collectives", "stalls"}
+    """The scanner finds what it is for (docs/stalls.md's "four stalls"), so the test above is
+    not vacuously green."""
+    assert "stalls" in {noun for *_, noun in claims()}

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "baselines" / "README.md",
+        *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^()\s]*#[^()\s]+)\)")
 
 #: Links whose target is still to be written, each with who writes it; an entry that resolves
@@ -70,8 +71,18 @@ def test_every_anchor_link_lands_on_a_heading(doc, target):
 TARGET = re.compile(r"\]\(([^()\s#]+)(?:#[^()\s]*)?\)")
 
 
+#: Files linked before they exist, each with who writes it; an entry whose file exists fails the
+#: test, so it is removed once the file is there.
+PENDING_FILES: dict[tuple[str, str], str] = {}
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_every_relative_link_and_picture_lands_on_a_file(doc):
-    missing = [m.group(1) for m in TARGET.finditer(doc.read_text())
-               if ":" not in m.group(1) and not (doc.parent / m.group(1)).exists()]
+    targets = [m.group(1) for m in TARGET.finditer(doc.read_text()) if ":" not in m.group(1)]
+    pending = [x for x in targets if (doc.name, x) in PENDING_FILES]
+    for x in pending:
+        assert not (doc.parent / x).exists(), f"{x} exists now: remove it from PENDING_FILES"
+    missing = [x for x in targets if x not in pending and not (doc.parent / x).exists()]
     assert not missing, f"{doc.relative_to(ROOT)} links files that do not exist: {missing}"
+    if pending:
+        pytest.xfail(f"{doc.name} links {pending}, still to be written: {[PENDING_FILES[(doc.name, x)] for x in pending]}")

@@ -66,6 +66,18 @@ def test_five_sections_of_ten_lines_or_fewer():
     assert not long, f"sections over {MAX_LINES} lines: {long}"
 
 
+def test_each_section_says_first_what_it_needs():
+    """A newcomer learns what to have before the commands that fail without it (issue 56): the
+    Slurm nightly needs a venv every node sees, an asv config and baselines recorded first."""
+    found = sections()
+    late = [name for name, lines in found.items() if not lines[0].startswith("Needs: ")]
+    assert not late, f"sections that do not start with what they need: {late}"
+    slurm = " ".join(" ".join(found["A nightly on Slurm"]).split())
+    for needle in ("filesystem every node sees", "`asv.conf.json`", "baselines recorded first", "--baseline-update"):
+        assert needle in slurm, needle
+    assert "(install.md)" in found["On a laptop in a minute"][0]  # not on PyPI: where it comes from
+
+
 def test_the_page_names_each_commands_and_recipes_a_newcomer_needs():
     found = {name: "\n".join(lines) for name, lines in sections().items()}
     for name, needles in {

@@ -102,6 +102,48 @@ def test_the_nightly_recipe_is_scheduled_and_accepts_by_hand():
     assert job["env"]["PERF_IMAGE"] == "${{ inputs.image || vars.PERF_IMAGE }}"
 
 
+
+@pytest.mark.parametrize("workflow, extras", [
+    ("perf-pr.yml", True), ("perf-stored.yml", True), ("perf-stack.yml", False), ("perf-nightly.yml", False)])
+def test_each_recipe_installs_perfsuite_from_where_the_user_keeps_it_before_their_package(workflow, extras):
+    """perfsuite is not on PyPI (docs/install.md): a recipe whose `pip install .` left perfsuite to
+    the index fails at its first run. Each installs it from PERF_PERFSUITE first; the GPU runners'
+    recipes with the extras the benchmark's GPU transport needs (torch by default, for torch-nccl)."""
+    (job,) = load(WORKFLOWS / workflow)["jobs"].values()
+    step = next(s for s in job["steps"] if "python3 -m venv" in str(s.get("run", "")))
+    run = step["run"]
+    assert step["env"]["PERF_PERFSUITE"] == "${{ vars.PERF_PERFSUITE }}"
+    spec = '"perfsuite[$PERF_EXTRAS] @ $PERF_PERFSUITE"' if extras else '"perfsuite @ $PERF_PERFSUITE"'
+    assert spec in run, run
+    assert run.index(spec) < run.index("install -e ." if "install -e ." in run else "install .\n")
+    if extras:
+        assert step["env"]["PERF_EXTRAS"] == "${{ vars.PERF_EXTRAS || 'torch' }}"
+    config = yaml.safe_load((ROOT / "recipes" / "actionlint.yaml").read_text())["config-variables"]
+    assert {"PERF_PERFSUITE", "PERF_EXTRAS"} <= set(config)
+    head = (WORKFLOWS / workflow).read_text().split("\nname:")[0]
+    assert head.index("# Needs") < head.index("perfsuite ab" if "perfsuite ab" in head else "perfsuite\n# run"), \
+        "a recipe lists what it needs before what it does"
+
+
+def test_the_gpu_pr_recipes_documented_benchmark_runs_on_the_gpu():
+    """docs/your-code.md's example for the GPU pull-request recipe declares a GPU transport and
+    device the decorator accepts (read from its code), so the runner's GPU is what it times."""
+    import ast
+
+    from perfsuite.records import userbench
+
+    text = (ROOT / "docs" / "your-code.md").read_text()
+    section = text[text.index("**A pull request, on your GPU machine**"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    (fn,) = [n for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)]
+    (deco,) = fn.decorator_list
+    kw = {k.arg: ast.literal_eval(k.value) for k in deco.keywords if k.arg in ("transports", "device")}
+    assert set(kw["transports"]) <= set(userbench.TRANSPORTS) and kw["device"] in userbench.DEVICES
+    assert kw["device"] == "cuda" and set(kw["transports"]) <= {"torch-nccl"}
+    assert "torch" in code and "device=world.device" in code
+    assert "its own `transports` and `device` do" in " ".join(section.split())
+
+
 # --- the judging every script shares (lib.sh's perf_judge) -----------------------------------------
 
 @pytest.mark.parametrize("body, ab_status, status", [

@@ -1,4 +1,9 @@
 #!/usr/bin/env bash
+# Needs: a Slurm login node (salloc, srun), a folder the login and compute nodes both see
+# (PERF_HOME) holding the venv with perfsuite that runs this (docs/install.md), a container
+# runtime on the compute nodes, images that hold perfsuite, and the first reference accepted
+# (PERF_ACCEPT=1, below).
+#
 # A nightly on Slurm: tonight's image (PERF_IMAGE) against the reference image, the last one
 # accepted, by perfsuite ab on one compute node of one exclusive allocation, each arm's whole
 # world inside its image. A regression (exit 1) or an undecided case (3) turns the night red,

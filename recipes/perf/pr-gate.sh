@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
+# Needs: a git checkout of your repository with its whole history, run at its top, in a venv
+# holding perfsuite with what your benchmark's transports need (docs/install.md; pip install
+# "perfsuite[torch] @ URL" for torch-nccl) and your package (pip install -e .); a machine with the
+# hardware your benchmark declares (its transports and device decide where it runs: one GPU per
+# rank for torch-nccl). PERF_BENCHMARKS and PERF_BASE set (below).
+#
 # Gate a pull request of your repository: perfsuite ab of your benchmark, arm A the commit where
 # the pull request left its base branch (their merge-base: what was merged there since is in
 # neither arm, so it is neither blamed on the pull request nor credited to it), arm B its head,
 # each commit built into its own environment, both measured now in interleaved pairs on this
 # machine and judged case by case (--strict: a case left UNKNOWN fails too).
-# Run it at your repository's top, in a venv holding perfsuite and your package (pip install -e .).
 # Exit: 0 pass, 1 a regression, 2 bad input, 3 UNKNOWN or nothing compared, 4 a world failed.
 #
 #   PERF_BASE     (required) the base branch's commit: github.event.pull_request.base.sha

@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
+# Needs: a venv holding perfsuite (docs/install.md) to drive the arms, and two images that each
+# hold Python 3.11+, an MPI and perfsuite (docs/install.md, "In a container image") with a
+# container runtime, or two venvs' Pythons; PERF_BENCHMARKS set.
+#
 # Gate a stack upgrade before it rolls out: perfsuite ab of your benchmark with arm A the stack
 # you run now and arm B the one you would roll out, both measured now in interleaved pairs on this
 # machine and judged case by case (--strict: a case left UNKNOWN fails too). An arm is

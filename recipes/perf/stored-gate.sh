@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
+# Needs: your repository's checkout, run at its top, in a venv holding perfsuite with what your
+# benchmark's transports need (docs/install.md) and your package (pip install -e .); a folder this
+# machine keeps between jobs (PERF_HOME), and in it a baseline recorded first (PERF_RECORD=update).
+#
 # Gate a checkout of your repository against the baselines this machine keeps: perfsuite run of
 # your benchmark --compare against $PERF_HOME/baselines, with --confirm: each case the store
 # cannot decide, or decides from fewer than 8 sittings, is judged again by an interleaved A/B
@@ -7,7 +11,6 @@
 # PERF_RECORD=update records this checkout as the baseline instead (the first time, or to accept
 # a change); PERF_RECORD=add adds a sitting of the same code, 10 minutes or more after the last
 # (the machine's drift between runs is learned from its sittings).
-# Run it at your repository's top, in a venv holding perfsuite and your package (pip install -e .).
 # Exit: 0 pass, 1 a regression, 2 bad input, 3 UNKNOWN or nothing compared, 4 a world failed.
 #
 #   PERF_HOME    (required) a folder this machine keeps between jobs; the baselines are in its baselines/
