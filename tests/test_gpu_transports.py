@@ -52,7 +52,7 @@ def test_hidden_devices_and_missing_cupy_are_reasons(monkeypatch):
     assert "hides every GPU" in gpu.need_gpu()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.setattr(gpu, "has_module", lambda name: name != "cupy")
-    assert "CuPy is not installed" in gpu.need_gpu() and "perfsuite[gpu]" in gpu.need_gpu()
+    assert "CuPy is not installed" in gpu.need_gpu() and "cupy-cuda12x[ctk]" in gpu.need_gpu()
     monkeypatch.setattr(gpu, "has_module", lambda name: True)
     assert gpu.need_gpu() is None
 

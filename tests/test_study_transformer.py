@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRANSFORMER = ROOT / "studies" / "transformer.toml"
 GLOO = "torch-epoch/torch-gloo"
 needs_torch = pytest.mark.skipif(not transports.has_module("torch"),
-                                 reason="PyTorch is not installed (pip install 'perfsuite[torch]')")
+                                 reason="PyTorch is not installed (pip install torch torchvision: perfsuite's torch extra)")
 
 SMALL = """
 format = "perfsuite-study-plan"

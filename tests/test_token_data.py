@@ -17,7 +17,7 @@ from perfsuite.records.errors import ConfigError, FormatError
 from perfsuite.kernels.training.input_files import TOKEN_DTYPE, check_token_file, list_images, list_tokens, shard
 
 needs_torch = pytest.mark.skipif(not transports.has_module("torch"),
-                                 reason="PyTorch is not installed (pip install 'perfsuite[torch]')")
+                                 reason="PyTorch is not installed (pip install torch torchvision: perfsuite's torch extra)")
 
 
 def _entropy(counts: np.ndarray) -> float:

@@ -25,7 +25,7 @@ from perfsuite.verdicts.rounds import RoundsPolicy
 from perfsuite.transports.torch import support
 
 HAS_TORCH = transports.has_module("torch")
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="PyTorch is not installed (pip install 'perfsuite[torch]')")
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="PyTorch is not installed (pip install torch torchvision: perfsuite's torch extra)")
 ONE_WORLD = suite.SuiteConfig(launch=LaunchConfig(), timeout=180,
                               rounds=RoundsPolicy(max_contention=None, retries=0))
 TINY = {"iters": 6, "warmup": 2}

@@ -16,7 +16,7 @@ from perfsuite.launch.world import run_program
 from perfsuite.transports.base import Call
 
 HAS_TORCH = transports.has_module("torch")
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="PyTorch is not installed (pip install 'perfsuite[torch]')")
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="PyTorch is not installed (pip install torch torchvision: perfsuite's torch extra)")
 
 #: One rank of the world: every combination on one torch-gloo transport; rank 0 prints one
 #: JSON line with every rank's results.

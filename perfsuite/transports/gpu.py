@@ -94,8 +94,8 @@ def need_gpu() -> str | None:
     if visible_devices_hidden():
         return "CUDA_VISIBLE_DEVICES hides every GPU"
     if not has_module("cupy"):
-        return ("CuPy is not installed (pip install 'perfsuite[gpu]' for CUDA 12, "
-                "'perfsuite[gpu-cuda13]' for CUDA 13)")
+        return ("CuPy is not installed (pip install 'cupy-cuda12x[ctk]' nvidia-nccl-cu12 for CUDA 12, "
+                "'cupy-cuda13x[ctk]' nvidia-nccl-cu13 for CUDA 13: perfsuite's gpu and gpu-cuda13 extras)")
     return need_mpi4py()
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from ...records.errors import ConfigError, PortInUse, TransportUnavailable
 from ..hosts import LOOPBACK, NODE_IFACE_ENV, node_address  # noqa: F401 (NODE_IFACE_ENV: tests read it here)
 
-TF_INSTALL = "TensorFlow is not installed (pip install 'perfsuite[tf]')"
+TF_INSTALL = "TensorFlow is not installed (pip install tensorflow-cpu, tensorflow on aarch64: perfsuite's tf extra)"
 HOROVOD_INSTALL = ("Horovod is not installed; build it against this TensorFlow with "
                    "scripts/install-horovod.sh (see docs/tensorflow.md, Horovod)")
 TF_KERAS_INSTALL = ("Horovod needs tf_keras (Keras 2) with Keras 3 installed: "

@@ -22,7 +22,7 @@ from pathlib import Path
 from ...records.errors import TransportUnavailable
 from ..hosts import LOOPBACK, NODE_IFACE_ENV, node_address
 
-TORCH_INSTALL = "PyTorch is not installed (pip install 'perfsuite[torch]')"
+TORCH_INSTALL = "PyTorch is not installed (pip install torch torchvision: perfsuite's torch extra)"
 BACKENDS = ("gloo", "nccl", "mpi")
 #: Seconds the ranks wait for each other while the group forms (torch's default is 30 min).
 RENDEZVOUS_S = 120
