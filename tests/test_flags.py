@@ -123,6 +123,18 @@ def test_a_file_of_two_benchmarks_says_how_to_name_one_and_that_way_works(comman
     assert r.returncode == cli.EXIT_USAGE and "max pairs '1'" in r.stderr, said(r)  # past --benchmarks
 
 
+def test_transports_takes_a_benchmark_file_as_ab_does(tmp_path):
+    """``transports --benchmarks FILE.py`` was refused (exit 2) where run and ab take the file:
+    it lists the transports of the one benchmark the file declares, and a file of two gets ab's
+    line."""
+    (tmp_path / "one.py").write_text(TWO[:TWO.index("@perfsuite.benchmark", TWO.index("def first"))])
+    (tmp_path / "two.py").write_text(TWO)
+    r = perfsuite("transports", "--benchmarks", "one.py", cwd=tmp_path)
+    assert r.returncode == cli.EXIT_OK and r.stdout.split()[:2] == ["mpi", "user"], said(r)
+    r = perfsuite("transports", "--benchmarks", "two.py", cwd=tmp_path)
+    assert r.returncode == cli.EXIT_USAGE and "PERFSUITE_BENCHMARKS=two.py perfsuite transports" in r.stderr, said(r)
+
+
 # --- the docs ----------------------------------------------------------------------------------
 
 def test_the_docs_write_only_flags_the_commands_have_and_no_old_spelling():

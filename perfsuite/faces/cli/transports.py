@@ -5,14 +5,16 @@ import argparse
 
 from ... import bench, transports
 from ...records.errors import ConfigError
-from .common import EXIT_OK, one_value, renamed, say
+from .ab import one_benchmark
+from .common import EXIT_OK, renamed, say
 
 COMMANDS = {}
 
 
 def add_transports(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", dest="benchmark", default=None, metavar="NAME",
-                   help="only transports of this benchmark (one value), e.g. allreduce")
+                   help="only transports of this benchmark (one value): a name, e.g. allreduce, or the module "
+                   "or .py file that declares yours")
     renamed(p, "--benchmark", "--benchmarks", "benchmark")
 
 
@@ -27,8 +29,8 @@ def runs_on(name: str) -> str:
 
 
 def do_transports(args: argparse.Namespace) -> int:
-    if args.benchmark:
-        args.benchmark = one_value(args.benchmark, "--benchmarks", "transports", "allreduce")
+    if args.benchmark:  # a name, or the module or .py file of yours that declares one, as ab takes
+        args.benchmark = one_benchmark(args.benchmark, "transports")
     of = runs_on(args.benchmark) if args.benchmark else None
     for key, spec in transports.REGISTRY.items():
         if key.startswith("collective:"):  # an allreduce design under the other collectives: the matrix says
