@@ -177,3 +177,42 @@ def test_no_page_or_recipe_installs_perfsuite_from_a_package_index():
     assert FROM_INDEX.search("pip install perfsuite mpich") and FROM_INDEX.search("pip install 'perfsuite[gpu]'")
     assert not FROM_INDEX.search('pip install "perfsuite[torch] @ git+https://x/perfsuite.git@v1"')
     assert not FROM_INDEX.search("pip install perfsuite-0.1.0-py3-none-any.whl")
+
+
+def _glossary_entry(term: str) -> str:
+    text = (ROOT / "docs" / "glossary.md").read_text()
+    start = text.index(f"### {term}\n")
+    end = text.find("\n### ", start + 1)
+    return " ".join(text[start:end if end > 0 else None].split())
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:g}%"
+
+
+def test_the_glossarys_figures_are_the_codes():
+    """The glossary restates defaults and rules in figures (x4, 2 sittings, 10 minutes, +-2%):
+    each is read here from the constant the code decides with, so a change to one fails until
+    the glossary says it."""
+    from perfsuite.experiments.ab import DEFAULT_TOLERANCE as AB_TOLERANCE
+    from perfsuite.faces.options import COMMON
+    from perfsuite.kernels.collectives.allreduce import CANARY_BYTES
+    from perfsuite.verdicts import decision, drift, regress
+    from perfsuite.verdicts.judging import COMPARE_MAX_ROUNDS
+
+    contention = float(next(o.default for o in COMMON if o.name == "max-contention"))
+    stored_looks = ", ".join(map(str, decision.stored_looks(3, COMPARE_MAX_ROUNDS)))
+    expected = {
+        "prior": [f"x{regress.PRIOR_SPAN:g}"],
+        "span": [f"x{regress.PRIOR_SPAN:g}"],
+        "sitting": [f"{int(drift.SITTING_GAP.total_seconds() // 60)} minutes", f"from {regress.MIN_SESSIONS} sittings"],
+        "drift": [f"has {regress.MIN_SESSIONS} sittings"],
+        "canary": [f"{CANARY_BYTES // 1024} KiB"],
+        "contention": [f"({_pct(contention)})"],
+        "alpha": [f"{decision.DEFAULT_ALPHA:g} by default"],
+        "tolerance": [f"+-{_pct(AB_TOLERANCE.upper)} by default", f"+-{_pct(bench.get('allreduce').tolerances['latency_us'].upper)} for latency",
+                      f"+-{_pct(decision.DEFAULT_TOLERANCE.upper)} for other", f"at most {_pct(regress.MAX_NOISE_TOLERANCE)}"],
+        "look": [", ".join(map(str, decision.paired_looks(200)[:4])), stored_looks.replace(", 12", " and 12")],
+    }
+    wrong = {term: [f for f in figures if f not in _glossary_entry(term)] for term, figures in expected.items()}
+    assert not any(wrong.values()), f"docs/glossary.md lacks what the code says: {wrong}"
