@@ -181,7 +181,7 @@ def test_an_empty_show_advises_a_command_that_parses_and_records_enough_rounds(t
     args = build_parser().parse_args(shlex.split(command))
     assert args.command == "run" and args.baseline_update
     assert (args.baseline_dir or "baselines") == root  # unset: the option's default, baselines
-    policy, _ = judging.judging_rounds(options.rounds_policy(vars(args)), update=True,
+    policy, _ = judging.judging_rounds(options.rounds_policy(options.with_defaults(vars(args))), update=True,
                                      rounds_given=args.rounds is not None)
     assert policy.rounds >= regress.MIN_BASELINE_ROUNDS
 
