@@ -61,6 +61,8 @@ def indented_code(text: str) -> list[tuple[int, int]]:
             in_block = blank_before = False
         pos += len(line)
     return spans
+
+
 LINK = re.compile(r"\[([^\]\n]*)\]\(([^)\s]*)\)")
 
 

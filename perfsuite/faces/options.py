@@ -372,8 +372,9 @@ def suite_config(values: Mapping[str, Any]) -> SuiteConfig:
 
 
 def rounds_policy(v: Mapping[str, Any]) -> RoundsPolicy:
-    """--rounds/--max-rounds/--precision/--round-budget as a checked RoundsPolicy, from values
-    ``with_defaults`` completed (each default is its option's)."""
+    """--rounds/--max-rounds/--precision/--round-budget as a checked RoundsPolicy; an unset one
+    is its option's default (``with_defaults``), so raw parser values are taken as they are."""
+    v = with_defaults(v)
     try:
         precision = float(v["precision"])
         budget = float(v["round_budget"]) if v.get("round_budget") not in (None, "") else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import options
+from ...collectives import REGULAR
 from ...experiments.overhead import PLAIN_LOOPS, PLAIN_TARGET_SIZES, ROUNDS, SIZES
 from ...reading import report
 from ...records.errors import ConfigError
@@ -14,7 +15,8 @@ from .common import EXIT_REGRESSION, EXIT_WORLD, exit_status, one_value, say
 COMMANDS = {}
 #: What its --help and docs/cli.md say it does, beyond ``perfsuite --help``'s line.
 DESCRIPTION = ("print the mpi transport's native and mpi4py loops beside a C program of the same MPI call (--benchmarks: "
-               "allreduce or any other collective), or torch-gloo beside a plain torch.distributed loop, with deltas")
+               f"{', '.join(REGULAR)}; alltoallv's counts are per rank, which the C program does not take), or "
+               "torch-gloo beside a plain torch.distributed loop, with deltas")
 #: What its statuses mean for this command (records/status.py's where it says nothing).
 EXITS = {EXIT_REGRESSION: "a target missed: the harness adds more than it may",
          EXIT_WORLD: "a target nothing measured (no C program, no native loop), or a world failed"}
@@ -48,12 +50,11 @@ def add_overhead(p: argparse.ArgumentParser) -> None:
                         "the machine hits every loop alike [default: %(default)s]")
     p.add_argument("--benchmarks", default="allreduce", metavar="LIST",
                    help="comma list of the collectives to compare with a plain loop of the same call "
-                        "(mpi: a C program; torch-gloo: a plain torch loop): allreduce, all_gather, "
-                        "reduce_scatter, alltoall, broadcast, reduce, or all [default: %(default)s]")
+                        f"(mpi: a C program; torch-gloo: a plain torch loop): {', '.join(REGULAR)}, or all "
+                        "[default: %(default)s]")
 
 
 def do_overhead(args: argparse.Namespace) -> int:
-    from ... import collectives
     from ...experiments.overhead import overhead, plain_overhead
     from ...records.model import parse_names, whole_number
 
@@ -63,7 +64,7 @@ def do_overhead(args: argparse.Namespace) -> int:
         raise ConfigError(f"overhead compares transport {picked!r} with nothing; choose mpi (against a C "
                           f"program) or {', '.join(PLAIN_LOOPS)} (against a plain loop of its framework)")
     # The C program times the regular collectives: alltoallv's counts are per rank, not per size.
-    benchmarks = parse_names(args.benchmarks or "allreduce", collectives.REGULAR, "benchmark")
+    benchmarks = parse_names(args.benchmarks or "allreduce", REGULAR, "benchmark")
     sel = options.selection({**values, "transports": picked})
     # --rounds here counts interleaved rounds of the loops, not pooled rounds of one world.
     rounds = whole_number(args.rounds, "rounds")
